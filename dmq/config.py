@@ -1,0 +1,341 @@
+"""Broker and topic configuration with Kafka's names, defaults and synonyms.
+
+A topic config (``retention.ms``) falls back to its broker synonyms
+(``log.retention.ms``, ``log.retention.minutes``, ``log.retention.hours``) in
+that order, then to the default, exactly as DescribeConfigs reports them.
+Values are validated when set; a bad value raises ``ConfigError`` with a
+message that names the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    pass
+
+
+class ConfigType(IntEnum):
+    """DescribeConfigs v3 config types."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(IntEnum):
+    """DescribeConfigs config sources."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: str | None
+    doc: str
+    validator: Callable[[Any], None] | None = None
+    # Multiplier applied to a broker synonym's value to reach this config's unit:
+    # synonym name -> factor (log.retention.hours -> 3_600_000 for retention.ms).
+    synonyms: tuple[tuple[str, int], ...] = ()
+
+
+def _at_least(n: int) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if v < n:
+            raise ConfigError(f"must be at least {n}")
+
+    return check
+
+
+def _one_of(*allowed: str) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        items = v if isinstance(v, list) else [v]
+        for item in items:
+            if item not in allowed:
+                raise ConfigError(f"must be one of {', '.join(allowed)}")
+
+    return check
+
+
+def _ratio(v: Any) -> None:
+    if not 0.0 <= v <= 1.0:
+        raise ConfigError("must be between 0 and 1")
+
+
+def parse_value(cdef: ConfigDef, raw: str) -> Any:
+    """Parse and validate ``raw`` for ``cdef``; raise ConfigError on bad input."""
+    text = raw.strip()
+    try:
+        value: Any
+        if cdef.type in (ConfigType.INT, ConfigType.LONG, ConfigType.SHORT):
+            value = int(text)
+            limit = INT_MAX if cdef.type == ConfigType.INT else LONG_MAX
+            if not -limit - 1 <= value <= limit:
+                raise ConfigError("out of range")
+        elif cdef.type == ConfigType.DOUBLE:
+            value = float(text)
+        elif cdef.type == ConfigType.BOOLEAN:
+            low = text.lower()
+            if low not in ("true", "false"):
+                raise ConfigError("must be true or false")
+            value = low == "true"
+        elif cdef.type == ConfigType.LIST:
+            value = [item.strip() for item in text.split(",") if item.strip()]
+        else:
+            value = text
+        if cdef.validator is not None:
+            cdef.validator(value)
+    except ConfigError as e:
+        raise ConfigError(f"Invalid value {raw!r} for configuration {cdef.name}: {e}") from None
+    except ValueError:
+        raise ConfigError(
+            f"Invalid value {raw!r} for configuration {cdef.name}: "
+            f"expected a value of type {cdef.type.name}"
+        ) from None
+    return value
+
+
+def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
+    return {d.name: d for d in items}
+
+
+_H = 3_600_000
+_M = 60_000
+
+BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("broker.id", ConfigType.INT, "0", "The broker id.", _at_least(0)),
+    ConfigDef("log.dirs", ConfigType.STRING, "./dmq-data", "Directory holding the log data."),
+    ConfigDef("listeners", ConfigType.STRING, "127.0.0.1:9092", "Address to listen on."),
+    ConfigDef("advertised.listeners", ConfigType.STRING, None, "Address given to clients."),
+    ConfigDef("num.partitions", ConfigType.INT, "1", "Default partitions for new topics.", _at_least(1)),
+    ConfigDef("default.replication.factor", ConfigType.SHORT, "1", "Default replication factor.", _at_least(1)),
+    ConfigDef("auto.create.topics.enable", ConfigType.BOOLEAN, "true", "Create unknown topics on Metadata requests."),
+    ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, "true", "Allow deleting topics."),
+    ConfigDef("message.max.bytes", ConfigType.INT, "1048588", "Largest record batch size allowed.", _at_least(0)),
+    ConfigDef("socket.request.max.bytes", ConfigType.INT, "104857600", "Largest request size.", _at_least(1)),
+    ConfigDef("log.segment.bytes", ConfigType.INT, "1073741824", "Segment file size.", _at_least(14)),
+    ConfigDef("log.roll.ms", ConfigType.LONG, None, "Roll a segment after this long."),
+    ConfigDef("log.roll.hours", ConfigType.INT, "168", "Roll a segment after this many hours.", _at_least(1)),
+    ConfigDef("log.retention.ms", ConfigType.LONG, None, "Delete segments older than this."),
+    ConfigDef("log.retention.minutes", ConfigType.INT, None, "Retention in minutes."),
+    ConfigDef("log.retention.hours", ConfigType.INT, "168", "Retention in hours."),
+    ConfigDef("log.retention.bytes", ConfigType.LONG, "-1", "Partition size before deleting old segments."),
+    ConfigDef("log.retention.check.interval.ms", ConfigType.LONG, "300000", "How often retention runs.", _at_least(1)),
+    ConfigDef("log.flush.interval.messages", ConfigType.LONG, str(LONG_MAX), "Flush after this many messages.", _at_least(1)),
+    ConfigDef("log.flush.interval.ms", ConfigType.LONG, None, "Flush after this long."),
+    ConfigDef("log.flush.scheduler.interval.ms", ConfigType.LONG, str(LONG_MAX), "How often to check flush.ms."),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", ConfigType.INT, "60000", "How often to write the recovery point.", _at_least(0)),
+    ConfigDef("log.flush.start.offset.checkpoint.interval.ms", ConfigType.INT, "60000", "How often to write log start offsets.", _at_least(0)),
+    ConfigDef("log.index.interval.bytes", ConfigType.INT, "4096", "Bytes between offset index entries.", _at_least(0)),
+    ConfigDef("log.index.size.max.bytes", ConfigType.INT, "10485760", "Largest offset index file.", _at_least(4)),
+    ConfigDef("log.message.timestamp.type", ConfigType.STRING, "CreateTime", "CreateTime or LogAppendTime.", _one_of("CreateTime", "LogAppendTime")),
+    ConfigDef("log.cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact")),
+    ConfigDef("log.cleaner.delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0)),
+    ConfigDef("log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5", "Dirty ratio that triggers cleaning.", _ratio),
+    ConfigDef("log.segment.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0)),
+    ConfigDef("min.insync.replicas", ConfigType.INT, "1", "Minimum ISR size for acks=all.", _at_least(1)),
+    ConfigDef("compression.type", ConfigType.STRING, "producer", "Final compression of a topic.", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, "false", "Allow out-of-ISR leaders."),
+    ConfigDef("offsets.topic.num.partitions", ConfigType.INT, "50", "Partitions of __consumer_offsets.", _at_least(1)),
+    ConfigDef("producer.id.expiration.ms", ConfigType.INT, "86400000", "Idle time before a producer id's state expires.", _at_least(1)),
+    ConfigDef("max.connections", ConfigType.INT, str(INT_MAX), "Most client connections at once.", _at_least(0)),
+)
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact"), (("log.cleanup.policy", 1),)),
+    ConfigDef("compression.type", ConfigType.STRING, "producer", "Final compression of the topic.", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), (("compression.type", 1),)),
+    ConfigDef("delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0), (("log.cleaner.delete.retention.ms", 1),)),
+    ConfigDef("file.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0), (("log.segment.delete.delay.ms", 1),)),
+    ConfigDef("flush.messages", ConfigType.LONG, str(LONG_MAX), "Flush after this many messages.", _at_least(1), (("log.flush.interval.messages", 1),)),
+    ConfigDef("flush.ms", ConfigType.LONG, str(LONG_MAX), "Flush after this long.", _at_least(0), (("log.flush.interval.ms", 1),)),
+    ConfigDef("index.interval.bytes", ConfigType.INT, "4096", "Bytes between offset index entries.", _at_least(0), (("log.index.interval.bytes", 1),)),
+    ConfigDef("max.message.bytes", ConfigType.INT, "1048588", "Largest record batch size allowed.", _at_least(0), (("message.max.bytes", 1),)),
+    ConfigDef("message.timestamp.type", ConfigType.STRING, "CreateTime", "CreateTime or LogAppendTime.", _one_of("CreateTime", "LogAppendTime"), (("log.message.timestamp.type", 1),)),
+    ConfigDef("min.cleanable.dirty.ratio", ConfigType.DOUBLE, "0.5", "Dirty ratio that triggers cleaning.", _ratio, (("log.cleaner.min.cleanable.ratio", 1),)),
+    ConfigDef("min.insync.replicas", ConfigType.INT, "1", "Minimum ISR size for acks=all.", _at_least(1), (("min.insync.replicas", 1),)),
+    ConfigDef("retention.bytes", ConfigType.LONG, "-1", "Partition size before deleting old segments.", None, (("log.retention.bytes", 1),)),
+    ConfigDef("retention.ms", ConfigType.LONG, "604800000", "Delete segments older than this (-1: never).", _at_least(-1), (("log.retention.ms", 1), ("log.retention.minutes", _M), ("log.retention.hours", _H))),
+    ConfigDef("segment.bytes", ConfigType.INT, "1073741824", "Segment file size.", _at_least(14), (("log.segment.bytes", 1),)),
+    ConfigDef("segment.index.bytes", ConfigType.INT, "10485760", "Largest offset index file.", _at_least(4), (("log.index.size.max.bytes", 1),)),
+    ConfigDef("segment.ms", ConfigType.LONG, "604800000", "Roll a segment after this long.", _at_least(1), (("log.roll.ms", 1), ("log.roll.hours", _H))),
+    ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, "false", "Allow out-of-ISR leaders.", None, (("unclean.leader.election.enable", 1),)),
+)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java-properties style ``key=value`` lines (``#``/``!`` comments)."""
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        sep = min((i for i in (stripped.find("="), stripped.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            raise ConfigError(f"line {lineno}: expected key=value, got {stripped!r}")
+        out[stripped[:sep].strip()] = stripped[sep + 1 :].strip()
+    return out
+
+
+class BrokerConfig:
+    """Static broker configuration: Kafka defaults overlaid by file and overrides.
+
+    Unknown keys are kept (and reported once at startup) so that a Kafka
+    ``server.properties`` can be reused as it is.
+    """
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self.explicit: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+        self.unknown: list[str] = []
+        for name, cdef in BROKER_CONFIGS.items():
+            self.values[name] = None if cdef.default is None else parse_value(cdef, cdef.default)
+        for key, raw in (props or {}).items():
+            self.set(key, raw)
+
+    def set(self, key: str, raw: str) -> None:
+        if key == "node.id":
+            key = "broker.id"
+        cdef = BROKER_CONFIGS.get(key)
+        if cdef is None:
+            self.unknown.append(key)
+            self.explicit[key] = raw
+            return
+        self.values[key] = parse_value(cdef, raw)
+        self.explicit[key] = raw
+
+    def get(self, key: str) -> Any:
+        return self.values[key]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def topic_default(self, name: str) -> tuple[Any, ConfigSource, list[tuple[str, str, ConfigSource]]]:
+        """Effective default of topic config ``name`` with its source and synonym chain."""
+        cdef = TOPIC_CONFIGS[name]
+        synonyms: list[tuple[str, str, ConfigSource]] = []
+        chosen: tuple[Any, ConfigSource] | None = None
+        for syn, factor in cdef.synonyms:
+            if syn in self.explicit:
+                raw_value = self.values[syn]
+                value = raw_value * factor if factor != 1 else raw_value
+                synonyms.append((syn, self.explicit[syn], ConfigSource.STATIC_BROKER_CONFIG))
+                if chosen is None:
+                    chosen = (value, ConfigSource.STATIC_BROKER_CONFIG)
+        for syn, factor in cdef.synonyms:
+            bdef = BROKER_CONFIGS.get(syn)
+            if bdef is not None and bdef.default is not None and syn not in self.explicit:
+                synonyms.append((syn, bdef.default, ConfigSource.DEFAULT_CONFIG))
+                if chosen is None:
+                    value = parse_value(bdef, bdef.default)
+                    chosen = (value * factor if factor != 1 else value, ConfigSource.DEFAULT_CONFIG)
+        if chosen is None:
+            assert cdef.default is not None
+            chosen = (parse_value(cdef, cdef.default), ConfigSource.DEFAULT_CONFIG)
+        return chosen[0], chosen[1], synonyms
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Validate topic config overrides; raise ConfigError naming the bad key."""
+    out: dict[str, Any] = {}
+    for key, raw in configs.items():
+        cdef = TOPIC_CONFIGS.get(key)
+        if cdef is None:
+            raise ConfigError(f"Unknown topic config name: {key}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for topic config {key}")
+        out[key] = parse_value(cdef, raw)
+    return out
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+class LogConfig:
+    """Effective configuration of one topic's logs: topic overrides over broker defaults."""
+
+    def __init__(self, broker: BrokerConfig, overrides: Mapping[str, str] | None = None) -> None:
+        self.broker = broker
+        self.overrides: dict[str, str] = dict(overrides or {})
+        parsed = validate_topic_configs(self.overrides)
+        self._values: dict[str, Any] = {}
+        for name in TOPIC_CONFIGS:
+            self._values[name] = parsed[name] if name in parsed else broker.topic_default(name)[0]
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    @property
+    def segment_bytes(self) -> int:
+        return int(self._values["segment.bytes"])
+
+    @property
+    def segment_ms(self) -> int:
+        return int(self._values["segment.ms"])
+
+    @property
+    def retention_ms(self) -> int:
+        return int(self._values["retention.ms"])
+
+    @property
+    def retention_bytes(self) -> int:
+        return int(self._values["retention.bytes"])
+
+    @property
+    def max_message_bytes(self) -> int:
+        return int(self._values["max.message.bytes"])
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return int(self._values["index.interval.bytes"])
+
+    @property
+    def flush_messages(self) -> int:
+        return int(self._values["flush.messages"])
+
+    @property
+    def flush_ms(self) -> int:
+        return int(self._values["flush.ms"])
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self._values["message.timestamp.type"] == "LogAppendTime")
+
+    @property
+    def cleanup_policy(self) -> list[str]:
+        return list(self._values["cleanup.policy"])
+
+    def describe(self) -> Iterable[tuple[str, str, ConfigSource, list[tuple[str, str, ConfigSource]]]]:
+        """(name, value, source, synonyms) for every topic config, as DescribeConfigs shows."""
+        for name in TOPIC_CONFIGS:
+            value, source, synonyms = self.broker.topic_default(name)
+            if name in self.overrides:
+                raw = format_value(self._values[name])
+                synonyms = [(name, raw, ConfigSource.DYNAMIC_TOPIC_CONFIG), *synonyms]
+                yield name, raw, ConfigSource.DYNAMIC_TOPIC_CONFIG, synonyms
+            else:
+                yield name, format_value(value), source, synonyms

@@ -1,0 +1,222 @@
+"""Record batch (magic v2) helpers: sans-io, bytes in, values out.
+
+Wire layout of one batch (Kafka's ``DefaultRecordBatch``), big-endian::
+
+    0  baseOffset            int64
+    8  batchLength           int32   bytes after this field
+    12 partitionLeaderEpoch  int32
+    16 magic                 int8    always 2
+    17 crc                   uint32  CRC32C of bytes [21, 12 + batchLength)
+    21 attributes            int16   bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control
+    23 lastOffsetDelta       int32
+    27 baseTimestamp         int64
+    35 maxTimestamp          int64
+    43 producerId            int64
+    51 producerEpoch         int16
+    53 baseSequence          int32
+    57 recordCount           int32
+    61 records...
+
+The broker treats batches as opaque: it validates the header and CRC, then only
+patches ``baseOffset`` and ``partitionLeaderEpoch`` (outside the CRC) and, for
+LogAppendTime topics, ``attributes``/``maxTimestamp`` (which needs a new CRC).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from crc32c import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
+CRC_START = 21
+MAGIC_V2 = 2
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_LENGTH = struct.Struct(">qi")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+
+
+class BatchHeader(NamedTuple):
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch on the wire and on disk."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        # Sequences wrap at Int32.MAX like Kafka's DefaultRecordBatch.incrementSequence.
+        return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id >= 0
+
+
+class InvalidRecordError(Exception):
+    """A batch failed validation; ``error`` names the Kafka error code to return."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error  # attribute name of kio's ErrorCode, e.g. "corrupt_message"
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    return BatchHeader._make(_HEADER.unpack_from(buf, pos))
+
+
+def read_offset_and_length(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
+    base, length = _OFFSET_LENGTH.unpack_from(buf, pos)
+    return base, length
+
+
+def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
+    return crc32c(memoryview(buf)[pos + CRC_START : pos + size])
+
+
+@dataclass(slots=True)
+class ValidatedBatches:
+    """The result of validating the records of one produce partition."""
+
+    headers: list[BatchHeader]
+    positions: list[int]
+    record_count: int
+    max_timestamp: int
+    total_size: int
+
+
+def validate_batches(
+    buf: bytes | bytearray | memoryview,
+    max_batch_size: int,
+) -> ValidatedBatches:
+    """Validate every batch in ``buf`` (as sent by a producer).
+
+    Checks magic, sizes (MESSAGE_TOO_LARGE past ``max_batch_size``), CRC32C
+    (CORRUPT_MESSAGE) and that the buffer holds whole batches only.
+    """
+    total = len(buf)
+    if total == 0:
+        raise InvalidRecordError("invalid_record", "empty record set")
+    pos = 0
+    headers: list[BatchHeader] = []
+    positions: list[int] = []
+    count = 0
+    max_ts = -1
+    while pos < total:
+        if total - pos < HEADER_SIZE:
+            raise InvalidRecordError("corrupt_message", "truncated record batch header")
+        header = parse_header(buf, pos)
+        if header.magic != MAGIC_V2:
+            raise InvalidRecordError(
+                "unsupported_for_message_format",
+                f"record batch magic {header.magic} is not supported; only magic 2 is",
+            )
+        if header.batch_length < MIN_BATCH_LENGTH:
+            raise InvalidRecordError("corrupt_message", "record batch length too small")
+        size = header.size
+        if size > max_batch_size:
+            raise InvalidRecordError(
+                "message_too_large",
+                f"record batch of {size} bytes exceeds max.message.bytes {max_batch_size}",
+            )
+        if pos + size > total:
+            raise InvalidRecordError("corrupt_message", "truncated record batch")
+        if compute_crc(buf, pos, size) != header.crc:
+            raise InvalidRecordError("corrupt_message", "record batch CRC32C mismatch")
+        if header.last_offset_delta < 0 or header.record_count < 0:
+            raise InvalidRecordError("corrupt_message", "negative record count or offset delta")
+        if header.record_count != header.last_offset_delta + 1 and not header.is_control:
+            # Producers always send dense batches; a mismatch means a broken client.
+            raise InvalidRecordError(
+                "invalid_record",
+                f"record count {header.record_count} does not match last offset delta "
+                f"{header.last_offset_delta}",
+            )
+        headers.append(header)
+        positions.append(pos)
+        count += header.record_count
+        if header.max_timestamp > max_ts:
+            max_ts = header.max_timestamp
+        pos += size
+    return ValidatedBatches(headers, positions, count, max_ts, total)
+
+
+def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
+    _I64.pack_into(buf, pos, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray, pos: int, epoch: int) -> None:
+    _I32.pack_into(buf, pos + 12, epoch)
+
+
+def set_log_append_time(buf: bytearray, pos: int, size: int, timestamp: int) -> None:
+    """Mark the batch as LogAppendTime with ``timestamp`` and recompute its CRC."""
+    attributes = _I16.unpack_from(buf, pos + 21)[0]
+    _I16.pack_into(buf, pos + 21, attributes | TIMESTAMP_TYPE_MASK)
+    _I64.pack_into(buf, pos + 35, timestamp)
+    _U32.pack_into(buf, pos + 17, compute_crc(buf, pos, size))
+
+
+def iter_headers(buf: bytes | bytearray | memoryview) -> list[tuple[int, BatchHeader]]:
+    """All complete batch headers in ``buf`` with their positions (no CRC check)."""
+    out: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    total = len(buf)
+    while total - pos >= HEADER_SIZE:
+        header = parse_header(buf, pos)
+        if pos + header.size > total or header.batch_length < MIN_BATCH_LENGTH:
+            break
+        out.append((pos, header))
+        pos += header.size
+    return out

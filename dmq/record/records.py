@@ -1,0 +1,170 @@
+"""Encode and decode the records inside a v2 batch (sans-io).
+
+The broker's hot path never calls this module: produce and fetch move batches
+as opaque bytes. It is used where a feature must look inside a batch (offset
+of the first record at or after a timestamp, offset of the max timestamp) and
+by tests and tools that build batches by hand.
+
+Record layout (varints are zig-zag)::
+
+    length varint, attributes int8, timestampDelta varlong, offsetDelta varint,
+    keyLength varint, key, valueLength varint, value,
+    headerCount varint, [headerKeyLength varint, key, headerValueLength varint, value]...
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from dmq.record import compression
+from dmq.record.batch import (
+    CRC_START,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    parse_header,
+)
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+@dataclass(slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+def write_varint(out: bytearray, value: int) -> None:
+    v = (value << 1) ^ (value >> 63)
+    while v & ~0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def _read_bytes(buf: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
+    length, pos = read_varint(buf, pos)
+    if length < 0:
+        return None, pos
+    if pos + length > len(buf):
+        raise ValueError("truncated record field")
+    return bytes(buf[pos : pos + length]), pos + length
+
+
+def decode_batch(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
+    """Decode one whole batch (decompressing when needed)."""
+    header = parse_header(batch, 0)
+    body = memoryview(batch)[HEADER_SIZE : header.size]
+    if header.compression:
+        body = memoryview(compression.decompress(header.compression, bytes(body)))
+    records: list[Record] = []
+    pos = 0
+    log_append = bool(header.attributes & TIMESTAMP_TYPE_MASK)
+    for _ in range(header.record_count):
+        _length, pos = read_varint(body, pos)
+        pos += 1  # attributes
+        ts_delta, pos = read_varint(body, pos)
+        off_delta, pos = read_varint(body, pos)
+        key, pos = _read_bytes(body, pos)
+        value, pos = _read_bytes(body, pos)
+        n_headers, pos = read_varint(body, pos)
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(n_headers):
+            hk, pos = _read_bytes(body, pos)
+            hv, pos = _read_bytes(body, pos)
+            headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+        ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+        records.append(Record(header.base_offset + off_delta, ts, key, value, headers))
+    return header, records
+
+
+def encode_batch(
+    records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
+    *,
+    base_offset: int = 0,
+    timestamp: int = 0,
+    timestamps: list[int] | None = None,
+    codec: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = -1,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = -1,
+    attributes_extra: int = 0,
+) -> bytes:
+    """Build a v2 batch from (key, value, headers) tuples, as a producer would."""
+    ts_list = timestamps if timestamps is not None else [timestamp] * len(records)
+    base_ts = min(ts_list) if ts_list else timestamp
+    max_ts = max(ts_list) if ts_list else timestamp
+    body = bytearray()
+    for i, (key, value, headers) in enumerate(records):
+        rec = bytearray()
+        rec.append(0)
+        write_varint(rec, ts_list[i] - base_ts)
+        write_varint(rec, i)
+        for blob in (key, value):
+            if blob is None:
+                write_varint(rec, -1)
+            else:
+                write_varint(rec, len(blob))
+                rec += blob
+        write_varint(rec, len(headers))
+        for hk, hv in headers:
+            hkb = hk.encode()
+            write_varint(rec, len(hkb))
+            rec += hkb
+            if hv is None:
+                write_varint(rec, -1)
+            else:
+                write_varint(rec, len(hv))
+                rec += hv
+        write_varint(body, len(rec))
+        body += rec
+    payload = compression.compress(codec, bytes(body)) if codec else bytes(body)
+    attributes = (codec & 0x07) | attributes_extra
+    batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    out = bytearray(
+        _HEADER.pack(
+            base_offset,
+            batch_length,
+            partition_leader_epoch,
+            2,
+            0,
+            attributes,
+            len(records) - 1,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    out += payload
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)

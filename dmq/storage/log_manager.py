@@ -1,0 +1,202 @@
+"""LogManager: every partition Log under one data directory, plus checkpoints.
+
+Files in the data directory (Kafka's text checkpoint format: version line,
+count line, then ``<topic> <partition> <offset>`` lines):
+- ``recovery-point-offset-checkpoint``: per-partition recovery points;
+- ``log-start-offset-checkpoint``: per-partition log start offsets;
+- ``.dmq_cleanshutdown``: present only between a clean shutdown and the next start.
+
+The event-loop thread owns the logs. ``flush_pending()`` (fsync of rolled
+segments) is the one method meant for a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from dmq.config import LogConfig
+from dmq.storage.log import Log, now_ms, partition_dir_name
+
+log = logging.getLogger("dmq.storage")
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".dmq_cleanshutdown"
+DELETE_SUFFIX = "-delete"
+
+TopicPartition = tuple[str, int]
+
+
+def read_checkpoint(path: str) -> dict[TopicPartition, int]:
+    out: dict[TopicPartition, int] = {}
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return out
+    if len(lines) < 2 or lines[0].strip() != "0":
+        log.warning("ignoring malformed checkpoint file %s", path)
+        return out
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) == 3:
+            try:
+                out[(parts[0], int(parts[1]))] = int(parts[2])
+            except ValueError:
+                continue
+    return out
+
+
+def write_checkpoint(path: str, entries: dict[TopicPartition, int]) -> None:
+    body = "".join(f"{t} {p} {o}\n" for (t, p), o in sorted(entries.items()))
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(f"0\n{len(entries)}\n{body}")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit():
+        return None
+    return topic, int(part)
+
+
+class LogManager:
+    def __init__(self, data_dir: str, config_for: Callable[[str], LogConfig]) -> None:
+        self.data_dir = os.path.abspath(data_dir)
+        self.config_for = config_for
+        self.logs: dict[TopicPartition, Log] = {}
+        self._pending_flush: dict[TopicPartition, int] = {}
+        self._lock = threading.Lock()
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.clean_shutdown = os.path.exists(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE))
+
+    def load_logs(self, known: Callable[[str, int], str | None]) -> float:
+        """Open every partition directory; ``known(topic, p)`` gives its topic id or None.
+
+        Directories of unknown topics and leftovers of deleted ones are removed.
+        Returns the seconds taken.
+        """
+        started = time.monotonic()
+        recovery = read_checkpoint(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
+        starts = read_checkpoint(os.path.join(self.data_dir, LOG_START_FILE))
+        for name in sorted(os.listdir(self.data_dir)):
+            path = os.path.join(self.data_dir, name)
+            if not os.path.isdir(path):
+                continue
+            if name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            tp = parse_partition_dir(name)
+            if tp is None:
+                continue
+            topic_id = known(*tp)
+            if topic_id is None:
+                log.warning("removing log directory %s of a topic that no longer exists", name)
+                self._schedule_delete(path)
+                continue
+            lg = Log(path, tp[0], tp[1], self.config_for(tp[0]),
+                     recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
+                     clean_shutdown=self.clean_shutdown, topic_id=topic_id)
+            lg.on_roll = self._on_roll
+            self.logs[tp] = lg
+        marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
+        if os.path.exists(marker):
+            os.unlink(marker)
+        self.checkpoint()
+        return time.monotonic() - started
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, topic_id: str) -> Log:
+        lg = self.logs.get((topic, partition))
+        if lg is None:
+            path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
+            lg = Log(path, topic, partition, self.config_for(topic), clean_shutdown=True,
+                     topic_id=topic_id)
+            lg.on_roll = self._on_roll
+            self.logs[(topic, partition)] = lg
+        return lg
+
+    def delete(self, topic: str, partition: int) -> None:
+        lg = self.logs.pop((topic, partition), None)
+        if lg is None:
+            return
+        with self._lock:
+            self._pending_flush.pop((topic, partition), None)
+        lg.close()
+        self._schedule_delete(lg.directory)
+
+    def _schedule_delete(self, path: str) -> None:
+        target = f"{path}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        try:
+            os.rename(path, target)
+        except OSError:
+            target = path
+        threading.Thread(target=shutil.rmtree, args=(target, True), daemon=True).start()
+
+    def update_config(self, topic: str) -> None:
+        config = self.config_for(topic)
+        for (t, _p), lg in self.logs.items():
+            if t == topic:
+                lg.config = config
+
+    # --------------------------------------------------------------- flushing
+
+    def _on_roll(self, lg: Log, up_to: int) -> None:
+        # Kafka flushes a rolled segment asynchronously; so do we.
+        with self._lock:
+            self._pending_flush[(lg.topic, lg.partition)] = up_to
+
+    def flush_pending(self) -> None:
+        """fsync rolled segments (background thread)."""
+        with self._lock:
+            pending, self._pending_flush = self._pending_flush, {}
+        for tp, up_to in pending.items():
+            lg = self.logs.get(tp)
+            if lg is not None:
+                lg.flush_segments(up_to)
+
+    def flush_dirty(self, now: int | None = None) -> None:
+        """Apply flush.ms: flush logs whose last flush is older than it."""
+        now = now_ms() if now is None else now
+        for lg in list(self.logs.values()):
+            if lg.unflushed_messages and now - lg.last_flush_ms >= lg.config.flush_ms:
+                lg.flush()
+
+    def run_retention(self, now: int | None = None) -> int:
+        deleted = 0
+        for lg in list(self.logs.values()):
+            deleted += lg.delete_old_segments(now)
+        return deleted
+
+    def checkpoint(self) -> None:
+        write_checkpoint(os.path.join(self.data_dir, RECOVERY_POINT_FILE),
+                         {tp: lg.recovery_point for tp, lg in self.logs.items()})
+        write_checkpoint(os.path.join(self.data_dir, LOG_START_FILE),
+                         {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+
+    def shutdown(self) -> None:
+        """Flush everything, write checkpoints and the clean-shutdown marker."""
+        for lg in self.logs.values():
+            try:
+                lg.flush()
+            except OSError as e:
+                log.error("flush of %s failed at shutdown: %s", lg.name, e)
+        self.checkpoint()
+        for lg in self.logs.values():
+            lg.close()
+        with open(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), "w") as f:
+            f.write(str(now_ms()))
+            f.flush()
+            os.fsync(f.fileno())

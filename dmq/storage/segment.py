@@ -1,0 +1,279 @@
+"""LogSegment: one ``<20-digit base offset>.log`` file with its two indexes.
+
+Invariants:
+- the file holds whole v2 batches back to back; ``size`` is the end of the
+  last whole batch (a torn tail is cut by ``recover()``);
+- every batch's offsets are >= ``base_offset`` and increase strictly;
+- ``max_timestamp``/``offset_of_max_timestamp`` describe the batches appended
+  or recovered so far (the time index is derived from them).
+
+Plain synchronous file code; only the owning Log calls it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+from dmq.record.batch import (
+    CRC_START,
+    HEADER_SIZE,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    parse_header,
+)
+from dmq.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(slots=True)
+class FileSlice:
+    """A byte range of a segment file: what a fetch sends with sendfile."""
+
+    fd: int
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.fd, self.length, self.position)
+
+
+class LogSegment:
+    def __init__(self, directory: str, base_offset: int, index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = os.path.join(directory, segment_name(base_offset, ".log"))
+        self.offset_index = OffsetIndex(
+            os.path.join(directory, segment_name(base_offset, ".index")), base_offset
+        )
+        self.time_index = TimeIndex(
+            os.path.join(directory, segment_name(base_offset, ".timeindex")), base_offset
+        )
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.bytes_since_last_index = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.next_offset = base_offset  # one past the last offset appended
+        self.created_ms = int(time.time() * 1000)
+        self.first_batch_timestamp = -1
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader],
+               positions: list[int]) -> None:
+        """Append ``data`` (whole batches, offsets already assigned) at the end."""
+        start = self.size
+        written = os.pwrite(self.fd, data, start)
+        if written != len(data):
+            raise OSError(f"short write to {self.log_path}: {written} of {len(data)}")
+        for header, rel in zip(headers, positions, strict=True):
+            self._track(header, start + rel)
+        self.size = start + len(data)
+
+    def _track(self, header: BatchHeader, position: int) -> None:
+        if self.first_batch_timestamp < 0:
+            self.first_batch_timestamp = header.max_timestamp
+        if self.bytes_since_last_index > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index = 0
+        self.bytes_since_last_index += header.size
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        self.next_offset = header.last_offset + 1
+
+    # -------------------------------------------------------------------- read
+
+    def read_header(self, position: int) -> BatchHeader | None:
+        if position + HEADER_SIZE > self.size:
+            return None
+        buf = os.pread(self.fd, HEADER_SIZE, position)
+        if len(buf) < HEADER_SIZE:
+            return None
+        return parse_header(buf, 0)
+
+    def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position of the first batch whose last offset >= ``offset``, with its header."""
+        _, position = self.offset_index.lookup(offset)
+        while position < self.size:
+            header = self.read_header(position)
+            if header is None:
+                return None
+            if header.last_offset >= offset:
+                return position, header
+            position += header.size
+        return None
+
+    def position_of(self, offset: int) -> int:
+        """File position where offset ``offset`` starts (``size`` if past the end)."""
+        found = self.find_position(offset)
+        return self.size if found is None else found[0]
+
+    def read(self, offset: int, max_size: int, max_position: int,
+             min_one_batch: bool) -> FileSlice | None:
+        """Slice from the batch holding ``offset`` up to ``max_size`` bytes.
+
+        The slice may end inside a batch (clients drop a partial trailing
+        batch), except that with ``min_one_batch`` the first batch is whole.
+        """
+        found = self.find_position(offset)
+        if found is None:
+            return None
+        position, header = found
+        if position >= max_position:
+            return FileSlice(self.fd, position, 0)
+        limit = min(max_position, self.size) - position
+        length = min(limit, max_size)
+        if min_one_batch and length < header.size:
+            length = min(header.size, limit)
+        return FileSlice(self.fd, position, length)
+
+    def batches(self, start_position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """Headers of the whole batches from ``start_position`` (no CRC check)."""
+        position = start_position
+        while position < self.size:
+            header = self.read_header(position)
+            if header is None or header.batch_length < MIN_BATCH_LENGTH:
+                return
+            yield position, header
+            position += header.size
+
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        return os.pread(self.fd, header.size, position)
+
+    # ---------------------------------------------------------------- recovery
+
+    def load_indexes(self) -> bool:
+        """Load the indexes; False when they are missing or not sane (rebuild needed)."""
+        try:
+            self.offset_index.load()
+            self.time_index.load()
+        except CorruptIndexError:
+            return False
+        if self.offset_index.positions and self.offset_index.positions[-1] >= self.size:
+            return False
+        if self.size > 0 and not os.path.exists(self.offset_index.path):
+            return False
+        return True
+
+    def restore_tail_state(self) -> None:
+        """Set next offset and max timestamp from the tail of a trusted segment."""
+        last_off, position = self.offset_index.last_entry()
+        ts, ts_off = self.time_index.last_entry()
+        self.max_timestamp, self.offset_of_max_timestamp = ts, ts_off
+        if position == 0:
+            # Scan from the start: no index entry to resume from.
+            position = 0
+        for pos, header in self.batches(position):
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+            if self.first_batch_timestamp < 0 and pos == 0:
+                self.first_batch_timestamp = header.max_timestamp
+            self.next_offset = header.last_offset + 1
+        if self.first_batch_timestamp < 0:
+            first = self.read_header(0)
+            if first is not None:
+                self.first_batch_timestamp = first.max_timestamp
+        self.bytes_since_last_index = self.size - self.offset_index.last_entry()[1]
+
+    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> int:
+        """Validate every batch, rebuild both indexes, cut a torn or corrupt tail.
+
+        Returns the number of bytes truncated.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.bytes_since_last_index = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1
+        self.next_offset = self.base_offset
+        self.first_batch_timestamp = -1
+        position = 0
+        file_size = os.fstat(self.fd).st_size
+        self.size = file_size
+        last_offset = self.base_offset - 1
+        while position < file_size:
+            head = os.pread(self.fd, HEADER_SIZE, position)
+            if len(head) < HEADER_SIZE:
+                break
+            header = parse_header(head, 0)
+            size = header.size
+            if (header.magic != MAGIC_V2 or header.batch_length < MIN_BATCH_LENGTH
+                    or position + size > file_size
+                    or header.base_offset <= last_offset
+                    or header.last_offset_delta < 0):
+                break
+            body = os.pread(self.fd, size - CRC_START, position + CRC_START)
+            if crc32c(body) != header.crc:
+                break
+            self._track(header, position)
+            last_offset = header.last_offset
+            if on_batch is not None:
+                on_batch(header)
+            position += size
+        truncated = file_size - position
+        if truncated:
+            os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.flush(fsync=False)
+        self.time_index.flush(fsync=False)
+        return truncated
+
+    # -------------------------------------------------------------- lifecycle
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch with base offset >= ``offset``."""
+        position = self.size
+        for pos, header in self.batches(self.offset_index.lookup(offset - 1)[1] if offset > self.base_offset else 0):
+            if header.base_offset >= offset:
+                position = pos
+                break
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.restore_tail_state()
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        self.offset_index.flush(fsync=False)
+        self.time_index.flush(fsync=False)
+        self.offset_index.close()
+        self.time_index.close()
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest record timestamp, or the file's mtime for an empty segment (retention)."""
+        if self.max_timestamp >= 0:
+            return self.max_timestamp
+        return int(os.stat(self.log_path).st_mtime * 1000)
