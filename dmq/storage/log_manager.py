@@ -78,7 +78,9 @@ class LogManager:
         self._pending_flush: dict[TopicPartition, int] = {}
         self._lock = threading.Lock()
         os.makedirs(self.data_dir, exist_ok=True)
-        self.clean_shutdown = os.path.exists(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE))
+        # A data dir without a recovery checkpoint has never held a log: nothing to recover.
+        self.clean_shutdown = os.path.exists(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)) \
+            or not os.path.exists(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
 
     def load_logs(self, known: Callable[[str, int], str | None]) -> float:
         """Open every partition directory; ``known(topic, p)`` gives its topic id or None.

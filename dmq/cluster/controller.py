@@ -1,0 +1,119 @@
+"""Controller: validates and applies topic changes, then tells the broker.
+
+On a single broker this broker is the controller and the only replica: a
+change is written to the metadata store first (durable), then
+``on_topic_change``/``on_topic_delete`` make the local ReplicaManager follow
+it. ``validate_only`` requests run every check and change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dmq.cluster.metadata import MetadataError, MetadataStore, TopicMetadata, validate_topic_name
+from dmq.config import BrokerConfig, ConfigError, validate_topic_configs
+
+
+class Controller:
+    def __init__(self, store: MetadataStore, config: BrokerConfig,
+                 on_topic_change: Callable[[TopicMetadata], None],
+                 on_topic_delete: Callable[[TopicMetadata], None],
+                 on_config_change: Callable[[str], None]) -> None:
+        self.store = store
+        self.config = config
+        self.on_topic_change = on_topic_change
+        self.on_topic_delete = on_topic_delete
+        self.on_config_change = on_config_change
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None],
+                     assignment: dict[int, list[int]] | None = None,
+                     validate_only: bool = False) -> TopicMetadata:
+        """Create a topic; -1 partitions/replication factor mean the broker defaults."""
+        validate_topic_name(name)
+        if name in self.store.topics():
+            raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
+        if assignment:
+            if num_partitions != -1 or replication_factor != -1:
+                raise MetadataError(
+                    "invalid_request",
+                    "Both numPartitions or replicationFactor and replicasAssignments were set.",
+                )
+            num_partitions = len(assignment)
+            replication_factor = len(next(iter(assignment.values())))
+            live = {b.broker_id for b in self.store.brokers()}
+            for p, replicas in assignment.items():
+                if p not in range(num_partitions) or not replicas or set(replicas) - live \
+                        or len(set(replicas)) != len(replicas):
+                    raise MetadataError("invalid_replica_assignment",
+                                        f"Invalid replica assignment for partition {p}: {replicas}")
+        if num_partitions == -1:
+            num_partitions = int(self.config["num.partitions"])
+        if replication_factor == -1:
+            replication_factor = int(self.config["default.replication.factor"])
+        if num_partitions <= 0:
+            raise MetadataError("invalid_partitions", "Number of partitions must be larger than 0.")
+        if replication_factor <= 0:
+            raise MetadataError("invalid_replication_factor",
+                                "Replication factor must be larger than 0.")
+        try:
+            validate_topic_configs(configs)
+        except ConfigError as e:
+            raise MetadataError("invalid_config", str(e)) from None
+        live_count = len(self.store.brokers()) or 1
+        if replication_factor > live_count:
+            raise MetadataError(
+                "invalid_replication_factor",
+                f"Unable to replicate the partition {replication_factor} time(s): The target "
+                f"replication factor of {replication_factor} cannot be reached because only "
+                f"{live_count} broker(s) are registered.",
+            )
+        if validate_only:
+            return TopicMetadata(name, "0" * 32, {}, {k: v for k, v in configs.items() if v is not None})
+        topic = self.store.create_topic(
+            name, num_partitions, replication_factor,
+            {k: v for k, v in configs.items() if v is not None}, assignment,
+        )
+        self.on_topic_change(topic)
+        return topic
+
+    def delete_topic(self, name: str) -> TopicMetadata:
+        if not self.config["delete.topic.enable"]:
+            raise MetadataError("topic_deletion_disabled", "Topic deletion is disabled.")
+        topic = self.store.delete_topic(name)
+        self.on_topic_delete(topic)
+        return topic
+
+    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
+        topic = self.store.topic(name)
+        if topic is None:
+            raise MetadataError("unknown_topic_or_partition",
+                                "This server does not host this topic-partition.")
+        current = len(topic.partitions)
+        if total < current:
+            raise MetadataError(
+                "invalid_partitions",
+                f"Topic currently has {current} partitions, which is higher than the requested {total}.",
+            )
+        if total == current:
+            raise MetadataError("invalid_partitions", f"Topic already has {current} partitions.")
+        if validate_only:
+            return topic
+        topic = self.store.create_partitions(name, total)
+        self.on_topic_change(topic)
+        return topic
+
+    def alter_topic_configs(self, name: str, configs: dict[str, str],
+                            validate_only: bool = False) -> None:
+        """Replace the topic's config overrides with ``configs``."""
+        if self.store.topic(name) is None:
+            raise MetadataError("unknown_topic_or_partition",
+                                f"Topic {name} does not exist.")
+        try:
+            validate_topic_configs(configs)
+        except ConfigError as e:
+            raise MetadataError("invalid_config", str(e)) from None
+        if validate_only:
+            return
+        self.store.set_topic_configs(name, configs)
+        self.on_config_change(name)

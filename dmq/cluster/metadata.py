@@ -1,0 +1,257 @@
+"""Cluster metadata: topics, their partitions' replica assignment and state, brokers.
+
+``MetadataStore`` is the interface the broker codes against. Its znode-shaped
+model follows classic Kafka: a topic has an id, an assignment
+(partition -> replicas), per-partition state (leader, leader epoch, ISR) and
+config overrides. ``EmbeddedMetadataStore`` keeps that model in one JSON file
+(``<data-dir>/__cluster_metadata.json``, written atomically and fsynced) for a
+single broker; a ZooKeeper-backed store implements the same interface for
+clusters. Callers run on the event-loop thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+
+LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class MetadataError(Exception):
+    """A metadata change was refused; ``error`` names the Kafka error code."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise MetadataError("invalid_topic_exception", "Topic name is empty")
+    if name in (".", ".."):
+        raise MetadataError("invalid_topic_exception", f"Topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise MetadataError(
+            "invalid_topic_exception",
+            f"Topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters",
+        )
+    if not LEGAL_TOPIC_CHARS.match(name):
+        raise MetadataError(
+            "invalid_topic_exception",
+            f"Topic name {name!r} is illegal: it may only contain ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+@dataclass(slots=True)
+class PartitionState:
+    replicas: list[int]
+    leader: int
+    leader_epoch: int
+    isr: list[int]
+
+
+@dataclass(slots=True)
+class TopicMetadata:
+    name: str
+    topic_id: str  # uuid hex form
+    partitions: dict[int, PartitionState]
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(self.topic_id)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+class MetadataStore(ABC):
+    cluster_id: str
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicMetadata]: ...
+
+    @abstractmethod
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    @abstractmethod
+    def controller_id(self) -> int: ...
+
+    @abstractmethod
+    def register_broker(self, info: BrokerInfo) -> None: ...
+
+    @abstractmethod
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str], assignment: dict[int, list[int]] | None = None
+                     ) -> TopicMetadata: ...
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> TopicMetadata: ...
+
+    @abstractmethod
+    def create_partitions(self, name: str, total: int) -> TopicMetadata: ...
+
+    @abstractmethod
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+
+    @abstractmethod
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` producer ids durably; return the first."""
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.topics().get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        for t in self.topics().values():
+            if t.topic_id == topic_id.hex:
+                return t
+        return None
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    """Single-broker metadata, persisted in one JSON file.
+
+    Invariant: the file on disk always holds a complete, valid state: every
+    change is written to a temporary file, fsynced and renamed over it
+    before the change is visible to callers.
+    """
+
+    FILE = "__cluster_metadata.json"
+
+    def __init__(self, data_dir: str, broker_id: int) -> None:
+        self.path = os.path.join(data_dir, self.FILE)
+        self.broker_id = broker_id
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._topics: dict[str, TopicMetadata] = {}
+        self._next_producer_id = 0
+        os.makedirs(data_dir, exist_ok=True)
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                raw = json.load(f)
+            self.cluster_id = raw["cluster_id"]
+            self._next_producer_id = int(raw.get("next_producer_id", 0))
+            for t in raw["topics"]:
+                parts = {int(p): PartitionState(**s) for p, s in t["partitions"].items()}
+                self._topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], parts, t["configs"])
+        else:
+            self.cluster_id = _new_cluster_id()
+            self._persist()
+
+    def _persist(self) -> None:
+        raw = {
+            "version": 1,
+            "cluster_id": self.cluster_id,
+            "next_producer_id": self._next_producer_id,
+            "topics": [
+                {"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
+                 "partitions": {str(p): asdict(s) for p, s in t.partitions.items()}}
+                for t in self._topics.values()
+            ],
+        }
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(raw, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return self._topics
+
+    def brokers(self) -> list[BrokerInfo]:
+        return list(self._brokers.values())
+
+    def controller_id(self) -> int:
+        return self.broker_id
+
+    def register_broker(self, info: BrokerInfo) -> None:
+        self._brokers[info.broker_id] = info
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str], assignment: dict[int, list[int]] | None = None
+                     ) -> TopicMetadata:
+        validate_topic_name(name)
+        if name in self._topics:
+            raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
+        if num_partitions < 1:
+            raise MetadataError("invalid_partitions", "Number of partitions must be larger than 0.")
+        live = len(self._brokers) or 1
+        if replication_factor < 1:
+            raise MetadataError("invalid_replication_factor", "Replication factor must be larger than 0.")
+        if replication_factor > live:
+            raise MetadataError(
+                "invalid_replication_factor",
+                f"Unable to replicate the partition {replication_factor} time(s): "
+                f"The target replication factor of {replication_factor} cannot be reached "
+                f"because only {live} broker(s) are registered.",
+            )
+        parts = {}
+        for p in range(num_partitions):
+            replicas = (assignment or {}).get(p) or [self.broker_id]
+            parts[p] = PartitionState(replicas, self.broker_id, 0, [self.broker_id])
+        topic = TopicMetadata(name, uuid.uuid4().hex, parts, dict(configs))
+        self._topics[name] = topic
+        self._persist()
+        return topic
+
+    def delete_topic(self, name: str) -> TopicMetadata:
+        topic = self._topics.pop(name, None)
+        if topic is None:
+            raise MetadataError("unknown_topic_or_partition",
+                                "This server does not host this topic-partition.")
+        self._persist()
+        return topic
+
+    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise MetadataError("unknown_topic_or_partition",
+                                "This server does not host this topic-partition.")
+        current = len(topic.partitions)
+        if total < current:
+            raise MetadataError(
+                "invalid_partitions",
+                f"Topic currently has {current} partitions, which is higher than the requested {total}.",
+            )
+        if total == current:
+            raise MetadataError("invalid_partitions", f"Topic already has {current} partitions.")
+        for p in range(current, total):
+            topic.partitions[p] = PartitionState([self.broker_id], self.broker_id, 0, [self.broker_id])
+        self._persist()
+        return topic
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        topic = self._topics.get(name)
+        if topic is None:
+            raise MetadataError("unknown_topic_or_partition",
+                                "This server does not host this topic-partition.")
+        topic.configs = dict(configs)
+        self._persist()
+
+
+    def allocate_producer_ids(self, count: int) -> int:
+        start = self._next_producer_id
+        self._next_producer_id += count
+        self._persist()
+        return start
+
+
+def _new_cluster_id() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

@@ -1,0 +1,41 @@
+"""What a handler is given: the broker's domain services and the request context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import ModuleType
+
+from dmq.cluster.controller import Controller
+from dmq.cluster.metadata import MetadataStore
+from dmq.cluster.producer_ids import ProducerIdManager
+from dmq.config import BrokerConfig
+from dmq.replication.replica_manager import ReplicaManager
+from dmq.storage.log_manager import LogManager
+
+NO_THROTTLE = timedelta(0)
+
+
+@dataclass(slots=True)
+class BrokerServices:
+    """Domain objects shared by every handler (event-loop thread only)."""
+
+    broker_id: int
+    config: BrokerConfig
+    metadata: MetadataStore
+    controller: Controller
+    replica_manager: ReplicaManager
+    log_manager: LogManager
+    producer_ids: ProducerIdManager
+    # api_key -> (min_version, max_version): what ApiVersions advertises.
+    supported_apis: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    schema: ModuleType  # the kio response module of this API version

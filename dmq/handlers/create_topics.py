@@ -1,0 +1,59 @@
+"""CreateTopics (19): create topics (or only validate them), with configs and assignments."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.cluster.metadata import MetadataError
+from dmq.config import LogConfig
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 19
+MIN_VERSION = 2
+MAX_VERSION = 7
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for t in request.topics:
+        if counts[t.name] > 1:
+            results.append(make(schema.CreatableTopicResult, name=t.name, topic_id=None,
+                                error_code=ErrorCode.invalid_request,
+                                error_message=f"Create topics request from client contains "
+                                              f"multiple entries for topic {t.name}.",
+                                num_partitions=-1, replication_factor=-1, configs=None))
+            continue
+        assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+        configs = {c.name: c.value for c in t.configs}
+        try:
+            topic = services.controller.create_topic(
+                t.name, t.num_partitions, t.replication_factor, configs, assignment,
+                validate_only=request.validate_only)
+        except MetadataError as e:
+            results.append(make(schema.CreatableTopicResult, name=t.name, topic_id=None,
+                                error_code=ErrorCode[e.error], error_message=str(e),
+                                num_partitions=-1, replication_factor=-1, configs=None))
+            continue
+        log_config = LogConfig(services.config, topic.configs)
+        described = tuple(
+            make(schema.CreatableTopicConfigs, name=name, value=value, read_only=False,
+                 config_source=int(source), is_sensitive=False)
+            for name, value, source, _syn in log_config.describe()
+        )
+        num_partitions = len(topic.partitions) if topic.partitions else (
+            t.num_partitions if t.num_partitions > 0 else int(services.config["num.partitions"]))
+        rf = len(next(iter(topic.partitions.values())).replicas) if topic.partitions else (
+            t.replication_factor if t.replication_factor > 0
+            else int(services.config["default.replication.factor"]))
+        results.append(make(schema.CreatableTopicResult, name=t.name,
+                            topic_id=topic.uuid if topic.partitions else None,
+                            error_code=ErrorCode.none, error_message=None,
+                            num_partitions=num_partitions, replication_factor=rf,
+                            configs=described))
+    return make(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))

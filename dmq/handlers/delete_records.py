@@ -1,0 +1,38 @@
+"""DeleteRecords (21): move partitions' log start offsets forward (-1: to the high watermark)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+from dmq.replication.partition import PartitionError
+
+API_KEY = 21
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    rm = services.replica_manager
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            partition = rm.get_partition(t.name, p.partition_index)
+            low, error = -1, ErrorCode.none
+            if partition is None:
+                error = ErrorCode.unknown_topic_or_partition
+            else:
+                try:
+                    low = partition.delete_records(p.offset)
+                except PartitionError as e:
+                    error = e.error
+            partitions.append(make(schema.DeleteRecordsPartitionResult,
+                                   partition_index=p.partition_index, low_watermark=low,
+                                   error_code=error))
+        topics.append(make(schema.DeleteRecordsTopicResult, name=t.name, partitions=tuple(partitions)))
+    return make(schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

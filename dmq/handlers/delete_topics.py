@@ -1,0 +1,47 @@
+"""DeleteTopics (20): delete topics by name (or by id, v6)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.cluster.metadata import MetadataError
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 20
+MIN_VERSION = 1
+MAX_VERSION = 6
+ZERO_UUID = uuid.UUID(int=0)
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        if name is None and topic_id is not None and topic_id != ZERO_UUID:
+            found = services.metadata.topic_by_id(topic_id)
+            if found is None:
+                results.append(make(schema.DeletableTopicResult, name=None, topic_id=topic_id,
+                                    error_code=ErrorCode.unknown_topic_id,
+                                    error_message="This server does not host this topic ID."))
+                continue
+            name = found.name
+        if name is None:
+            results.append(make(schema.DeletableTopicResult, name=None, topic_id=ZERO_UUID,
+                                error_code=ErrorCode.invalid_request, error_message="no topic name or id"))
+            continue
+        try:
+            topic = services.controller.delete_topic(name)
+            results.append(make(schema.DeletableTopicResult, name=name, topic_id=topic.uuid,
+                                error_code=ErrorCode.none, error_message=None))
+        except MetadataError as e:
+            results.append(make(schema.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
+                                error_code=ErrorCode[e.error], error_message=str(e)))
+    return make(schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -1,0 +1,35 @@
+"""DescribeCluster (60): cluster id, controller and brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 60
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+ENDPOINT_BROKERS = 1
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    store = services.metadata
+    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKERS)
+    if endpoint_type != ENDPOINT_BROKERS:
+        return make(schema.DescribeClusterResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.unsupported_endpoint_type,
+                    error_message="dmq brokers describe broker endpoints only",
+                    endpoint_type=endpoint_type, cluster_id=store.cluster_id,
+                    controller_id=-1, brokers=())
+    brokers = tuple(
+        make(schema.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+        for b in store.brokers()
+    )
+    return make(schema.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                error_message=None, endpoint_type=endpoint_type, cluster_id=store.cluster_id,
+                controller_id=store.controller_id(), brokers=brokers)

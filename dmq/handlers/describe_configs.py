@@ -1,0 +1,81 @@
+"""DescribeConfigs (32): topic configs (value, source, synonyms) and static broker configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigSource, LogConfig, format_value
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 32
+MIN_VERSION = 1
+MAX_VERSION = 4
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+def _entry(schema: Any, request: Any, name: str, value: str | None, source: ConfigSource,
+           read_only: bool, synonyms: list[tuple[str, str, ConfigSource]], ctype: int, doc: str) -> Any:
+    syns = tuple(
+        make(schema.DescribeConfigsSynonym, name=n, value=v, source=int(s))
+        for n, v, s in synonyms
+    ) if request.include_synonyms else ()
+    return make(schema.DescribeConfigsResourceResult, name=name, value=value, read_only=read_only,
+                config_source=int(source), is_sensitive=False, synonyms=syns, config_type=ctype,
+                documentation=doc if getattr(request, "include_documentation", False) else None)
+
+
+def describe_topic(services: BrokerServices, schema: Any, request: Any, name: str,
+                   keys: set[str] | None) -> tuple[ErrorCode, str | None, list[Any]]:
+    topic = services.metadata.topic(name)
+    if topic is None:
+        return ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.", []
+    out = []
+    for cname, value, source, synonyms in LogConfig(services.config, topic.configs).describe():
+        if keys is not None and cname not in keys:
+            continue
+        cdef = TOPIC_CONFIGS[cname]
+        out.append(_entry(schema, request, cname, value, source, False, synonyms,
+                          int(cdef.type), cdef.doc))
+    return ErrorCode.none, None, out
+
+
+def describe_broker(services: BrokerServices, schema: Any, request: Any, name: str,
+                    keys: set[str] | None) -> tuple[ErrorCode, str | None, list[Any]]:
+    if name not in ("", str(services.broker_id)):
+        return ErrorCode.invalid_request, f"Unexpected broker id {name!r}, expected {services.broker_id}", []
+    out = []
+    config = services.config
+    for cname, cdef in BROKER_CONFIGS.items():
+        if keys is not None and cname not in keys:
+            continue
+        explicit = cname in config.explicit
+        source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+        value = config.values[cname]
+        text = None if value is None else format_value(value)
+        synonyms = [(cname, text or "", source)] if text is not None else []
+        out.append(_entry(schema, request, cname, text, source, True, synonyms,
+                          int(cdef.type), cdef.doc))
+    return ErrorCode.none, None, out
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    results = []
+    for res in request.resources:
+        keys = set(res.configuration_keys) if res.configuration_keys else None
+        if res.resource_type == RESOURCE_TOPIC:
+            error, message, configs = describe_topic(services, schema, request, res.resource_name, keys)
+        elif res.resource_type == RESOURCE_BROKER:
+            error, message, configs = describe_broker(services, schema, request, res.resource_name, keys)
+        else:
+            error, message, configs = (ErrorCode.invalid_request,
+                                       f"Unsupported resource type {res.resource_type}", [])
+        results.append(make(schema.DescribeConfigsResult, error_code=error, error_message=message,
+                            resource_type=res.resource_type, resource_name=res.resource_name,
+                            configs=tuple(configs)))
+    return make(schema.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -1,0 +1,51 @@
+"""Fetch (1): read batches below the high watermark, long-polling on max_wait/min_bytes.
+
+Fetch sessions (KIP-227) are not kept: every response carries session id 0,
+which tells clients to send full fetch requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+from dmq.replication.replica_manager import FetchRequestPartition
+
+API_KEY = 1
+MIN_VERSION = 4
+MAX_VERSION = 12
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    wanted = [
+        FetchRequestPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    max_bytes = getattr(request, "max_bytes", 2**31 - 1)
+    results = await services.replica_manager.fetch_messages(
+        wanted, max_wait_ms, request.min_bytes, max_bytes)
+    by_topic: dict[str, list[Any]] = {}
+    order: list[str] = []
+    for req, res in zip(wanted, results, strict=True):
+        if req.topic not in by_topic:
+            by_topic[req.topic] = []
+            order.append(req.topic)
+        by_topic[req.topic].append(make(
+            schema.PartitionData, partition_index=req.partition, error_code=res.error,
+            high_watermark=res.high_watermark, last_stable_offset=res.last_stable_offset,
+            log_start_offset=res.log_start_offset, aborted_transactions=None,
+            preferred_read_replica=-1,
+            records=res.data.read() if res.data is not None else b"",
+        ))
+    responses = tuple(
+        make(schema.FetchableTopicResponse, topic=name, partitions=tuple(by_topic[name]))
+        for name in order
+    )
+    return make(schema.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                session_id=0, responses=responses)

@@ -1,0 +1,79 @@
+"""IncrementalAlterConfigs (44): SET, DELETE, APPEND, SUBTRACT on a topic's config overrides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.cluster.metadata import MetadataError
+from dmq.config import TOPIC_CONFIGS, ConfigType, LogConfig
+from dmq.handlers.alter_configs import BROKER_CONFIGS_STATIC
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 44
+MIN_VERSION = 0
+MAX_VERSION = 1
+
+RESOURCE_TOPIC = 2
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def apply_operations(current: dict[str, str], effective: LogConfig, ops: Any) -> dict[str, str]:
+    """The new override map after applying ``ops`` (raises MetadataError on bad ops)."""
+    out = dict(current)
+    for op in ops:
+        name, kind, value = op.name, op.config_operation, op.value
+        cdef = TOPIC_CONFIGS.get(name)
+        if cdef is None:
+            raise MetadataError("invalid_config", f"Unknown topic config name: {name}")
+        if kind == SET:
+            if value is None:
+                raise MetadataError("invalid_config", f"Null value not supported for {name}")
+            out[name] = value
+        elif kind == DELETE:
+            out.pop(name, None)
+        elif kind in (APPEND, SUBTRACT):
+            if cdef.type != ConfigType.LIST:
+                raise MetadataError("invalid_config",
+                                    f"Config value append/subtract is not allowed for config key {name}")
+            items = [x for x in out.get(name, ",".join(effective[name])).split(",") if x]
+            for item in (value or "").split(","):
+                item = item.strip()
+                if not item:
+                    continue
+                if kind == APPEND and item not in items:
+                    items.append(item)
+                elif kind == SUBTRACT and item in items:
+                    items.remove(item)
+            out[name] = ",".join(items)
+        else:
+            raise MetadataError("invalid_request", f"Unknown config operation {kind}")
+    return out
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    results = []
+    for res in request.resources:
+        error, message = ErrorCode.none, None
+        if res.resource_type != RESOURCE_TOPIC:
+            error, message = ErrorCode.invalid_request, BROKER_CONFIGS_STATIC
+        else:
+            topic = services.metadata.topic(res.resource_name)
+            try:
+                if topic is None:
+                    raise MetadataError("unknown_topic_or_partition",
+                                        f"Topic {res.resource_name} does not exist.")
+                effective = LogConfig(services.config, topic.configs)
+                configs = apply_operations(topic.configs, effective, res.configs)
+                services.controller.alter_topic_configs(res.resource_name, configs,
+                                                        request.validate_only)
+            except MetadataError as e:
+                error, message = ErrorCode[e.error], str(e)
+        results.append(make(schema.AlterConfigsResourceResponse, error_code=error,
+                            error_message=message, resource_type=res.resource_type,
+                            resource_name=res.resource_name))
+    return make(schema.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE,
+                responses=tuple(results))

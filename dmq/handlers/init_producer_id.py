@@ -1,0 +1,25 @@
+"""InitProducerId (22): a new producer id for an idempotent (non-transactional) producer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 22
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    if request.transactional_id is not None:
+        # Transactions come with the transaction coordinator; refuse clearly until then.
+        return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
+    return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.none, producer_id=services.producer_ids.generate(),
+                producer_epoch=0)

@@ -1,0 +1,55 @@
+"""ListOffsets (2): earliest (-2), latest (-1), max timestamp (-3) or first offset at a timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+from dmq.replication.partition import Partition
+
+API_KEY = 2
+MIN_VERSION = 1
+MAX_VERSION = 7
+
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
+    """(offset, timestamp) for a ListOffsets query; (-1, -1) when no record matches."""
+    lg = partition.log
+    if timestamp == EARLIEST:
+        return lg.log_start_offset, -1
+    if timestamp == LATEST:
+        return partition.high_watermark, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = lg.offset_of_max_timestamp()
+    else:
+        found = lg.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return -1, -1
+    return found
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    rm = services.replica_manager
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            partition = rm.get_partition(t.name, p.partition_index)
+            if partition is None:
+                error, offset, ts, epoch = ErrorCode.unknown_topic_or_partition, -1, -1, -1
+            elif p.timestamp < MAX_TIMESTAMP or (p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7):
+                error, offset, ts, epoch = ErrorCode.unsupported_version, -1, -1, -1
+            else:
+                offset, ts = lookup(partition, p.timestamp)
+                error, epoch = ErrorCode.none, partition.leader_epoch
+            partitions.append(make(schema.ListOffsetsPartitionResponse,
+                                   partition_index=p.partition_index, error_code=error,
+                                   timestamp=ts, offset=offset, leader_epoch=epoch))
+        topics.append(make(schema.ListOffsetsTopicResponse, name=t.name, partitions=tuple(partitions)))
+    return make(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

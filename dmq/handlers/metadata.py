@@ -1,0 +1,93 @@
+"""Metadata (3): brokers, controller, topics with partitions, leaders, replicas and ISR.
+
+Unknown topics are created when both the request (v4+) and
+``auto.create.topics.enable`` allow it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.cluster.metadata import MetadataError, TopicMetadata, validate_topic_name
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 3
+MIN_VERSION = 0
+MAX_VERSION = 12
+
+log = logging.getLogger("dmq.handlers")
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def _topic_entry(schema: Any, topic: TopicMetadata) -> Any:
+    partitions = tuple(
+        make(schema.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
+             leader_id=s.leader, leader_epoch=s.leader_epoch, replica_nodes=tuple(s.replicas),
+             isr_nodes=tuple(s.isr), offline_replicas=())
+        for p, s in sorted(topic.partitions.items())
+    )
+    return make(schema.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
+                topic_id=topic.uuid, is_internal=topic.is_internal, partitions=partitions)
+
+
+def _error_entry(schema: Any, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
+    return make(schema.MetadataResponseTopic, error_code=error, name=name,
+                topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=())
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    store = services.metadata
+    topics: list[Any] = []
+    requested = request.topics
+    if requested is None or (ctx.api_version == 0 and not requested):
+        topics = [_topic_entry(schema, t) for t in store.topics().values()]
+    else:
+        allow_create = bool(getattr(request, "allow_auto_topic_creation", True)) and bool(
+            services.config["auto.create.topics.enable"])
+        for entry in requested:
+            name = entry.name
+            topic_id = getattr(entry, "topic_id", None)
+            if name is None and topic_id is not None and topic_id != ZERO_UUID:
+                found = store.topic_by_id(topic_id)
+                if found is None:
+                    topics.append(_error_entry(schema, None, topic_id, ErrorCode.unknown_topic_id))
+                else:
+                    topics.append(_topic_entry(schema, found))
+                continue
+            if name is None:
+                topics.append(_error_entry(schema, None, None, ErrorCode.invalid_request))
+                continue
+            topic = store.topic(name)
+            if topic is None:
+                try:
+                    validate_topic_name(name)
+                except MetadataError:
+                    topics.append(_error_entry(schema, name, None, ErrorCode.invalid_topic_exception))
+                    continue
+                if not allow_create:
+                    topics.append(_error_entry(schema, name, None, ErrorCode.unknown_topic_or_partition))
+                    continue
+                try:
+                    topic = services.controller.create_topic(name, -1, -1, {})
+                    log.info("auto-created topic %s for client %s", name, ctx.client_id)
+                except MetadataError as e:
+                    if e.error != "topic_already_exists":
+                        topics.append(_error_entry(schema, name, None, ErrorCode[e.error]))
+                        continue
+                    topic = store.topic(name)
+                    assert topic is not None
+            topics.append(_topic_entry(schema, topic))
+    brokers = tuple(
+        make(schema.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,
+             rack=b.rack)
+        for b in store.brokers()
+    )
+    return make(schema.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
+                cluster_id=store.cluster_id, controller_id=store.controller_id(),
+                topics=tuple(topics))

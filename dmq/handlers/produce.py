@@ -1,0 +1,51 @@
+"""Produce (0): append record batches; acks 0 (no response), 1 and -1 (all in-sync replicas)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 0
+MIN_VERSION = 3
+MAX_VERSION = 9
+
+
+def _timestamp(ms: int) -> datetime | None:
+    return None if ms < 0 else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    acks = request.acks
+    rm = services.replica_manager
+    topics = []
+    for topic_data in request.topic_data:
+        partitions = []
+        for pdata in topic_data.partition_data:
+            if acks not in (0, 1, -1):
+                error, base, append_time, start, message = (
+                    ErrorCode.invalid_required_acks, -1, -1, -1, f"acks={acks} is not 0, 1 or -1")
+            elif request.transactional_id is not None:
+                error, base, append_time, start, message = (
+                    ErrorCode.invalid_request, -1, -1, -1,
+                    "transactions are not supported by this broker yet")
+            else:
+                result = rm.append_records(topic_data.name, pdata.index, pdata.records, acks)
+                error, base, append_time, start, message = (
+                    result.error, result.base_offset, result.log_append_time,
+                    result.log_start_offset, result.error_message)
+            partitions.append(make(
+                schema.PartitionProduceResponse, index=pdata.index, error_code=error,
+                base_offset=base, log_append_time=_timestamp(append_time),
+                log_start_offset=start, record_errors=(), error_message=message,
+            ))
+        topics.append(make(schema.TopicProduceResponse, name=topic_data.name,
+                           partition_responses=tuple(partitions)))
+    if acks == 0:
+        return None
+    return make(schema.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)

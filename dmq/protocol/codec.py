@@ -1,0 +1,117 @@
+"""Kafka request/response framing over kio entities (sans-io).
+
+A request frame (after the 4-byte size prefix) starts with the request
+header: ``api_key int16, api_version int16, correlation_id int32,
+client_id nullable legacy string`` and, for flexible versions, tagged fields
+(header v2). A response frame is ``size int32, correlation_id int32`` plus an
+empty tagged-field section (header v1) for flexible versions, except that
+ApiVersions responses always use header v0 (KIP-511) so that a client can read
+them before it knows which versions the broker speaks.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import fields
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_entity_module
+from kio.schema.index import api_key_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+API_VERSIONS_KEY = 18
+_HEAD = struct.Struct(">hhi")
+_RESPONSE_HEAD = struct.Struct(">ii")
+
+
+class FrameError(Exception):
+    """The frame cannot be parsed; the connection should be closed."""
+
+
+class RequestHeader:
+    __slots__ = ("api_key", "api_version", "correlation_id", "client_id")
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int,
+                 client_id: str | None) -> None:
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a frame, or FrameError."""
+    if len(frame) < _HEAD.size:
+        raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
+    return _HEAD.unpack_from(frame, 0)
+
+
+@cache
+def _entity_class(api_key: int, version: int, kind: EntityType) -> type[Any]:
+    name = api_key_map[api_key]
+    module = load_entity_module(name, version, kind)
+    for attr in vars(module).values():
+        if isinstance(attr, type) and getattr(attr, "__type__", None) == kind:
+            return attr
+    raise LookupError(f"no {kind.name} entity for {name} v{version}")
+
+
+def request_class(api_key: int, version: int) -> type[Any]:
+    return _entity_class(api_key, version, EntityType.request)
+
+
+def response_class(api_key: int, version: int) -> type[Any]:
+    return _entity_class(api_key, version, EntityType.response)
+
+
+@cache
+def response_module(api_key: int, version: int) -> ModuleType:
+    return load_entity_module(api_key_map[api_key], version, EntityType.response)
+
+
+def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[RequestHeader, Any]:
+    """Decode header and body; raise FrameError if the bytes do not parse."""
+    cls = request_class(api_key, api_version)
+    header_cls = cls.__header_schema__
+    try:
+        header, size = entity_reader(header_cls)(frame, 0)
+        body, body_size = entity_reader(cls)(frame, size)
+    except Exception as e:  # kio raises several kinds of errors for bad bytes
+        raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
+    if size + body_size != len(frame):
+        raise FrameError(
+            f"{cls.__name__} v{api_version}: {len(frame) - size - body_size} trailing bytes"
+        )
+    return (
+        RequestHeader(header.request_api_key, header.request_api_version,
+                      header.correlation_id, header.client_id),
+        body,
+    )
+
+
+def encode_response(correlation_id: int, api_key: int, response: Any) -> bytes:
+    """The whole response frame, size prefix included."""
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(struct.pack(">i", correlation_id))
+    if type(response).__flexible__ and api_key != API_VERSIONS_KEY:
+        buf.write(b"\0")  # response header v1: no tagged fields
+    entity_writer(type(response))(buf, response)
+    data = bytearray(buf.getbuffer())
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
+@cache
+def _field_names(cls: type[Any]) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def make(cls: type[Any], **values: Any) -> Any:
+    """Build a kio entity, dropping values for fields this version does not have."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})

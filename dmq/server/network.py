@@ -1,0 +1,137 @@
+"""The Kafka listener: TCP framing and per-connection request ordering.
+
+Each connection reads size-prefixed frames; requests are handled one at a
+time in arrival order and responses written in the same order (what Kafka
+clients rely on). The server knows nothing of an API's meaning: it hands each
+frame to a ``Dispatcher`` and writes back what it returns. Frames above
+``socket.request.max.bytes`` or with a negative size close the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("dmq.server")
+
+# What a dispatcher returns: response bytes, None (no response) or CLOSE.
+CLOSE = object()
+Dispatch = Callable[[bytes, str], Awaitable[object]]
+
+MAX_QUEUED_FRAMES = 64
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, dispatch: Dispatch, max_request_bytes: int,
+                 connections: set[KafkaConnection]) -> None:
+        self.dispatch = dispatch
+        self.max_request_bytes = max_request_bytes
+        self.connections = connections
+        self.buffer = bytearray()
+        self.frames: deque[bytes] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.worker: asyncio.Task[None] | None = None
+        self.paused = False
+        self.closed = False
+        self.peer = "?"
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.connections.discard(self)
+        self.frames.clear()
+        if self.worker is not None and not self.worker.done():
+            self.worker.cancel()
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        start = 0
+        end = len(buf)
+        while end - start >= 4:
+            size = int.from_bytes(buf[start : start + 4], "big", signed=True)
+            if size < 0 or size > self.max_request_bytes:
+                log.warning("closing connection from %s: request size %d is outside [0, %d] "
+                            "(socket.request.max.bytes)", self.peer, size, self.max_request_bytes)
+                self.close()
+                return
+            if end - start - 4 < size:
+                break
+            self.frames.append(bytes(buf[start + 4 : start + 4 + size]))
+            start += 4 + size
+        if start:
+            del buf[:start]
+        if self.frames and self.worker is None:
+            self.worker = asyncio.get_running_loop().create_task(self._work())
+        if len(self.frames) >= MAX_QUEUED_FRAMES and not self.paused and self.transport:
+            self.paused = True
+            self.transport.pause_reading()
+
+    async def _work(self) -> None:
+        try:
+            while self.frames and not self.closed:
+                frame = self.frames.popleft()
+                if self.paused and len(self.frames) < MAX_QUEUED_FRAMES // 2 and self.transport:
+                    self.paused = False
+                    self.transport.resume_reading()
+                result = await self.dispatch(frame, self.peer)
+                if result is CLOSE:
+                    self.close()
+                    return
+                if result is not None and self.transport is not None and not self.closed:
+                    self.transport.write(result)  # type: ignore[arg-type]
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("unexpected error serving %s; closing the connection", self.peer)
+            self.close()
+        finally:
+            self.worker = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Listener:
+    def __init__(self, host: str, port: int, dispatch: Dispatch, max_request_bytes: int) -> None:
+        self.host = host
+        self.port = port
+        self.dispatch = dispatch
+        self.max_request_bytes = max_request_bytes
+        self.connections: set[KafkaConnection] = set()
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(
+            lambda: KafkaConnection(self.dispatch, self.max_request_bytes, self.connections),
+            self.host, self.port, reuse_address=True, backlog=1024,
+        )
+        sockname = self.server.sockets[0].getsockname()
+        return sockname[0], sockname[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for conn in list(self.connections):
+                conn.close()
+            try:
+                await asyncio.wait_for(self.server.wait_closed(), 2)
+            except (TimeoutError, asyncio.TimeoutError):
+                pass
