@@ -40,12 +40,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                 error_code=ErrorCode[e.error], error_message=str(e),
                                 num_partitions=-1, replication_factor=-1, configs=None))
             continue
-        log_config = LogConfig(services.config, topic.configs)
-        described = tuple(
-            make(schema.CreatableTopicConfigs, name=name, value=value, read_only=False,
-                 config_source=int(source), is_sensitive=False)
-            for name, value, source, _syn in log_config.describe()
-        )
+        described = None
+        if hasattr(schema, "CreatableTopicConfigs"):  # v5+ echoes the effective configs
+            log_config = LogConfig(services.config, topic.configs)
+            described = tuple(
+                make(schema.CreatableTopicConfigs, name=name, value=value, read_only=False,
+                     config_source=int(source), is_sensitive=False)
+                for name, value, source, _syn in log_config.describe()
+            )
         num_partitions = len(topic.partitions) if topic.partitions else (
             t.num_partitions if t.num_partitions > 0 else int(services.config["num.partitions"]))
         rf = len(next(iter(topic.partitions.values())).replicas) if topic.partitions else (

@@ -82,10 +82,8 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[Reques
         body, body_size = entity_reader(cls)(frame, size)
     except Exception as e:  # kio raises several kinds of errors for bad bytes
         raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
-    if size + body_size != len(frame):
-        raise FrameError(
-            f"{cls.__name__} v{api_version}: {len(frame) - size - body_size} trailing bytes"
-        )
+    # Trailing bytes are ignored, as Kafka's own request parser does (librdkafka
+    # sends a few after Metadata v12 requests).
     return (
         RequestHeader(header.request_api_key, header.request_api_version,
                       header.correlation_id, header.client_id),

@@ -167,7 +167,8 @@ class Broker:
         try:
             header, request = decode_request(frame, api_key, version)
         except FrameError as e:
-            log.warning("closing connection from %s: malformed request: %s", peer, e)
+            log.warning("closing connection from %s: malformed request: %s (first bytes: %s)",
+                        peer, e, frame[:96].hex())
             return CLOSE
         ctx = RequestContext(api_key, version, correlation_id, header.client_id,
                              peer.rsplit(":", 1)[0], response_module(api_key, version))

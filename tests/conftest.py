@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from support.broker import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker shared by a test module (tests use their own topics)."""
+    base = tmp_path_factory.mktemp("broker")
+    proc = BrokerProcess(base / "data").start()
+    yield proc
+    proc.close()
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker of the test's own, for tests that restart or kill it."""
+    proc = BrokerProcess(tmp_path / "data")
+    yield proc
+    proc.close()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    name = request.node.name.replace("[", "-").replace("]", "").replace(",", "-")
+    return "t-" + "".join(c if c.isalnum() or c in "._-" else "-" for c in name)[:200]

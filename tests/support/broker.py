@@ -1,0 +1,89 @@
+"""Run a real ``dmq server`` process for tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    """A ``python -m dmq server`` child process on a free loopback port."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
+                 port: int | None = None, log_path: Path | None = None) -> None:
+        self.data_dir = data_dir
+        self.overrides = dict(overrides or {})
+        self.port = port or free_port()
+        self.log_path = log_path or data_dir.parent / f"broker-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_line = ""
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        cmd = [sys.executable, "-m", "dmq", "server", "--listen", self.bootstrap,
+               "--data-dir", str(self.data_dir)]
+        for k, v in self.overrides.items():
+            cmd += ["--override", f"{k}={v}"]
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        logf.close()
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline().decode()
+            if not line:
+                raise RuntimeError(f"broker exited early (code {self.proc.wait()}); see {self.log_path}:\n"
+                                   + self.log_path.read_text()[-3000:])
+            if LISTENING.search(line):
+                self.startup_line = line
+                return self
+        raise TimeoutError(f"broker did not start within {timeout}s; see {self.log_path}")
+
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+        self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
