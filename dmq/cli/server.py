@@ -44,7 +44,7 @@ def run_server(config: BrokerConfig, log_level: str) -> None:
 
         runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
-        runner = asyncio.run
+        runner = asyncio.run  # type: ignore[assignment]
     broker = Broker(config)
     try:
         runner(broker.run())

@@ -40,7 +40,8 @@ class WireClient:
         cls = type(request)
         header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
         header = header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                            correlation_id=self.correlation_id, client_id=self.client_id)
+                            correlation_id=self.correlation_id,  # type: ignore[arg-type]
+                            client_id=self.client_id)
         buf = io.BytesIO()
         entity_writer(header_cls)(buf, header)
         entity_writer(cls)(buf, request)

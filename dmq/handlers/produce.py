@@ -24,6 +24,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     acks = request.acks
     rm = services.replica_manager
     topics = []
+    message: str | None
     for topic_data in request.topic_data:
         partitions = []
         for pdata in topic_data.partition_data:

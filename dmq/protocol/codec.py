@@ -53,7 +53,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 @cache
 def _entity_class(api_key: int, version: int, kind: EntityType) -> type[Any]:
     name = api_key_map[api_key]
-    module = load_entity_module(name, version, kind)
+    module = load_entity_module(name, version, kind)  # type: ignore[arg-type]
     for attr in vars(module).values():
         if isinstance(attr, type) and getattr(attr, "__type__", None) == kind:
             return attr
@@ -111,5 +111,5 @@ def _field_names(cls: type[Any]) -> frozenset[str]:
 
 def make(cls: type[Any], **values: Any) -> Any:
     """Build a kio entity, dropping values for fields this version does not have."""
-    names = _field_names(cls)
+    names = _field_names(cls)  # type: ignore[arg-type]
     return cls(**{k: v for k, v in values.items() if k in names})

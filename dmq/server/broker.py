@@ -193,7 +193,7 @@ class Broker:
             try:
                 await asyncio.wait_for(self.stopping.wait(), interval)
                 return
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 pass
             try:
                 result: Any = fn()

@@ -133,5 +133,5 @@ class Listener:
                 conn.close()
             try:
                 await asyncio.wait_for(self.server.wait_closed(), 2)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 pass

@@ -149,7 +149,7 @@ def test_list_offsets_by_timestamp(broker: BrokerProcess, topic_name: str) -> No
     assert offset_for(OffsetSpec.for_timestamp(99_999))[0] == -1
     assert offset_for(OffsetSpec.max_timestamp()) == (49, 10_490)
     # The consumer API for the same lookup.
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x"})
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "enable.auto.commit": False})
     (res,) = c.offsets_for_times([TopicPartition(topic_name, 0, 10_000 + 33)], 10)
     assert res.offset == 4
     c.close()
@@ -260,7 +260,7 @@ def test_delete_records(broker: BrokerProcess, topic_name: str) -> None:
 def test_consume_from_offset_and_out_of_range(broker: BrokerProcess, topic_name: str) -> None:
     create_topic(broker, topic_name)
     produce(broker, topic_name, [{"value": b"%d" % i} for i in range(30)])
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "auto.offset.reset": "earliest"})
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.assign([TopicPartition(topic_name, 0, 25)])
     got = []
     deadline = time.monotonic() + 15
@@ -269,7 +269,7 @@ def test_consume_from_offset_and_out_of_range(broker: BrokerProcess, topic_name:
     assert [m.offset() for m in got] == [25, 26, 27, 28, 29]
     c.close()
     # Out of range: auto.offset.reset=earliest brings the consumer back to 0.
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "auto.offset.reset": "earliest"})
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.assign([TopicPartition(topic_name, 0, 500)])
     got = []
     deadline = time.monotonic() + 15
@@ -281,7 +281,7 @@ def test_consume_from_offset_and_out_of_range(broker: BrokerProcess, topic_name:
 
 def test_long_poll_returns_when_data_arrives(broker: BrokerProcess, topic_name: str) -> None:
     create_topic(broker, topic_name)
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "fetch.wait.max.ms": 5000})
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "fetch.wait.max.ms": 5000, "enable.auto.commit": False})
     c.assign([TopicPartition(topic_name, 0, OFFSET_BEGINNING)])
     c.consume(1, 1.0)  # let the first (empty) long poll start
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})

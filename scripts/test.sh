@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install everything the tests need (Debian packages, a virtualenv with the
+# project and its test extras), then run lint, types and the whole test suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+if ! command -v kcat >/dev/null 2>&1; then
+  echo "==> installing Debian packages (kcat)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv"
+  "$PY" -m venv .venv
+fi
+echo "==> installing dmq with its test extras"
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -i "warning" || true
+.venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis" 
+
+echo "==> ruff"
+.venv/bin/ruff check dmq tests bench
+echo "==> mypy"
+.venv/bin/mypy dmq
+echo "==> pytest"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
