@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from kio.index import load_entity_module
 from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import is_optional
 from kio.static.constants import EntityType
 
 API_VERSIONS_KEY = 18
@@ -82,6 +83,10 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[Reques
         body, body_size = entity_reader(cls)(frame, size)
     except Exception as e:  # kio raises several kinds of errors for bad bytes
         raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
+    try:
+        _check_nulls(body)
+    except ValueError as e:
+        raise FrameError(f"{cls.__name__} v{api_version}: {e}") from None
     # Trailing bytes are ignored, as Kafka's own request parser does (librdkafka
     # sends a few after Metadata v12 requests).
     return (
@@ -102,6 +107,32 @@ def encode_response(correlation_id: int, api_key: int, response: Any) -> bytes:
     data = bytearray(buf.getbuffer())
     struct.pack_into(">i", data, 0, len(data) - 4)
     return bytes(data)
+
+
+@cache
+def _non_nullable_fields(cls: type[Any]) -> tuple[tuple[str, bool], ...]:
+    """(name, may hold nested entities) for the fields of ``cls`` that must not be null."""
+    out = []
+    for f in fields(cls):
+        optional = is_optional(f)
+        out.append((f.name, not optional))
+    return tuple(out)
+
+
+def _check_nulls(entity: Any) -> None:
+    """Reject null where the schema does not allow it (kio decodes -1 lengths as None)."""
+    for name, required in _non_nullable_fields(type(entity)):  # type: ignore[arg-type]
+        value = getattr(entity, name)
+        if value is None:
+            if required:
+                raise ValueError(f"null value for non-nullable field {name}")
+            continue
+        if isinstance(value, tuple):
+            for item in value:
+                if is_dataclass(item):
+                    _check_nulls(item)
+        elif is_dataclass(value) and not isinstance(value, type):
+            _check_nulls(value)
 
 
 @cache
