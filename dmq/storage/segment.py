@@ -61,6 +61,9 @@ class LogSegment:
             os.path.join(directory, segment_name(base_offset, ".timeindex")), base_offset
         )
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        for index_path in (self.offset_index.path, self.time_index.path):
+            if not os.path.exists(index_path):
+                open(index_path, "ab").close()  # Kafka's layout: every segment has both indexes
         self.size = os.fstat(self.fd).st_size
         self.bytes_since_last_index = 0
         self.max_timestamp = -1
@@ -164,8 +167,6 @@ class LogSegment:
         except CorruptIndexError:
             return False
         if self.offset_index.positions and self.offset_index.positions[-1] >= self.size:
-            return False
-        if self.size > 0 and not os.path.exists(self.offset_index.path):
             return False
         return True
 

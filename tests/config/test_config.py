@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from dmq.config import BrokerConfig, ConfigError, ConfigSource, LogConfig, parse_properties
+
+
+def test_topic_defaults_follow_broker_synonyms() -> None:
+    b = BrokerConfig({"log.retention.hours": "1", "log.segment.bytes": "5000"})
+    lc = LogConfig(b)
+    assert lc.retention_ms == 3_600_000
+    assert lc.segment_bytes == 5000
+    described = {n: (v, s, syn) for n, v, s, syn in lc.describe()}
+    value, source, synonyms = described["retention.ms"]
+    assert (value, source) == ("3600000", ConfigSource.STATIC_BROKER_CONFIG)
+    assert synonyms[0] == ("log.retention.hours", "1", ConfigSource.STATIC_BROKER_CONFIG)
+    assert described["max.message.bytes"][1] == ConfigSource.DEFAULT_CONFIG
+    b2 = BrokerConfig({"log.retention.ms": "5"})
+    assert LogConfig(b2).retention_ms == 5  # ms beats hours
+
+
+def test_topic_override_wins() -> None:
+    lc = LogConfig(BrokerConfig({"log.retention.hours": "1"}), {"retention.ms": "7"})
+    assert lc.retention_ms == 7
+    described = {n: (v, s) for n, v, s, _ in lc.describe()}
+    assert described["retention.ms"] == ("7", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("num.partitions", "zero"), ("num.partitions", "0"), ("auto.create.topics.enable", "maybe"),
+    ("log.message.timestamp.type", "Now"), ("message.max.bytes", "99999999999"),
+])
+def test_bad_broker_values_are_clear(key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig({key: value})
+    assert key in str(e.value) and value in str(e.value)
+
+
+def test_unknown_topic_config_is_refused() -> None:
+    with pytest.raises(ConfigError):
+        LogConfig(BrokerConfig(), {"retention.weeks": "1"})
+
+
+def test_properties_parsing() -> None:
+    props = parse_properties("# comment\nnum.partitions=3\n\n log.dirs = /tmp/x \nbroker.id:2\n")
+    assert props == {"num.partitions": "3", "log.dirs": "/tmp/x", "broker.id": "2"}
+    with pytest.raises(ConfigError):
+        parse_properties("novalue\n")

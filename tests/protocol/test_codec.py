@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import struct
+from datetime import timedelta
+
+from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.response import MetadataResponse
+
+from dmq.protocol.codec import decode_request, encode_response, make, peek_header
+
+
+def test_api_versions_response_has_no_tagged_header() -> None:
+    resp = ApiVersionsResponse(error_code=ErrorCode.none, api_keys=(ApiVersion(api_key=18, min_version=0, max_version=3),),  # type: ignore[arg-type]
+                               throttle_time=timedelta(0))  # type: ignore[arg-type]
+    frame = encode_response(42, 18, resp)
+    size, corr = struct.unpack_from(">ii", frame)
+    assert size == len(frame) - 4 and corr == 42
+    # header v0: the error code follows the correlation id directly
+    assert struct.unpack_from(">h", frame, 8)[0] == 0
+    # optional tagged fields holding defaults are left out: body ends with one 0 (no tags)
+    assert frame.endswith(b"\x00\x00\x00\x00\x00")
+
+
+def test_flexible_response_has_tagged_header() -> None:
+    resp = MetadataResponse(throttle_time=timedelta(0), brokers=(), cluster_id="c", controller_id=0, topics=())  # type: ignore[arg-type]
+    frame = encode_response(7, 3, resp)
+    assert frame[8] == 0  # empty tagged fields of response header v1
+
+
+def test_make_drops_fields_a_version_lacks() -> None:
+    from kio.schema.metadata.v1.response import MetadataResponseTopic
+
+    t = make(MetadataResponseTopic, error_code=ErrorCode.none, name="x", topic_id=None,
+             is_internal=False, partitions=())
+    assert t.name == "x"
+
+
+def test_decode_request_round_trip() -> None:
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    from dmq.client.wire import WireClient
+
+    w = WireClient.__new__(WireClient)
+    w.correlation_id = 0
+    w.client_id = "c"
+    _, frame = w.encode(MetadataRequest(topics=None, allow_auto_topic_creation=True,  # type: ignore[arg-type]
+                                        include_topic_authorized_operations=False))
+    body = frame[4:]
+    assert peek_header(body) == (3, 12, 1)
+    header, req = decode_request(body, 3, 12)
+    assert header.client_id == "c" and req.topics is None

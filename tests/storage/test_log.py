@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmq.config import BrokerConfig, LogConfig
+from dmq.record.batch import InvalidRecordError, validate_batches
+from dmq.record.records import decode_batch, encode_batch
+from dmq.storage.log import Log, OffsetOutOfRangeError
+
+
+def make_log(path: Path, **overrides: str) -> Log:
+    return Log(str(path), "t", 0, LogConfig(BrokerConfig(), overrides), clean_shutdown=True)
+
+
+def append(log: Log, n: int, ts: int = 1000, size: int = 100, **kw: int) -> int:
+    data = bytearray(encode_batch([(None, b"x" * size, [])] * n, timestamp=ts, **kw))
+    return log.append_as_leader(data, validate_batches(data, 10**7), 0, timestamp=ts).first_offset
+
+
+def read_offsets(log: Log, start: int, max_bytes: int = 10**9) -> list[int]:
+    out = []
+    offset = start
+    while offset < log.log_end_offset:
+        sl = log.read(offset, max_bytes, log.log_end_offset)
+        assert sl is not None
+        _, recs = decode_batch(sl.read())
+        new = [r.offset for r in recs if r.offset >= offset]
+        out += new
+        offset = new[-1] + 1
+    return out
+
+
+def test_roll_by_size_and_read_across_segments(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"segment.bytes": "2000"})
+    for _ in range(40):
+        append(log, 3)
+    assert len(log.segments) > 5
+    assert sorted(os.listdir(tmp_path / "t-0"))[0] == "00000000000000000000.index"
+    assert all(len(f.split(".")[0]) == 20 for f in os.listdir(tmp_path / "t-0") if f.endswith(".log"))
+    assert read_offsets(log, 0) == list(range(120))
+    assert read_offsets(log, 55)[0] == 55
+
+
+def test_roll_by_time(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"segment.ms": "10"})
+    data = bytearray(encode_batch([(None, b"a", [])]))
+    log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=10**12)
+    log.active_segment.created_ms = 0  # the segment is old now
+    data = bytearray(encode_batch([(None, b"b", [])]))
+    log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=10**12)
+    assert [s.base_offset for s in log.segments] == [0, 1]
+
+
+def test_retention_by_bytes_and_time(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"segment.bytes": "1000", "retention.bytes": "3000"})
+    for i in range(30):
+        append(log, 2, ts=1000 + i)
+    before = log.size_in_bytes
+    deleted = log.delete_old_segments(now=2000)
+    assert deleted > 0 and log.size_in_bytes <= 3000 + 1000 and log.size_in_bytes < before
+    assert log.log_start_offset == log.segments[0].base_offset > 0
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 1000, log.log_end_offset)
+    log2 = make_log(tmp_path / "u-0", **{"segment.bytes": "1000", "retention.ms": "1000"})
+    for i in range(20):
+        append(log2, 2, ts=10_000 + i * 100)
+    log2.delete_old_segments(now=10_000 + 19 * 100 + 500)  # only the newest records are young
+    assert log2.log_start_offset > 0
+    assert log2.log_end_offset == 40
+    log2.delete_old_segments(now=10**9)  # everything expired: the log is empty but keeps offsets
+    assert log2.log_start_offset == log2.log_end_offset == 40
+    assert append(log2, 1, ts=10**9) == 40
+
+
+def test_delete_records_moves_start_and_drops_segments(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"segment.bytes": "1000"})
+    for _ in range(20):
+        append(log, 2)
+    n = len(log.segments)
+    assert log.delete_records_before(25) == 25
+    assert len(log.segments) < n
+    assert read_offsets(log, 25)[0] == 25
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(24, 100, log.log_end_offset)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.integers(0, 10_000)), min_size=1, max_size=40),
+       st.integers(-100, 10_100))
+def test_offset_for_timestamp_matches_brute_force(tmp_path_factory, batches, target) -> None:  # noqa: ANN001
+    log = make_log(tmp_path_factory.mktemp("ts") / "t-0", **{"segment.bytes": "600", "index.interval.bytes": "100"})
+    all_records = []
+    for n, ts in batches:
+        timestamps = [ts + i for i in range(n)]
+        data = bytearray(encode_batch([(None, b"v", [])] * n, timestamps=timestamps))
+        first = log.append_as_leader(data, validate_batches(data, 10**6), 0).first_offset
+        all_records += [(first + i, t) for i, t in enumerate(timestamps)]
+    expected = next(((o, t) for o, t in all_records if t >= target), None)
+    assert log.offset_for_timestamp(target) == expected
+    best = max(t for _, t in all_records)
+    assert log.offset_of_max_timestamp() == next((o, t) for o, t in all_records if t == best)
+
+
+def test_unclean_restart_rebuilds_and_truncates(tmp_path: Path) -> None:
+    d = tmp_path / "t-0"
+    log = make_log(d, **{"segment.bytes": "1500"})
+    for i in range(30):
+        append(log, 2, producer_id=9, producer_epoch=0, base_sequence=2 * i)
+    leo = log.log_end_offset
+    log.close()
+    # Corrupt an index of an old segment and tear the tail of the active one.
+    idx = sorted(p for p in os.listdir(d) if p.endswith(".index"))[1]
+    (d / idx).write_bytes(b"garbage")
+    active = sorted(p for p in os.listdir(d) if p.endswith(".log"))[-1]
+    with open(d / active, "ab") as f:
+        f.write(b"\x01" * 20)
+    again = Log(str(d), "t", 0, LogConfig(BrokerConfig(), {"segment.bytes": "1500"}),
+                recovery_point=0, clean_shutdown=False)
+    assert again.log_end_offset == leo
+    assert read_offsets(again, 0) == list(range(leo))
+    # producer state replayed from the log: a retry of the last batch is a duplicate
+    data = bytearray(encode_batch([(None, b"x" * 100, [])] * 2, producer_id=9, producer_epoch=0, base_sequence=58))
+    res = again.append_as_leader(data, validate_batches(data, 10**6), 0)
+    assert res.duplicate and res.first_offset == leo - 2
+    with pytest.raises(InvalidRecordError):
+        data = bytearray(encode_batch([(None, b"x", [])], producer_id=9, producer_epoch=0, base_sequence=70))
+        again.append_as_leader(data, validate_batches(data, 10**6), 0)
+
+
+def test_flush_messages_moves_recovery_point(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"flush.messages": "5"})
+    append(log, 3)
+    assert log.recovery_point == 0
+    append(log, 3)
+    assert log.recovery_point == 6
