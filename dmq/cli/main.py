@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from dmq.cli.common import Bootstrap, parse_pairs
 from dmq.config import ConfigError
 
 app = typer.Typer(help="dmq: a Kafka-compatible message queue in Python.", no_args_is_help=True,
@@ -37,6 +38,55 @@ def server(
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     run_server(cfg, log_level)
+
+
+@app.command()
+def produce(
+    topic: str,
+    key_separator: Annotated[str | None, typer.Option("--key-separator", help="split each line into key and value")] = None,
+    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="key=value header on every record")] = None,
+    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
+    acks: Annotated[str, typer.Option("--acks", help="0, 1 or all")] = "all",
+    compression: Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4, zstd")] = "none",
+    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence")] = True,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Read lines from stdin and produce them as records."""
+    from dmq.console.producer import run
+
+    run(bootstrap_server, topic, key_separator, parse_pairs(header), partition, acks,
+        compression, idempotence)
+
+
+@app.command()
+def consume(
+    topic: str,
+    from_beginning: Annotated[bool, typer.Option("--from-beginning")] = False,
+    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
+    offset: Annotated[int | None, typer.Option("--offset", "-o", help="start offset (with --partition)")] = None,
+    max_messages: Annotated[int | None, typer.Option("--max-messages", "-n")] = None,
+    print_key: Annotated[bool, typer.Option("--print-key")] = False,
+    print_headers: Annotated[bool, typer.Option("--print-headers")] = False,
+    print_offset: Annotated[bool, typer.Option("--print-offset")] = False,
+    separator: Annotated[str, typer.Option("--separator", help="between printed fields")] = "\t",
+    timeout_ms: Annotated[int | None, typer.Option("--timeout-ms", help="exit after this long without records")] = None,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Print records to stdout."""
+    from dmq.console.consumer import run
+
+    run(bootstrap_server, topic, from_beginning, partition, offset, max_messages, print_key,
+        print_headers, print_offset, separator, timeout_ms)
+
+
+def _register_subcommands() -> None:
+    from dmq.cli import bench, topics
+
+    app.add_typer(topics.app, name="topics")
+    app.add_typer(bench.app, name="bench")
+
+
+_register_subcommands()
 
 
 def main() -> None:

@@ -172,7 +172,7 @@ def test_recovery_after_crash_is_fast(fresh_broker: BrokerProcess) -> None:
                   "batch.size": 1_000_000, "compression.type": "none"})
     payload = os.urandom(1000)
     n = 60_000
-    for i in range(n):
+    for _i in range(n):
         while True:
             try:
                 p.produce("big", payload)

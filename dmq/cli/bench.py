@@ -1,0 +1,169 @@
+"""``dmq bench produce|consume``: throughput and latency, like kafka-producer-perf-test.sh."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated
+
+import typer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from dmq.cli.common import Bootstrap, fail
+
+app = typer.Typer(help="Measure produce and consume throughput.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> int:
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    md = a.list_topics(timeout=10)
+    if topic in md.topics and md.topics[topic].error is None:
+        return len(md.topics[topic].partitions)
+    try:
+        a.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    except KafkaException as e:
+        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            fail(f"cannot create topic {topic}: {e.args[0].str()}")
+    return partitions
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
+                    transient=False)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def _summary(title: str, rows: list[tuple[str, str]]) -> None:
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+
+
+@app.command()
+def produce(
+    topic: Annotated[str, typer.Option("--topic", "-t")] = "dmq-bench",
+    num_records: Annotated[int, typer.Option("--num-records", "-n")] = 1_000_000,
+    record_size: Annotated[int, typer.Option("--record-size", "-s")] = 100,
+    throughput: Annotated[int, typer.Option("--throughput", help="records/s cap, -1 for none")] = -1,
+    acks: Annotated[str, typer.Option("--acks")] = "1",
+    partitions: Annotated[int, typer.Option("--partitions", "-p", help="when the topic is created")] = 1,
+    compression: Annotated[str, typer.Option("--compression")] = "none",
+    linger_ms: Annotated[int, typer.Option("--linger-ms")] = 5,
+    batch_size: Annotated[int, typer.Option("--batch-size")] = 1_000_000,
+    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence")] = False,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Send records as fast as possible (or at --throughput) and report rate and latency."""
+    if num_records <= 0 or record_size < 0:
+        fail("--num-records must be positive and --record-size not negative", 2)
+    _ensure_topic(bootstrap_server, topic, partitions)
+    producer = Producer({"bootstrap.servers": bootstrap_server, "acks": acks,
+                         "compression.type": compression, "linger.ms": linger_ms,
+                         "batch.size": batch_size, "enable.idempotence": idempotence,
+                         "queue.buffering.max.messages": 1_000_000,
+                         "queue.buffering.max.kbytes": 1_048_576})
+    payload = os.urandom(record_size)
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:  # noqa: ANN001
+        if err is not None:
+            errors.append(err.str())
+        else:
+            latencies.append(msg.latency() or 0.0)
+
+    started = time.perf_counter()
+    with _progress() as progress:
+        task = progress.add_task("produce", total=num_records, rate="")
+        for i in range(num_records):
+            if throughput > 0:
+                ahead = i / throughput - (time.perf_counter() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+            while True:
+                try:
+                    producer.produce(topic, payload, on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            if i % 5000 == 0:
+                producer.poll(0)
+                elapsed = time.perf_counter() - started
+                progress.update(task, completed=len(latencies),
+                                rate=f"{len(latencies) / max(elapsed, 1e-9):,.0f} rec/s")
+        while len(latencies) + len(errors) < num_records and time.perf_counter() - started < 600:
+            producer.poll(0.05)
+            progress.update(task, completed=len(latencies))
+        progress.update(task, completed=len(latencies))
+    elapsed = time.perf_counter() - started
+    lat = sorted(x * 1000 for x in latencies)
+    rate = len(latencies) / elapsed
+    _summary(f"produce: {topic}, {record_size} B records, acks={acks}", [
+        ("records sent", f"{len(latencies):,}"),
+        ("errors", f"{len(errors):,}" + (f" (first: {errors[0]})" if errors else "")),
+        ("records/s", f"{rate:,.0f}"),
+        ("MB/s", f"{rate * record_size / 1e6:,.2f}"),
+        ("latency avg ms", f"{sum(lat) / max(len(lat), 1):.1f}"),
+        ("latency p50 / p95 / p99 ms", f"{_percentile(lat, .5):.1f} / {_percentile(lat, .95):.1f} / {_percentile(lat, .99):.1f}"),
+        ("latency max ms", f"{lat[-1] if lat else float('nan'):.1f}"),
+    ])
+    if errors:
+        raise SystemExit(1)
+
+
+@app.command()
+def consume(
+    topic: Annotated[str, typer.Option("--topic", "-t")] = "dmq-bench",
+    messages: Annotated[int, typer.Option("--messages", "-n")] = 1_000_000,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="give up after this many seconds")] = 120,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Read records from the beginning of every partition and report the rate."""
+    consumer = Consumer({"bootstrap.servers": bootstrap_server, "group.id": "dmq-bench",
+                         "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
+                         "fetch.wait.max.ms": 100})
+    md = consumer.list_topics(timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        fail(f"topic {topic} does not exist; run `dmq bench produce --topic {topic}` first")
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in t.partitions])
+    count = 0
+    nbytes = 0
+    started = time.perf_counter()
+    first = None
+    with _progress() as progress:
+        task = progress.add_task("consume", total=messages, rate="")
+        while count < messages and time.perf_counter() - started < timeout_s:
+            for m in consumer.consume(10000, 0.2):
+                if m.error():
+                    continue
+                if first is None:
+                    first = time.perf_counter()
+                count += 1
+                nbytes += len(m.value() or b"")
+            elapsed = time.perf_counter() - started
+            progress.update(task, completed=count, rate=f"{count / max(elapsed, 1e-9):,.0f} rec/s")
+    consumer.close()
+    elapsed = time.perf_counter() - (first or started)
+    _summary(f"consume: {topic}", [
+        ("records", f"{count:,}"),
+        ("records/s (from first record)", f"{count / max(elapsed, 1e-9):,.0f}"),
+        ("MB/s", f"{nbytes / max(elapsed, 1e-9) / 1e6:,.2f}"),
+        ("time to first record s", f"{(first or started) - started:.3f}"),
+    ])
+    if count < messages:
+        fail(f"only {count} of {messages} records arrived within {timeout_s:.0f} s")

@@ -1,0 +1,66 @@
+"""The dmq command line against a real broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from support.broker import BrokerProcess
+
+
+def dmq(broker: BrokerProcess, *args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DMQ_BOOTSTRAP_SERVER": broker.bootstrap, "COLUMNS": "120"}
+    res = subprocess.run([sys.executable, "-m", "dmq", *args], input=stdin, capture_output=True,
+                         timeout=120, env=env)
+    out = subprocess.CompletedProcess(res.args, res.returncode, res.stdout.decode(), res.stderr.decode())
+    if check:
+        assert res.returncode == 0, out.stderr
+    return out
+
+
+def test_topics_lifecycle(broker: BrokerProcess) -> None:
+    assert "Created topic cli-a" in dmq(broker, "topics", "create", "cli-a", "-p", "3", "-c", "retention.ms=60000").stdout
+    assert "cli-a" in dmq(broker, "topics", "list").stdout.split()
+    desc = dmq(broker, "topics", "describe", "cli-a").stdout
+    assert "3 partitions" in desc and "retention.ms=60000" in desc
+    dmq(broker, "topics", "alter", "cli-a", "-p", "5", "-c", "segment.bytes=100000", "--delete-config", "retention.ms")
+    desc = dmq(broker, "topics", "describe", "cli-a").stdout
+    assert "5 partitions" in desc and "segment.bytes=100000" in desc and "retention.ms" not in desc
+    again = dmq(broker, "topics", "create", "cli-a", check=False)
+    assert again.returncode == 1 and "already exists" in again.stderr
+    dmq(broker, "topics", "delete", "cli-a")
+    assert "cli-a" not in dmq(broker, "topics", "list").stdout.split()
+    missing = dmq(broker, "topics", "describe", "no-such-topic", check=False)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert "no-such-topic" not in dmq(broker, "topics", "list").stdout.split()
+    bad = dmq(broker, "topics", "create", "bad name", check=False)
+    assert bad.returncode == 1 and "illegal" in bad.stderr.lower()
+
+
+def test_console_produce_consume(broker: BrokerProcess) -> None:
+    dmq(broker, "topics", "create", "cli-b", "-p", "2")
+    lines = b"".join(b"k%d:value %d\n" % (i, i) for i in range(50))
+    res = dmq(broker, "produce", "cli-b", "--key-separator", ":", "-H", "origin=cli", stdin=lines)
+    assert "produced 50 records" in res.stderr
+    out = dmq(broker, "consume", "cli-b", "--from-beginning", "--max-messages", "50", "--print-key",
+              "--print-headers").stdout.splitlines()
+    assert sorted(out) == sorted(f"origin=cli\tk{i}\tvalue {i}" for i in range(50))
+    part = dmq(broker, "consume", "cli-b", "-p", "0", "-o", "0", "--timeout-ms", "1500",
+               "--print-offset").stdout.splitlines()
+    assert part and all(line.startswith("0:") for line in part)
+    assert len(part) < 50
+
+
+def test_bench(broker: BrokerProcess) -> None:
+    res = dmq(broker, "bench", "produce", "-t", "cli-bench", "-n", "20000", "-s", "200", "-p", "2")
+    assert "records/s" in res.stderr and "20,000" in res.stderr
+    res = dmq(broker, "bench", "consume", "-t", "cli-bench", "-n", "20000")
+    assert "records/s" in res.stderr and "20,000" in res.stderr
+
+
+def test_server_refuses_bad_config(tmp_path) -> None:  # noqa: ANN001
+    res = subprocess.run([sys.executable, "-m", "dmq", "server", "--data-dir", str(tmp_path),
+                          "--override", "num.partitions=zero"], capture_output=True, timeout=30)
+    assert res.returncode == 2
+    assert b"num.partitions" in res.stderr
