@@ -11,7 +11,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
-from dmq.protocol.codec import make
+from dmq.protocol.codec import SpliceRecords, make
 from dmq.replication.replica_manager import FetchRequestPartition
 
 API_KEY = 1
@@ -41,7 +41,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             high_watermark=res.high_watermark, last_stable_offset=res.last_stable_offset,
             log_start_offset=res.log_start_offset, aborted_transactions=None,
             preferred_read_replica=-1,
-            records=res.data.read() if res.data is not None else b"",
+            records=SpliceRecords.of(res.data) if res.data is not None else b"",
         ))
     responses = tuple(
         make(schema.FetchableTopicResponse, topic=name, partitions=tuple(by_topic[name]))

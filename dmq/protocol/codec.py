@@ -11,12 +11,11 @@ them before it knows which versions the broker speaks.
 
 from __future__ import annotations
 
-import io
 import struct
 from dataclasses import fields, is_dataclass
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 from kio.index import load_entity_module
 from kio.schema.index import api_key_map
@@ -96,17 +95,78 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[Reques
     )
 
 
-def encode_response(correlation_id: int, api_key: int, response: Any) -> bytes:
-    """The whole response frame, size prefix included."""
-    buf = io.BytesIO()
+class ByteSource(Protocol):
+    """Bytes that live elsewhere (a file range): ``length`` of them, ``read()`` on demand."""
+
+    length: int
+
+    def read(self) -> bytes: ...
+
+
+class SpliceRecords(bytes):
+    """A ``records`` field value whose bytes are spliced into the frame later.
+
+    kio writes ``len(value)`` as the length prefix and then hands the value to
+    the writer, which records a splice point instead of copying bytes. The
+    bytes object itself is empty; the source supplies the data (zero-copy
+    sendfile from a segment file in the server).
+    """
+
+    source: ByteSource
+
+    @classmethod
+    def of(cls, source: ByteSource) -> SpliceRecords:
+        obj = cls(b"")
+        obj.source = source
+        return obj
+
+    def __len__(self) -> int:
+        return self.source.length
+
+
+class _SpliceWriter:
+    def __init__(self) -> None:
+        self.parts: list[bytes | ByteSource] = []
+        self.current = bytearray()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        if isinstance(data, SpliceRecords):
+            self.parts.append(bytes(self.current))
+            self.current = bytearray()
+            self.parts.append(data.source)
+            self.size += data.source.length
+            return data.source.length
+        self.current += data
+        self.size += len(data)
+        return len(data)
+
+
+Frame = bytes | list[bytes | ByteSource]
+
+
+def encode_response(correlation_id: int, api_key: int, response: Any) -> Frame:
+    """The whole response frame, size prefix included.
+
+    Returns bytes, or a list of bytes and ByteSources when the response holds
+    SpliceRecords (concatenated, they are the frame).
+    """
+    buf = _SpliceWriter()
     buf.write(b"\0\0\0\0")
     buf.write(struct.pack(">i", correlation_id))
     if type(response).__flexible__ and api_key != API_VERSIONS_KEY:
         buf.write(b"\0")  # response header v1: no tagged fields
-    entity_writer(type(response))(buf, response)
-    data = bytearray(buf.getbuffer())
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    return bytes(data)
+    entity_writer(type(response))(buf, response)  # type: ignore[arg-type]
+    size = struct.pack(">i", buf.size - 4)
+    if not buf.parts:
+        data = buf.current
+        data[0:4] = size
+        return bytes(data)
+    parts = [*buf.parts, bytes(buf.current)]
+    first = parts[0]
+    assert isinstance(first, bytes)
+    parts[0] = size + first[4:]
+    return parts
 
 
 @cache

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 log = logging.getLogger("dmq.server")
 
@@ -93,7 +95,10 @@ class KafkaConnection(asyncio.Protocol):
                     self.close()
                     return
                 if result is not None and self.transport is not None and not self.closed:
-                    self.transport.write(result)  # type: ignore[arg-type]
+                    if isinstance(result, list):
+                        self._write_parts(result)
+                    else:
+                        self.transport.write(result)  # type: ignore[arg-type]
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -101,6 +106,42 @@ class KafkaConnection(asyncio.Protocol):
             self.close()
         finally:
             self.worker = None
+
+    def _write_parts(self, parts: list[Any]) -> None:
+        """Write a spliced frame: bytes through the transport, file ranges by sendfile.
+
+        sendfile goes straight to the socket, so it is used only while the
+        transport has nothing buffered (order is kept); otherwise, and for
+        whatever sendfile leaves, the range is read and written normally.
+        """
+        transport = self.transport
+        assert transport is not None
+        sock = transport.get_extra_info("socket")
+        fileno = sock.fileno() if sock is not None else -1
+        for part in parts:
+            if isinstance(part, bytes | bytearray):
+                if part:
+                    transport.write(part)
+                continue
+            fd = getattr(part, "fd", None)
+            if fd is None:  # not a file range: just bytes kept elsewhere
+                transport.write(part.read())
+                continue
+            offset, remaining = part.position, part.length
+            if fileno >= 0 and transport.get_write_buffer_size() == 0:
+                while remaining > 0:
+                    try:
+                        sent = os.sendfile(fileno, fd, offset, remaining)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        break
+                    if sent == 0:
+                        break
+                    offset += sent
+                    remaining -= sent
+            if remaining > 0:
+                transport.write(os.pread(fd, remaining, offset))
 
     def close(self) -> None:
         self.closed = True
