@@ -174,7 +174,7 @@ def summarize(rows: list[dict], cases: list[tuple[int, int, str, int]]) -> str:
     lines = ["| case | dmq produce rec/s | ref produce rec/s | ratio | dmq consume rec/s | ref consume rec/s | ratio | dmq RSS MB |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for ci, (parts, size, acks, _n) in enumerate(cases):
-        def med(broker: str, phase: str, key: str) -> float | None:
+        def med(broker: str, phase: str, key: str, ci: int = ci) -> float | None:
             return _median([
                 (r["kbench"] or {}).get(phase, {}).get(key) for r in rows
                 if r["broker"] == broker and r["case"] == ci and r.get("kbench")
