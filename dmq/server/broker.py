@@ -9,6 +9,7 @@ Background tasks: retention, flushing rolled segments, flush.ms, checkpoints.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import signal
@@ -66,8 +67,20 @@ class Broker:
 
     # ----------------------------------------------------------------- startup
 
+    def _lock_data_dir(self) -> None:
+        """Hold an exclusive lock on the data dir, as Kafka's ``.lock``: one broker per directory."""
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._lock_file = open(os.path.join(self.data_dir, ".lock"), "a")  # noqa: SIM115 - held for life
+        try:
+            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise SystemExit(
+                f"error: {self.data_dir} is in use by another dmq broker; stop it or pass "
+                f"another --data-dir") from None
+
     async def start(self) -> None:
         started = time.monotonic()
+        self._lock_data_dir()
         self.store = EmbeddedMetadataStore(self.data_dir, self.broker_id)
         self._write_meta_properties()
         self.log_manager = LogManager(self.data_dir, self._log_config_for)

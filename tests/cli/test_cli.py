@@ -64,3 +64,11 @@ def test_server_refuses_bad_config(tmp_path) -> None:  # noqa: ANN001
                           "--override", "num.partitions=zero"], capture_output=True, timeout=30)
     assert res.returncode == 2
     assert b"num.partitions" in res.stderr
+
+
+def test_second_broker_on_the_same_data_dir_is_refused(broker: BrokerProcess) -> None:
+    res = subprocess.run([sys.executable, "-m", "dmq", "server", "--listen", "127.0.0.1:0",
+                          "--data-dir", str(broker.data_dir)], capture_output=True, timeout=30)
+    assert res.returncode != 0
+    assert b"in use by another dmq broker" in res.stderr
+    assert broker.alive()
