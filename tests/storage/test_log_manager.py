@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from dmq.config import BrokerConfig, LogConfig
+from dmq.record.batch import validate_batches
+from dmq.record.records import encode_batch
+from dmq.storage.log_manager import (
+    CLEAN_SHUTDOWN_FILE,
+    RECOVERY_POINT_FILE,
+    LogManager,
+    read_checkpoint,
+)
+
+
+def _append(lm: LogManager, topic: str, n: int) -> None:
+    lg = lm.get(topic, 0)
+    assert lg is not None
+    data = bytearray(encode_batch([(None, b"v" * 100, [])] * n, timestamp=1))
+    lg.append_as_leader(data, validate_batches(data, 10**6), 0)
+
+
+def test_flush_ms_and_rolled_segments_move_recovery_points(tmp_path: Path) -> None:
+    broker = BrokerConfig()
+    overrides = {"timed": {"flush.ms": "1000"}, "rolling": {"segment.bytes": "1000"}, "lazy": {}}
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(broker, overrides[t]))
+    lm.load_logs(lambda t, p: "id")
+    for t in overrides:
+        lm.get_or_create(t, 0, "id")
+        _append(lm, t, 3)
+    timed, lazy, rolling = lm.get("timed", 0), lm.get("lazy", 0), lm.get("rolling", 0)
+    assert timed and lazy and rolling
+    lm.flush_dirty(now=timed.last_flush_ms + 500)
+    assert timed.recovery_point == 0  # not due yet
+    lm.flush_dirty(now=timed.last_flush_ms + 1000)
+    assert timed.recovery_point == 3
+    assert lazy.recovery_point == 0  # default policy: the OS decides
+    for _ in range(5):
+        _append(lm, "rolling", 3)
+    assert len(rolling.segments) > 1
+    lm.flush_pending()  # the background thread's job: fsync rolled segments
+    assert rolling.recovery_point == rolling.active_segment.base_offset
+    lm.checkpoint()
+    points = read_checkpoint(str(tmp_path / RECOVERY_POINT_FILE))
+    assert points[("timed", 0)] == 3 and points[("lazy", 0)] == 0
+    lm.shutdown()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    points = read_checkpoint(str(tmp_path / RECOVERY_POINT_FILE))
+    assert points[("lazy", 0)] == 3  # clean shutdown flushes everything
+    again = LogManager(str(tmp_path), lambda t: LogConfig(broker, overrides[t]))
+    assert again.clean_shutdown
+    again.load_logs(lambda t, p: "id")
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert again.get("rolling", 0).log_end_offset == 18  # type: ignore[union-attr]
+
+
+def test_unknown_partition_dirs_are_removed(tmp_path: Path) -> None:
+    (tmp_path / "gone-0").mkdir()
+    (tmp_path / "gone-0" / "00000000000000000000.log").write_bytes(b"")
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, p: None)
+    assert not lm.logs
+    assert not (tmp_path / "gone-0").exists()
