@@ -185,21 +185,9 @@ class EmbeddedMetadataStore(MetadataStore):
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str], assignment: dict[int, list[int]] | None = None
                      ) -> TopicMetadata:
-        validate_topic_name(name)
+        # The Controller has validated the request; the store only records it.
         if name in self._topics:
             raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
-        if num_partitions < 1:
-            raise MetadataError("invalid_partitions", "Number of partitions must be larger than 0.")
-        live = len(self._brokers) or 1
-        if replication_factor < 1:
-            raise MetadataError("invalid_replication_factor", "Replication factor must be larger than 0.")
-        if replication_factor > live:
-            raise MetadataError(
-                "invalid_replication_factor",
-                f"Unable to replicate the partition {replication_factor} time(s): "
-                f"The target replication factor of {replication_factor} cannot be reached "
-                f"because only {live} broker(s) are registered.",
-            )
         parts = {}
         for p in range(num_partitions):
             replicas = (assignment or {}).get(p) or [self.broker_id]
@@ -222,15 +210,7 @@ class EmbeddedMetadataStore(MetadataStore):
         if topic is None:
             raise MetadataError("unknown_topic_or_partition",
                                 "This server does not host this topic-partition.")
-        current = len(topic.partitions)
-        if total < current:
-            raise MetadataError(
-                "invalid_partitions",
-                f"Topic currently has {current} partitions, which is higher than the requested {total}.",
-            )
-        if total == current:
-            raise MetadataError("invalid_partitions", f"Topic already has {current} partitions.")
-        for p in range(current, total):
+        for p in range(len(topic.partitions), total):
             topic.partitions[p] = PartitionState([self.broker_id], self.broker_id, 0, [self.broker_id])
         self._persist()
         return topic
