@@ -15,7 +15,8 @@ from support.broker import BrokerProcess  # noqa: E402
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker shared by a test module (tests use their own topics)."""
     base = tmp_path_factory.mktemp("broker")
-    proc = BrokerProcess(base / "data").start()
+    # Groups form at once in tests; the broker's default waits 3 s like Kafka.
+    proc = BrokerProcess(base / "data", overrides={"group.initial.rebalance.delay.ms": "0"}).start()
     yield proc
     proc.close()
 
@@ -23,7 +24,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 @pytest.fixture
 def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker of the test's own, for tests that restart or kill it."""
-    proc = BrokerProcess(tmp_path / "data")
+    proc = BrokerProcess(tmp_path / "data", overrides={"group.initial.rebalance.delay.ms": "0"})
     yield proc
     proc.close()
 

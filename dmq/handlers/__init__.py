@@ -14,16 +14,27 @@ from dmq.handlers import (
     api_versions,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_records,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
     produce,
+    sync_group,
 )
 
 HANDLERS: dict[int, ModuleType] = {
@@ -31,7 +42,9 @@ HANDLERS: dict[int, ModuleType] = {
     for m in (
         produce, fetch, list_offsets, metadata, api_versions, create_topics, delete_topics,
         delete_records, init_producer_id, describe_configs, alter_configs, create_partitions,
-        incremental_alter_configs, describe_cluster,
+        incremental_alter_configs, describe_cluster, find_coordinator, join_group, sync_group,
+        heartbeat, leave_group, offset_commit, offset_fetch, list_groups, describe_groups,
+        delete_groups, offset_delete,
     )
 }
 

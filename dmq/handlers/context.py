@@ -10,6 +10,7 @@ from dmq.cluster.controller import Controller
 from dmq.cluster.metadata import MetadataStore
 from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
+from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.storage.log_manager import LogManager
 
@@ -27,6 +28,7 @@ class BrokerServices:
     replica_manager: ReplicaManager
     log_manager: LogManager
     producer_ids: ProducerIdManager
+    coordinators: Coordinators
     # api_key -> (min_version, max_version): what ApiVersions advertises.
     supported_apis: dict[int, tuple[int, int]] = field(default_factory=dict)
 

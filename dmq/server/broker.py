@@ -23,6 +23,8 @@ from dmq.cluster.controller import Controller
 from dmq.cluster.metadata import BrokerInfo, EmbeddedMetadataStore, TopicMetadata
 from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import LONG_MAX, BrokerConfig, LogConfig
+from dmq.group.coordinator import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
+from dmq.group.offsets_topic import Coordinators, OffsetsTopic
 from dmq.handlers import HANDLERS, api_versions, supported_apis
 from dmq.handlers.context import BrokerServices, RequestContext
 from dmq.protocol.codec import (
@@ -89,14 +91,34 @@ class Broker:
         self.controller = Controller(self.store, self.config, self._apply_topic,
                                      self._remove_topic, self.log_manager.update_config)
         self.producer_ids = ProducerIdManager(self.store)
+        offsets_topic = self.store.topic(OFFSETS_TOPIC)
+        group_config = GroupConfig(
+            num_partitions=len(offsets_topic.partitions) if offsets_topic else int(self.config["offsets.topic.num.partitions"]),
+            min_session_timeout_ms=int(self.config["group.min.session.timeout.ms"]),
+            max_session_timeout_ms=int(self.config["group.max.session.timeout.ms"]),
+            initial_rebalance_delay_ms=int(self.config["group.initial.rebalance.delay.ms"]),
+            offset_metadata_max_bytes=int(self.config["offset.metadata.max.bytes"]),
+            offsets_retention_ms=int(self.config["offsets.retention.minutes"]) * 60_000,
+            max_group_size=int(self.config["group.max.size"]),
+        )
+        self.offsets_topic = OffsetsTopic(self.replica_manager, self.controller,
+                                          group_config.num_partitions,
+                                          int(self.config["offsets.topic.segment.bytes"]))
+        self.group_coordinator = GroupCoordinator(group_config, self.offsets_topic,
+                                                  self._partition_exists)
+        self.coordinators = Coordinators(self.group_coordinator, self.offsets_topic, self.store,
+                                         self.broker_id)
         self.services = BrokerServices(
             broker_id=self.broker_id, config=self.config, metadata=self.store,
             controller=self.controller, replica_manager=self.replica_manager,
             log_manager=self.log_manager, producer_ids=self.producer_ids,
-            supported_apis=supported_apis(),
+            coordinators=self.coordinators, supported_apis=supported_apis(),
         )
         for topic in self.store.topics().values():
             self._apply_topic(topic)
+        loaded = self.coordinators.load()
+        if loaded:
+            log.info("loaded %d records of group state from %s", loaded, OFFSETS_TOPIC)
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
                                  int(self.config["socket.request.max.bytes"]))
         self.bound = await self.listener.start()
@@ -111,6 +133,8 @@ class Broker:
         self._spawn(self._every(1000, self._flush_rolled))
         self._spawn(self._every(int(self.config["log.flush.offset.checkpoint.interval.ms"]),
                                 self._checkpoint))
+        self._spawn(self._every(int(self.config["offsets.retention.check.interval.ms"]),
+                                self._expire_offsets))
         for key in self.config.unknown:
             log.warning("ignoring unknown broker config %s", key)
         log.info("loaded %d logs in %.2fs (%s shutdown); started in %.2fs",
@@ -144,6 +168,10 @@ class Broker:
         if meta is None or partition not in meta.partitions:
             return None
         return meta.topic_id
+
+    def _partition_exists(self, topic: str, partition: int) -> bool:
+        meta = self.store.topic(topic)
+        return meta is not None and partition in meta.partitions
 
     def _apply_topic(self, topic: TopicMetadata) -> None:
         for index, state in topic.partitions.items():
@@ -224,6 +252,11 @@ class Broker:
         await asyncio.to_thread(self.log_manager.flush_pending)
         if any(lg.config.flush_ms < LONG_MAX for lg in self.log_manager.logs.values()):
             self.log_manager.flush_dirty()
+
+    def _expire_offsets(self) -> None:
+        expired = self.group_coordinator.expire_offsets()
+        if expired:
+            log.info("removed %d expired offsets and groups", expired)
 
     def _checkpoint(self) -> None:
         self.log_manager.checkpoint()

@@ -78,12 +78,59 @@ def build(api_key: int, version: int, topic: str) -> Any:
     if api_key == 22:
         return make(R, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
                     producer_epoch=-1)
+    group = f"g-{topic}"
+    if api_key == 10:
+        if version >= 4:
+            return make(R, key_type=0, coordinator_keys=(group,))
+        return make(R, key=group, key_type=0)
+    if api_key == 8:  # a commit from outside the group protocol (generation -1)
+        return make(R, group_id=group, generation_id=-1, generation_id_or_member_epoch=-1, member_id="",
+                    group_instance_id=None, retention_time=timedelta(milliseconds=-1), topics=(m("OffsetCommitRequestTopic", name=topic, partitions=(
+                        m("OffsetCommitRequestPartition", partition_index=0, committed_offset=1,
+                          committed_leader_epoch=-1, committed_metadata="meta", commit_timestamp=-1),)),))
+    if api_key == 9:
+        if version >= 8:
+            return make(R, require_stable=False, groups=(m("OffsetFetchRequestGroup", group_id=group, topics=(
+                m("OffsetFetchRequestTopics", name=topic, partition_indexes=(0,)),)),))
+        return make(R, group_id=group, require_stable=False,
+                    topics=(m("OffsetFetchRequestTopic", name=topic, partition_indexes=(0,)),))
+    if api_key == 16:
+        return make(R, states_filter=())
+    if api_key == 15:
+        return make(R, groups=(group,), include_authorized_operations=False)
+    if api_key == 42:
+        return make(R, groups_names=(group,))
+    if api_key == 47:
+        return make(R, group_id=group, topics=(m("OffsetDeleteRequestTopic", name=topic, partitions=(
+            m("OffsetDeleteRequestPartition", partition_index=0),)),))
+    if api_key == 11:
+        return make(R, group_id=group, session_timeout=timedelta(seconds=10), rebalance_timeout=timedelta(seconds=10),
+                    member_id="", group_instance_id=f"static-{version}", protocol_type="consumer",
+                    protocols=(m("JoinGroupRequestProtocol", name="range", metadata=b"\x00\x00\x00\x00\x00\x00"),),
+                    reason=None)
     raise AssertionError(f"no builder for API {api_key}")
 
 
 def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
-    if api_key in (18, 60, 22):
+    if api_key in (18, 60, 22, 12, 14, 16, 47):
         return [resp.error_code]
+    if api_key == 10:
+        return [c.error_code for c in resp.coordinators] if hasattr(resp, "coordinators") else [resp.error_code]
+    if api_key == 11:
+        return [resp.error_code]
+    if api_key == 13:
+        return [resp.error_code] + [m.error_code for m in getattr(resp, "members", ())]
+    if api_key == 8:
+        return [p.error_code for t in resp.topics for p in t.partitions]
+    if api_key == 9:
+        if hasattr(resp, "groups"):
+            return [g.error_code for g in resp.groups] + [p.error_code for g in resp.groups for t in g.topics for p in t.partitions]
+        top = [resp.error_code] if hasattr(resp, "error_code") else []  # v2+
+        return top + [p.error_code for t in resp.topics for p in t.partitions]
+    if api_key == 15:
+        return [g.error_code for g in resp.groups]
+    if api_key == 42:
+        return [r.error_code for r in resp.results]
     if api_key == 3:
         return [t.error_code for t in resp.topics] + [p.error_code for t in resp.topics for p in t.partitions]
     if api_key == 0:
@@ -106,6 +153,35 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
     raise AssertionError(api_key)
 
 
+def group_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
+    """Join a one-member group (static, so one JoinGroup suffices), then send the API under test."""
+    joined = c.request(build(11, 9, topic))
+    assert joined.error_code == ErrorCode.none
+    mod_version = version
+    R = request_class(api_key, mod_version)
+    mod = load_entity_module(R.__module__.split(".")[2], mod_version, EntityType.request)
+    group, member, generation = f"g-{topic}", joined.member_id, joined.generation_id
+    if api_key == 14:
+        assignment = make(getattr(mod, "SyncGroupRequestAssignment"), member_id=member, assignment=b"\x00\x01")
+        resp = c.request(make(R, group_id=group, generation_id=generation, member_id=member,
+                              group_instance_id="static-9", protocol_type="consumer", protocol_name="range",
+                              assignments=(assignment,)))
+        assert bytes(resp.assignment) == b"\x00\x01"
+        return resp
+    sync = request_class(14, 5)
+    smod = load_entity_module("sync_group", 5, EntityType.request)
+    c.request(make(sync, group_id=group, generation_id=generation, member_id=member, group_instance_id="static-9",
+                   protocol_type="consumer", protocol_name="range",
+                   assignments=(make(smod.SyncGroupRequestAssignment, member_id=member, assignment=b""),)))
+    if api_key == 12:
+        return c.request(make(R, group_id=group, generation_id=generation, member_id=member,
+                              group_instance_id="static-9" if version >= 3 else None))
+    if version >= 3:
+        return c.request(make(R, group_id=group, members=(
+            make(getattr(mod, "MemberIdentity"), member_id=member, group_instance_id="static-9", reason=None),)))
+    return c.request(make(R, group_id=group, member_id=member))
+
+
 PAIRS = [(key, v) for key, h in sorted(HANDLERS.items()) for v in range(h.MIN_VERSION, h.MAX_VERSION + 1)]
 
 
@@ -115,13 +191,28 @@ def test_every_advertised_version(broker: BrokerProcess, api_key: int, version: 
     with WireClient("127.0.0.1", broker.port) as c:
         c.request(build(3, 12, topic))  # the topic exists (auto-created)
         c.request(build(0, 9, topic))   # and holds a record
-        resp = c.request(build(api_key, version, topic))
+        if api_key in (12, 13, 14):
+            resp = group_session(c, api_key, version, topic)
+        else:
+            if api_key in (15, 42, 47):  # a group with committed offsets to look at or delete
+                c.request(build(8, 9, topic))
+            resp = c.request(build(api_key, version, topic))
+            if api_key == 11 and resp.error_code == ErrorCode.member_id_required:
+                assert version == 4  # dynamic members of v4+ must rejoin with the given id (KIP-394)
+                req = build(api_key, version, topic)
+                resp = c.request(make(type(req), **{**{f: getattr(req, f) for f in req.__dataclass_fields__},
+                                                    "member_id": resp.member_id}))
         assert errors_of(api_key, resp) and all(e == ErrorCode.none for e in errors_of(api_key, resp)), resp
         if api_key == 1:
             records = resp.responses[0].partitions[0].records
             assert records and len(records) > 61
         if api_key == 2:
             assert resp.topics[0].partitions[0].offset == 0
+        if api_key == 9:
+            parts = resp.groups[0].topics[0].partitions if version >= 8 else resp.topics[0].partitions
+            assert parts[0].committed_offset == -1  # nothing committed by this group yet
+        if api_key == 11:
+            assert resp.generation_id == 1 and resp.leader == resp.member_id
         # The connection still works after the answer (framing was right).
         again = c.request(build(18, 3, topic))
         assert again.error_code == ErrorCode.none

@@ -1,0 +1,90 @@
+"""The ``__consumer_offsets`` topic as the GroupCoordinator's log, and coordinator lookup.
+
+The topic is created on first use (FindCoordinator), as Kafka does, with
+``offsets.topic.num.partitions`` partitions and ``cleanup.policy=compact``.
+Records are appended through the ReplicaManager like any produce (acks=-1)
+and read back batch by batch when a partition is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from kio.schema.errors import ErrorCode
+
+from dmq.cluster.controller import Controller
+from dmq.cluster.metadata import BrokerInfo, MetadataError, MetadataStore
+from dmq.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from dmq.record.records import decode_batch, encode_batch
+from dmq.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger("dmq.group")
+
+
+class OffsetsTopic:
+    def __init__(self, replica_manager: ReplicaManager, controller: Controller,
+                 num_partitions: int, segment_bytes: int) -> None:
+        self.replica_manager = replica_manager
+        self.controller = controller
+        self.num_partitions = num_partitions
+        self.segment_bytes = segment_bytes
+
+    def ensure_exists(self) -> bool:
+        if self.controller.store.topic(OFFSETS_TOPIC) is not None:
+            return True
+        try:
+            self.controller.create_topic(OFFSETS_TOPIC, self.num_partitions, 1, {
+                "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
+                "compression.type": "producer"})
+            log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
+            return True
+        except MetadataError as e:
+            log.error("cannot create %s: %s", OFFSETS_TOPIC, e)
+            return False
+
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        if not self.ensure_exists():
+            return ErrorCode.coordinator_not_available
+        batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))
+        return self.replica_manager.append_records(OFFSETS_TOPIC, partition, batch, -1).error
+
+    def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        p = self.replica_manager.get_partition(OFFSETS_TOPIC, partition)
+        if p is None:
+            return
+        lg = p.log
+        for segment, pos, header in lg.batches_from(lg.log_start_offset):
+            if header.is_control:
+                continue
+            _, records = decode_batch(segment.read_batch(pos, header))
+            for r in records:
+                if r.key is not None and r.offset >= lg.log_start_offset:
+                    yield r.key, r.value
+
+
+class Coordinators:
+    """Which broker coordinates what. On a single broker: this one, for every group."""
+
+    def __init__(self, group: GroupCoordinator, offsets: OffsetsTopic, store: MetadataStore,
+                 broker_id: int) -> None:
+        self.group = group
+        self.offsets = offsets
+        self.store = store
+        self.broker_id = broker_id
+
+    def group_coordinator_node(self, group_id: str) -> BrokerInfo | None:
+        if not self.offsets.ensure_exists():
+            return None
+        for b in self.store.brokers():
+            if b.broker_id == self.broker_id:
+                return b
+        return None
+
+    def load(self) -> int:
+        """Replay every local __consumer_offsets partition (startup)."""
+        topic = self.store.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return 0
+        return sum(self.group.load_partition(p) for p in topic.partitions)

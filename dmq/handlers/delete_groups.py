@@ -1,0 +1,19 @@
+"""DeleteGroups (42): delete empty groups and their committed offsets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 42
+MIN_VERSION = 0
+MAX_VERSION = 2
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    results = services.coordinators.group.delete_groups(list(request.groups_names))
+    return make(schema.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(
+        make(schema.DeletableGroupResult, group_id=g, error_code=e) for g, e in results.items()))

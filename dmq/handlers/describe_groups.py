@@ -1,0 +1,36 @@
+"""DescribeGroups (15): state, protocol and members with their metadata and assignment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 15
+MIN_VERSION = 0
+MAX_VERSION = 5
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    described = []
+    for group_id in request.groups:
+        group = services.coordinators.group.describe_group(group_id)
+        if group is None:
+            described.append(make(schema.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
+                                  group_state="Dead", protocol_type="", protocol_data="", members=()))
+            continue
+        members = tuple(
+            make(schema.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                 client_id=m.client_id, client_host=m.client_host,
+                 member_metadata=m.metadata_for(group.protocol) if group.protocol else b"",
+                 member_assignment=m.assignment)
+            for m in group.members.values()
+        )
+        described.append(make(schema.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
+                              group_state=group.state.value, protocol_type=group.protocol_type or "",
+                              protocol_data=group.protocol or "", members=members))
+    return make(schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(described))

@@ -1,0 +1,26 @@
+"""ListGroups (16): the groups this coordinator knows (filtered by state in v4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 16
+MIN_VERSION = 0
+MAX_VERSION = 4
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    groups = services.coordinators.group.list_groups(getattr(request, "states_filter", ()))
+    listed = tuple(
+        make(schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
+             group_state=g.state.value)
+        for g in groups
+    )
+    return make(schema.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                groups=listed)

@@ -1,0 +1,35 @@
+"""OffsetCommit (8): store a group's consumed positions in __consumer_offsets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 8
+MIN_VERSION = 2
+MAX_VERSION = 9
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    entries = [
+        (t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+         p.committed_metadata)
+        for t in request.topics for p in t.partitions
+    ]
+    generation = getattr(request, "generation_id_or_member_epoch", None)
+    if generation is None:
+        generation = request.generation_id
+    errors = iter(services.coordinators.group.commit_offsets(
+        request.group_id, generation, request.member_id,
+        getattr(request, "group_instance_id", None), entries))
+    topics = tuple(
+        make(schema.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
+            make(schema.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                 error_code=next(errors))
+            for p in t.partitions))
+        for t in request.topics
+    )
+    return make(schema.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=topics)

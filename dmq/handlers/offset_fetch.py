@@ -1,0 +1,49 @@
+"""OffsetFetch (9): a group's committed offsets (several groups per request in v8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 9
+MIN_VERSION = 1
+MAX_VERSION = 8
+
+
+def _partitions(cls: Any, committed: dict) -> dict[str, list[Any]]:
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), om in committed.items():
+        by_topic.setdefault(topic, []).append(make(
+            cls, partition_index=partition,
+            committed_offset=om.offset if om is not None else -1,
+            committed_leader_epoch=om.leader_epoch if om is not None else -1,
+            metadata=om.metadata if om is not None else "", error_code=ErrorCode.none))
+    return by_topic
+
+
+def _fetch(services: BrokerServices, group_id: str, topics: Any) -> tuple[ErrorCode, dict]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    return services.coordinators.group.fetch_offsets(group_id, wanted)
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    if ctx.api_version >= 8:
+        groups = []
+        for g in request.groups:
+            error, committed = _fetch(services, g.group_id, g.topics)
+            by_topic = _partitions(schema.OffsetFetchResponsePartitions, committed)
+            groups.append(make(schema.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
+                               topics=tuple(make(schema.OffsetFetchResponseTopics, name=name,
+                                                 partitions=tuple(parts))
+                                            for name, parts in by_topic.items())))
+        return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    error, committed = _fetch(services, request.group_id, request.topics)
+    by_topic = _partitions(schema.OffsetFetchResponsePartition, committed)
+    topics = tuple(make(schema.OffsetFetchResponseTopic, name=name, partitions=tuple(parts))
+                   for name, parts in by_topic.items())
+    return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
