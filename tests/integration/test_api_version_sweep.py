@@ -162,7 +162,7 @@ def group_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
     mod = load_entity_module(R.__module__.split(".")[2], mod_version, EntityType.request)
     group, member, generation = f"g-{topic}", joined.member_id, joined.generation_id
     if api_key == 14:
-        assignment = make(getattr(mod, "SyncGroupRequestAssignment"), member_id=member, assignment=b"\x00\x01")
+        assignment = make(mod.SyncGroupRequestAssignment, member_id=member, assignment=b"\x00\x01")
         resp = c.request(make(R, group_id=group, generation_id=generation, member_id=member,
                               group_instance_id="static-9", protocol_type="consumer", protocol_name="range",
                               assignments=(assignment,)))
@@ -178,7 +178,7 @@ def group_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
                               group_instance_id="static-9" if version >= 3 else None))
     if version >= 3:
         return c.request(make(R, group_id=group, members=(
-            make(getattr(mod, "MemberIdentity"), member_id=member, group_instance_id="static-9", reason=None),)))
+            make(mod.MemberIdentity, member_id=member, group_instance_id="static-9", reason=None),)))
     return c.request(make(R, group_id=group, member_id=member))
 
 
