@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from typing import Annotated, NoReturn
 
 import typer
+from rich.console import Console
 
 Bootstrap = Annotated[str, typer.Option(
     "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER",
@@ -30,3 +32,10 @@ def parse_pairs(items: list[str] | None) -> dict[str, str]:
 
 def stdout_is_tty() -> bool:
     return os.isatty(sys.stdout.fileno())
+
+
+def make_console() -> Console:
+    """A console whose tables never truncate: wide when output goes to a pipe or file."""
+    if stdout_is_tty():
+        return Console()
+    return Console(width=max(shutil.get_terminal_size((200, 24)).columns, 200))

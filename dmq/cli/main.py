@@ -80,9 +80,10 @@ def consume(
 
 
 def _register_subcommands() -> None:
-    from dmq.cli import bench, topics
+    from dmq.cli import bench, groups, topics
 
     app.add_typer(topics.app, name="topics")
+    app.add_typer(groups.app, name="groups")
     app.add_typer(bench.app, name="bench")
 
 

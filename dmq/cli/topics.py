@@ -14,13 +14,12 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
-from rich.console import Console
 from rich.table import Table
 
-from dmq.cli.common import Bootstrap, fail, parse_pairs
+from dmq.cli.common import Bootstrap, fail, make_console, parse_pairs
 
 app = typer.Typer(help="Manage topics.", no_args_is_help=True)
-console = Console()
+console = make_console()
 TIMEOUT = 30
 
 

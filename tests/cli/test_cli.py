@@ -72,3 +72,50 @@ def test_second_broker_on_the_same_data_dir_is_refused(broker: BrokerProcess) ->
     assert res.returncode != 0
     assert b"in use by another dmq broker" in res.stderr
     assert broker.alive()
+
+
+def test_groups_describe_lag_and_reset(broker: BrokerProcess) -> None:
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    dmq(broker, "topics", "create", "cli-g", "-p", "2")
+    dmq(broker, "produce", "cli-g", "-p", "0", stdin=b"".join(b"%d\n" % i for i in range(40)))
+    dmq(broker, "produce", "cli-g", "-p", "1", stdin=b"".join(b"%d\n" % i for i in range(25)))
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cli-group", "client.id": "lag-client",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe(["cli-g"])
+    got: list = []
+    deadline = time.monotonic() + 20
+    while len(got) < 65 and time.monotonic() < deadline:
+        got += [m for m in c.consume(100, 0.5) if not m.error()]
+    c.commit(offsets=[TopicPartition("cli-g", 0, 30), TopicPartition("cli-g", 1, 5)], asynchronous=False)
+    # While the member is active: it shows up with its partitions, and reset is refused.
+    active = dmq(broker, "groups", "describe", "cli-group").stdout
+    assert "Stable" in active and "lag-client" in active
+    refused = dmq(broker, "groups", "reset-offsets", "-g", "cli-group", "-t", "cli-g", "--to-earliest",
+                  "--execute", check=False)
+    assert refused.returncode == 1 and "inactive" in refused.stderr
+    # Lag as the client sees it: log end offset minus committed offset.
+    lags = {}
+    for p in (0, 1):
+        committed = c.committed([TopicPartition("cli-g", p)], 10)[0].offset
+        lags[p] = c.get_watermark_offsets(TopicPartition("cli-g", p), 10)[1] - committed
+    c.close()
+    rows = [line.replace("│", " ").split() for line in dmq(broker, "groups", "describe", "cli-group").stdout.splitlines()
+            if "cli-g " in line.replace("│", " ")]
+    described = {int(r[1]): (int(r[2]), int(r[3]), int(r[4])) for r in rows}
+    assert described == {0: (30, 40, lags[0]), 1: (5, 25, lags[1])}
+    assert "cli-group" in dmq(broker, "groups", "list").stdout
+    dry = dmq(broker, "groups", "reset-offsets", "-g", "cli-group", "-t", "cli-g", "--to-earliest")
+    assert "Dry run" in dry.stdout
+    c2 = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cli-group"})
+    assert [tp.offset for tp in c2.committed([TopicPartition("cli-g", 0), TopicPartition("cli-g", 1)], 10)] == [30, 5]
+    dmq(broker, "groups", "reset-offsets", "-g", "cli-group", "-t", "cli-g:0", "--shift-by", "-10", "--execute")
+    dmq(broker, "groups", "reset-offsets", "-g", "cli-group", "-t", "cli-g:1", "--to-latest", "--execute")
+    assert [tp.offset for tp in c2.committed([TopicPartition("cli-g", 0), TopicPartition("cli-g", 1)], 10)] == [20, 25]
+    dmq(broker, "groups", "reset-offsets", "-g", "cli-group", "-t", "cli-g", "--to-offset", "1000", "--execute")
+    assert [tp.offset for tp in c2.committed([TopicPartition("cli-g", 0), TopicPartition("cli-g", 1)], 10)] == [40, 25]
+    c2.close()
+    dmq(broker, "groups", "delete", "cli-group")
+    assert "cli-group" not in dmq(broker, "groups", "list").stdout

@@ -1,0 +1,89 @@
+"""Group APIs answer bad input with Kafka's error codes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.join_group.v9.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.offset_commit.v9.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.sync_group.v5.request import SyncGroupRequest
+from support.broker import BrokerProcess
+
+from dmq.client.wire import WireClient
+
+
+def commit(c: WireClient, group: str, topic: str, partition: int, metadata: str = "",
+           generation: int = -1, member: str = "") -> ErrorCode:
+    req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation, member_id=member,  # type: ignore[arg-type]
+                              group_instance_id=None, topics=(OffsetCommitRequestTopic(name=topic, partitions=(  # type: ignore[arg-type]
+                                  OffsetCommitRequestPartition(partition_index=partition, committed_offset=5,  # type: ignore[arg-type]
+                                                               committed_metadata=metadata),)),))
+    return c.request(req).topics[0].partitions[0].error_code
+
+
+def join(c: WireClient, group: str, member: str = "", session_ms: int = 10000, instance: str | None = None):  # noqa: ANN201
+    return c.request(JoinGroupRequest(group_id=group, session_timeout=timedelta(milliseconds=session_ms),  # type: ignore[arg-type]
+                                      rebalance_timeout=timedelta(seconds=10), member_id=member,
+                                      group_instance_id=instance, protocol_type="consumer",
+                                      protocols=(JoinGroupRequestProtocol(name="range", metadata=b"x"),)))
+
+
+def test_commit_errors(broker: BrokerProcess) -> None:
+    with WireClient("127.0.0.1", broker.port) as c:
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="ge-topic"),),  # type: ignore[arg-type]
+                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        assert commit(c, "ge-1", "ge-topic", 0) == ErrorCode.none
+        assert commit(c, "ge-1", "no-such-topic", 0) == ErrorCode.unknown_topic_or_partition
+        assert commit(c, "ge-1", "ge-topic", 7) == ErrorCode.unknown_topic_or_partition
+        assert commit(c, "ge-1", "ge-topic", 0, metadata="m" * 5000) == ErrorCode.offset_metadata_too_large
+        assert commit(c, "", "ge-topic", 0) == ErrorCode.invalid_group_id
+        # A group with members: generation and member must match.
+        joined = join(c, "ge-2", instance="i1")
+        assert joined.error_code == ErrorCode.none
+        assert commit(c, "ge-2", "ge-topic", 0, generation=joined.generation_id + 5,
+                      member=joined.member_id) == ErrorCode.illegal_generation
+        assert commit(c, "ge-2", "ge-topic", 0, generation=joined.generation_id,
+                      member="nobody") == ErrorCode.unknown_member_id
+        assert commit(c, "ge-2", "ge-topic", 0) == ErrorCode.unknown_member_id  # group has members
+        sync = c.request(SyncGroupRequest(group_id="ge-2", generation_id=joined.generation_id,  # type: ignore[arg-type]
+                                          member_id=joined.member_id, group_instance_id="i1",
+                                          protocol_type="consumer", protocol_name="range", assignments=()))
+        assert sync.error_code == ErrorCode.none
+        assert commit(c, "ge-2", "ge-topic", 0, generation=joined.generation_id,
+                      member=joined.member_id) == ErrorCode.none
+
+
+def test_membership_errors(broker: BrokerProcess) -> None:
+    with WireClient("127.0.0.1", broker.port) as c:
+        first = join(c, "ge-3")
+        assert first.error_code == ErrorCode.member_id_required and first.member_id
+        assert join(c, "ge-3", session_ms=10).error_code == ErrorCode.invalid_session_timeout
+        assert join(c, "ge-3", member="made-up").error_code == ErrorCode.unknown_member_id
+        joined = join(c, "ge-3", member=first.member_id)
+        assert joined.error_code == ErrorCode.none
+        hb = c.request(HeartbeatRequest(group_id="ge-3", generation_id=joined.generation_id + 1,  # type: ignore[arg-type]
+                                        member_id=joined.member_id, group_instance_id=None))
+        assert hb.error_code == ErrorCode.illegal_generation
+        hb = c.request(HeartbeatRequest(group_id="ge-3", generation_id=joined.generation_id,  # type: ignore[arg-type]
+                                        member_id="ghost", group_instance_id=None))
+        assert hb.error_code == ErrorCode.unknown_member_id
+        # Another incarnation of a static member fences the first.
+        a = join(c, "ge-4", instance="inst")
+        b = join(c, "ge-4", instance="inst")
+        assert a.error_code == b.error_code == ErrorCode.none and a.member_id != b.member_id
+        hb = c.request(HeartbeatRequest(group_id="ge-4", generation_id=b.generation_id,  # type: ignore[arg-type]
+                                        member_id=a.member_id, group_instance_id="inst"))
+        assert hb.error_code == ErrorCode.fenced_instance_id
+        # A member of another protocol type cannot join.
+        other = c.request(JoinGroupRequest(group_id="ge-4", session_timeout=timedelta(seconds=10),  # type: ignore[arg-type]
+                                           rebalance_timeout=timedelta(seconds=10), member_id="",
+                                           group_instance_id="other", protocol_type="connect",
+                                           protocols=(JoinGroupRequestProtocol(name="x", metadata=b""),)))
+        assert other.error_code == ErrorCode.inconsistent_group_protocol
