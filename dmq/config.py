@@ -150,6 +150,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.index.size.max.bytes", ConfigType.INT, "10485760", "Largest offset index file.", _at_least(4)),
     ConfigDef("log.message.timestamp.type", ConfigType.STRING, "CreateTime", "CreateTime or LogAppendTime.", _one_of("CreateTime", "LogAppendTime")),
     ConfigDef("log.cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact")),
+    ConfigDef("log.cleaner.enable", ConfigType.BOOLEAN, "true", "Run the log cleaner for compacted topics."),
+    ConfigDef("log.cleaner.backoff.ms", ConfigType.LONG, "15000", "Pause between cleaner passes.", _at_least(0)),
     ConfigDef("log.cleaner.delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0)),
     ConfigDef("log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5", "Dirty ratio that triggers cleaning.", _ratio),
     ConfigDef("log.segment.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0)),

@@ -168,3 +168,54 @@ def encode_batch(
     out += payload
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+@dataclass(slots=True)
+class RawRecord:
+    """One record of a batch, kept as its exact bytes (length prefix included)."""
+
+    raw: bytes
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def raw_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RawRecord]]:
+    """Split a whole batch into its records without re-encoding them."""
+    header = parse_header(batch, 0)
+    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE : header.size]
+    if header.compression:
+        body = compression.decompress(header.compression, bytes(body))
+    out: list[RawRecord] = []
+    pos = 0
+    log_append = bool(header.attributes & TIMESTAMP_TYPE_MASK)
+    for _ in range(header.record_count):
+        start = pos
+        length, pos = read_varint(body, pos)
+        end = pos + length
+        if length < 0 or end > len(body):
+            raise ValueError("record extends past its batch")
+        p = pos + 1  # attributes
+        ts_delta, p = read_varint(body, p)
+        off_delta, p = read_varint(body, p)
+        key, p = _read_bytes(body, p)
+        value, p = _read_bytes(body, p)
+        ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+        out.append(RawRecord(bytes(body[start:end]), header.base_offset + off_delta, ts, key, value))
+        pos = end
+    return header, out
+
+
+def rebuild_batch(batch: bytes, kept: list[RawRecord]) -> bytes:
+    """The same batch (header fields, codec, offsets) holding only ``kept`` records."""
+    header = parse_header(batch, 0)
+    body = b"".join(r.raw for r in kept)
+    if header.compression:
+        body = compression.compress(header.compression, body)
+    out = bytearray(batch[:HEADER_SIZE])
+    struct.pack_into(">i", out, 8, HEADER_SIZE - LOG_OVERHEAD + len(body))
+    struct.pack_into(">i", out, 57, len(kept))
+    out += body
+    struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)

@@ -36,6 +36,7 @@ from dmq.protocol.codec import (
 )
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.network import CLOSE, Listener
+from dmq.storage.cleaner import LogCleaner
 from dmq.storage.log_manager import LogManager
 
 log = logging.getLogger("dmq.broker")
@@ -87,6 +88,7 @@ class Broker:
         self._write_meta_properties()
         self.log_manager = LogManager(self.data_dir, self._log_config_for)
         load_s = self.log_manager.load_logs(self._known_partition)
+        self.cleaner = LogCleaner(self.data_dir)
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager)
         self.controller = Controller(self.store, self.config, self._apply_topic,
                                      self._remove_topic, self.log_manager.update_config)
@@ -133,6 +135,8 @@ class Broker:
         self._spawn(self._every(1000, self._flush_rolled))
         self._spawn(self._every(int(self.config["log.flush.offset.checkpoint.interval.ms"]),
                                 self._checkpoint))
+        if self.config["log.cleaner.enable"]:
+            self._spawn(self._every(int(self.config["log.cleaner.backoff.ms"]), self._clean_logs))
         self._spawn(self._every(int(self.config["offsets.retention.check.interval.ms"]),
                                 self._expire_offsets))
         for key in self.config.unknown:
@@ -182,6 +186,7 @@ class Broker:
     def _remove_topic(self, topic: TopicMetadata) -> None:
         for index in topic.partitions:
             self.replica_manager.remove_partition(topic.name, index, delete=True)
+            self.cleaner.forget(topic.name, index)
 
     # ---------------------------------------------------------------- dispatch
 
@@ -252,6 +257,12 @@ class Broker:
         await asyncio.to_thread(self.log_manager.flush_pending)
         if any(lg.config.flush_ms < LONG_MAX for lg in self.log_manager.logs.values()):
             self.log_manager.flush_dirty()
+
+    async def _clean_logs(self) -> None:
+        plan = self.cleaner.plan(list(self.log_manager.logs.values()))
+        if plan is not None:
+            result = await asyncio.to_thread(self.cleaner.clean, plan)
+            self.cleaner.swap(result)
 
     def _expire_offsets(self) -> None:
         expired = self.group_coordinator.expire_offsets()

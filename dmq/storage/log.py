@@ -210,6 +210,8 @@ class Log:
         duplicate = self.check_producer_batches(batches)
         if duplicate is not None:
             return duplicate
+        if "compact" in self.config.cleanup_policy:
+            self._require_keys(records, batches)
         now = now_ms() if timestamp is None else timestamp
         log_append = self.config.log_append_time
         segment = self.active_segment
@@ -240,6 +242,18 @@ class Log:
             self.flush()
         return AppendResult(first_offset, next_offset - 1, now if log_append else -1,
                             self.log_start_offset, batches.record_count)
+
+    @staticmethod
+    def _require_keys(records: bytearray, batches: ValidatedBatches) -> None:
+        """Compaction needs a key on every record (Kafka refuses keyless records too)."""
+        for header, pos in zip(batches.headers, batches.positions, strict=True):
+            try:
+                _, recs = record_codec.decode_batch(bytes(records[pos : pos + header.size]))
+            except ValueError as e:
+                raise InvalidRecordError("corrupt_message", f"cannot read records: {e}") from None
+            if any(r.key is None for r in recs):
+                raise InvalidRecordError("invalid_record",
+                                         "Compacted topic cannot accept message without key.")
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
