@@ -87,3 +87,31 @@ def test_membership_errors(broker: BrokerProcess) -> None:
                                            group_instance_id="other", protocol_type="connect",
                                            protocols=(JoinGroupRequestProtocol(name="x", metadata=b""),)))
         assert other.error_code == ErrorCode.inconsistent_group_protocol
+
+
+def test_offset_fetch_for_several_groups_and_list_filter(broker: BrokerProcess) -> None:
+    from kio.schema.list_groups.v4.request import ListGroupsRequest
+    from kio.schema.offset_fetch.v8.request import (
+        OffsetFetchRequest,
+        OffsetFetchRequestGroup,
+        OffsetFetchRequestTopics,
+    )
+
+    with WireClient("127.0.0.1", broker.port) as c:
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="multi"),),  # type: ignore[arg-type]
+                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        assert commit(c, "multi-a", "multi", 0) == ErrorCode.none
+        resp = c.request(OffsetFetchRequest(require_stable=False, groups=(  # type: ignore[arg-type]
+            OffsetFetchRequestGroup(group_id="multi-a", topics=None),  # type: ignore[arg-type]
+            OffsetFetchRequestGroup(group_id="multi-b", topics=(  # type: ignore[arg-type]
+                OffsetFetchRequestTopics(name="multi", partition_indexes=(0,)),)))))  # type: ignore[arg-type]
+        a, b = resp.groups
+        assert (a.group_id, a.topics[0].partitions[0].committed_offset) == ("multi-a", 5)
+        assert (b.group_id, b.topics[0].partitions[0].committed_offset) == ("multi-b", -1)
+        joined = join(c, "multi-live", instance="x")
+        assert joined.error_code == ErrorCode.none
+        empty = {g.group_id for g in c.request(ListGroupsRequest(states_filter=("Empty",))).groups}  # type: ignore[arg-type]
+        live = {g.group_id for g in c.request(ListGroupsRequest(states_filter=("CompletingRebalance",))).groups}  # type: ignore[arg-type]
+        assert "multi-a" in empty and "multi-live" not in empty
+        assert "multi-live" in live and "multi-a" not in live

@@ -105,19 +105,23 @@ def test_three_members_share_then_survive_a_sigkill(broker: BrokerProcess, tmp_p
             m.stop()
 
 
-def test_two_groups_each_get_everything(broker: BrokerProcess, tmp_path: Path) -> None:
-    topic = "grp-pubsub"
+@pytest.mark.parametrize("strategy", ["range", "roundrobin"])
+def test_two_groups_each_get_everything(broker: BrokerProcess, tmp_path: Path, strategy: str) -> None:
+    topic = f"grp-pubsub-{strategy}"
     create(broker, topic, 3)
     values = [f"v{i}" for i in range(500)]
     produce(broker, topic, values)
-    a = Member(broker, "g-one", topic, tmp_path / "one.txt")
-    b1 = Member(broker, "g-two", topic, tmp_path / "two-1.txt")
-    b2 = Member(broker, "g-two", topic, tmp_path / "two-2.txt")
+    extra = ("--strategy", strategy)
+    a = Member(broker, f"g-one-{strategy}", topic, tmp_path / "one.txt", *extra)
+    b1 = Member(broker, f"g-two-{strategy}", topic, tmp_path / "two-1.txt", *extra)
+    b2 = Member(broker, f"g-two-{strategy}", topic, tmp_path / "two-2.txt", *extra)
     try:
         wait_for(lambda: len(a.values()) >= 500, 30, "group one consumed all")
         wait_for(lambda: len(set(b1.values()) | set(b2.values())) >= 500, 30, "group two consumed all")
         assert sorted(a.values()) == sorted(values)
         assert sorted(b1.values() + b2.values()) == sorted(values)
+        wait_for(lambda: sorted(b1.assigned() + b2.assigned()) == [0, 1, 2]
+                 and bool(b1.assigned()) and bool(b2.assigned()), 30, "group two splits the partitions")
     finally:
         for m in (a, b1, b2):
             m.stop()

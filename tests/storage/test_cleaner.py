@@ -119,3 +119,13 @@ def test_clean_segments_survive_restart(tmp_path: Path) -> None:
     log.close()
     again = Log(str(tmp_path / "c-0"), "c", 0, log.config, recovery_point=0, clean_shutdown=False)
     assert everything(again) == before
+
+
+def test_compact_and_delete_policies_together(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path / "c-0", **{"cleanup.policy": "compact,delete", "retention.ms": "1000"})
+    for i in range(30):
+        put(log, b"k%d" % (i % 3), b"v%d" % i, ts=1000 + i)
+    run_cleaner(log, tmp_path, now=2000)
+    assert {k for _, k, _ in everything(log)} == {b"k0", b"k1", b"k2"}
+    assert log.delete_old_segments(now=10_000) > 0  # retention.ms applies as well
+    assert log.log_start_offset > 0
