@@ -101,6 +101,8 @@ def main() -> int:
     ap.add_argument("--latency-seconds", type=float, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     ap.add_argument("--no-reference", action="store_true", help="measure dmq alone")
+    ap.add_argument("--consume-mode", choices=["assign", "subscribe"], default="assign",
+                    help="subscribe: kbench's consumer joins a fresh consumer group")
     args = ap.parse_args()
 
     cases = CASES if args.cases == "all" else [CASES[int(i)] for i in args.cases.split(",")]
@@ -124,10 +126,10 @@ def main() -> int:
                         label = f"{name}|p{parts} s{size} acks={acks}"
                         print(f"[{rep + 1}/{args.repeats}] {label}", file=sys.stderr, flush=True)
                         res = run([sys.executable, args.kbench, brokers[name], "-p", str(parts), "-s", str(size),
-                                   "--acks", acks, "-n", str(records), "--consume-mode", "assign",
+                                   "--acks", acks, "-n", str(records), "--consume-mode", args.consume_mode,
                                    "--phases", "produce,consume", "--label", label, "--quiet-wait", "5"], 300)
                         row = {"broker": name, "case": ci, "parts": parts, "size": size, "acks": acks,
-                               "rep": rep, "kbench": res}
+                               "rep": rep, "mode": args.consume_mode, "kbench": res}
                         rows.append(row)
                         out.write(json.dumps(row) + "\n")
                 for name in order:
