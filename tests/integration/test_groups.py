@@ -65,6 +65,19 @@ class Member:
         self.proc.wait(10)
 
 
+@pytest.fixture(scope="module")
+def kafka_default_broker(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """A broker with Kafka's default group.initial.rebalance.delay.ms (3 s).
+
+    kafka-python 3.0 leaders can stall after a rebalance they start themselves
+    because their first assignment predates their topic metadata; with the
+    default delay every member joins one generation, as against Kafka.
+    """
+    proc = BrokerProcess(tmp_path_factory.mktemp("default") / "data").start()
+    yield proc
+    proc.close()
+
+
 def wait_for(cond, timeout: float, what: str) -> None:  # noqa: ANN001
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -166,6 +179,27 @@ def test_static_member_restarts_without_rebalance(broker: BrokerProcess, tmp_pat
         again.stop()
 
 
+def test_added_partitions_trigger_a_rebalance(broker: BrokerProcess, tmp_path: Path) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic, group = "grp-grow", "g-grow"
+    create(broker, topic, 2)
+    m = Member(broker, group, topic, tmp_path / "grow.txt")
+    try:
+        wait_for(lambda: m.assigned() == [0, 1], 30, "initial assignment")
+        generations_before = broker.log_text().count(f"group {group} generation")
+        a = AdminClient({"bootstrap.servers": broker.bootstrap})
+        a.create_partitions([NewPartitions(topic, 4)])[topic].result(10)
+        wait_for(lambda: m.assigned() == [0, 1, 2, 3], 30, "new partitions assigned")
+        assert broker.log_text().count(f"group {group} generation") > generations_before
+        p = Producer({"bootstrap.servers": broker.bootstrap})
+        p.produce(topic, b"to-new-partition", partition=3)
+        p.flush(10)
+        wait_for(lambda: "to-new-partition" in m.values(), 30, "record of a new partition consumed")
+    finally:
+        m.stop()
+
+
 def test_committed_offsets_and_resume(broker: BrokerProcess) -> None:
     topic, group = "grp-resume", "g-resume"
     create(broker, topic, 1)
@@ -191,20 +225,28 @@ def test_committed_offsets_and_resume(broker: BrokerProcess) -> None:
     assert [m.value() for m in rest] == [b"r%d" % i for i in range(60, 100)]
 
 
-def test_kafka_python_group(broker: BrokerProcess) -> None:
+@pytest.mark.parametrize("assignor", ["range", "sticky"])
+def test_kafka_python_group(kafka_default_broker: BrokerProcess, assignor: str) -> None:
+    broker = kafka_default_broker
     from kafka import KafkaConsumer
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+    from kafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
-    topic, group = "grp-kp", "g-kp"
+    strategy = {"range": RangePartitionAssignor, "sticky": StickyPartitionAssignor}[assignor]
+    topic, group = f"grp-kp-{assignor}", f"g-kp-{assignor}"
     create(broker, topic, 4)
     produce(broker, topic, [f"k{i}" for i in range(400)])
     results: dict[int, list[bytes]] = {0: [], 1: []}
+    assigned: dict[int, set[int]] = {0: set(), 1: set()}
     stop = threading.Event()
 
     def run(idx: int) -> None:
         c = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
                           auto_offset_reset="earliest", enable_auto_commit=False,
-                          session_timeout_ms=6000, heartbeat_interval_ms=500)
+                          session_timeout_ms=6000, heartbeat_interval_ms=500,
+                          partition_assignment_strategy=[strategy])
         while not stop.is_set():
+            assigned[idx] = {tp.partition for tp in c.assignment()}
             for records in c.poll(timeout_ms=300).values():
                 results[idx].extend(r.value for r in records)
             c.commit()
@@ -215,6 +257,8 @@ def test_kafka_python_group(broker: BrokerProcess) -> None:
         t.start()
     try:
         wait_for(lambda: len(results[0]) + len(results[1]) >= 400, 40, "kafka-python group consumed")
+        wait_for(lambda: sorted(assigned[0] | assigned[1]) == [0, 1, 2, 3] and len(assigned[0]) == 2
+                 and len(assigned[1]) == 2, 40, "the two members split the four partitions")
         time.sleep(1)
     finally:
         stop.set()
@@ -227,31 +271,40 @@ def test_kafka_python_group(broker: BrokerProcess) -> None:
     assert sum(tp.offset for tp in committed) == 400
 
 
-def test_aiokafka_group(broker: BrokerProcess) -> None:
+def test_aiokafka_group(kafka_default_broker: BrokerProcess) -> None:
+    broker = kafka_default_broker
     from aiokafka import AIOKafkaConsumer
 
     topic, group = "grp-aio", "g-aio"
     create(broker, topic, 2)
     produce(broker, topic, [f"a{i}" for i in range(200)])
 
-    async def main() -> list[bytes]:
-        c = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
-                             auto_offset_reset="earliest", enable_auto_commit=False)
-        await c.start()
+    async def main() -> tuple[list[bytes], list[set[int]]]:
+        members = [AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=group,
+                                    auto_offset_reset="earliest", enable_auto_commit=False,
+                                    session_timeout_ms=6000, heartbeat_interval_ms=500)
+                   for _ in range(2)]
+        for c in members:
+            await c.start()
         out: list[bytes] = []
+        owned: list[set[int]] = [set(), set()]
         try:
             async def collect() -> None:
-                while len(out) < 200:
-                    for records in (await c.getmany(timeout_ms=500)).values():
-                        out.extend(r.value for r in records)
-                    await c.commit()
-            await asyncio.wait_for(collect(), 30)
+                while len(out) < 200 or not all(owned):
+                    for i, c in enumerate(members):
+                        owned[i] = {tp.partition for tp in c.assignment()}
+                        for records in (await c.getmany(timeout_ms=200)).values():
+                            out.extend(r.value for r in records)
+                        await c.commit()
+            await asyncio.wait_for(collect(), 40)
         finally:
-            await c.stop()
-        return out
+            for c in members:
+                await c.stop()
+        return out, owned
 
-    got = asyncio.run(main())
+    got, owned = asyncio.run(main())
     assert sorted(got) == sorted(b"a%d" % i for i in range(200))
+    assert owned[0] and owned[1] and owned[0] | owned[1] == {0, 1} and not owned[0] & owned[1]
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
     committed = c.committed([TopicPartition(topic, p) for p in range(2)], 10)
     c.close()

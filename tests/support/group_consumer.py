@@ -30,7 +30,8 @@ def main() -> int:
     conf = {"bootstrap.servers": args.bootstrap, "group.id": args.group,
             "auto.offset.reset": "earliest", "enable.auto.commit": False,
             "session.timeout.ms": args.session_ms, "heartbeat.interval.ms": 500,
-            "partition.assignment.strategy": args.strategy, "fetch.wait.max.ms": 100}
+            "partition.assignment.strategy": args.strategy, "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 1000}
     if args.instance_id:
         conf["group.instance.id"] = args.instance_id
     c = Consumer(conf)
