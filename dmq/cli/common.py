@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
 Bootstrap = Annotated[str, typer.Option(
@@ -39,3 +41,21 @@ def make_console() -> Console:
     if stdout_is_tty():
         return Console()
     return Console(width=max(shutil.get_terminal_size((200, 24)).columns, 200))
+
+
+ADMIN_TIMEOUT = 30
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    """An AdminClient; callers keep a reference until its futures resolve."""
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+
+
+def result(fut: Any, what: str) -> Any:
+    """Wait for an admin future; turn any failure into a clear error and exit 1."""
+    try:
+        return fut.result(ADMIN_TIMEOUT)
+    except KafkaException as e:
+        fail(f"{what}: {e.args[0].str()}")
+    except Exception as e:  # noqa: BLE001 - transport errors and timeouts
+        fail(f"{what}: {e}")

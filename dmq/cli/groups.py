@@ -6,37 +6,24 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.table import Table
 
-from dmq.cli.common import Bootstrap, fail, make_console
+from dmq.cli.common import ADMIN_TIMEOUT as TIMEOUT
+from dmq.cli.common import Bootstrap, admin_client, fail, make_console, result
 
 app = typer.Typer(help="Manage consumer groups.", no_args_is_help=True)
 console = make_console()
-TIMEOUT = 30
-
-
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
-
-
-def _result(fut: Any, what: str) -> Any:
-    try:
-        return fut.result(TIMEOUT)
-    except KafkaException as e:
-        fail(f"{what}: {e.args[0].str()}")
-    except Exception as e:  # noqa: BLE001 - transport errors and timeouts
-        fail(f"{what}: {e}")
 
 
 def _describe(a: AdminClient, group: str) -> Any:
-    return _result(a.describe_consumer_groups([group])[group], f"cannot describe group {group}")
+    return result(a.describe_consumer_groups([group])[group], f"cannot describe group {group}")
 
 
 def _committed(a: AdminClient, group: str) -> dict[tuple[str, int], int]:
     fut = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
-    res = _result(fut, f"cannot fetch offsets of group {group}")
+    res = result(fut, f"cannot fetch offsets of group {group}")
     return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions if tp.offset >= 0}
 
 
@@ -44,7 +31,7 @@ def _list_offsets(a: AdminClient, tps: list[tuple[str, int]], spec: OffsetSpec) 
     if not tps:
         return {}
     futs = a.list_offsets({TopicPartition(t, p): spec for t, p in tps})
-    return {(tp.topic, tp.partition): _result(f, "cannot list offsets").offset for tp, f in futs.items()}
+    return {(tp.topic, tp.partition): result(f, "cannot list offsets").offset for tp, f in futs.items()}
 
 
 def _state_name(state: Any) -> str:
@@ -56,8 +43,8 @@ def _state_name(state: Any) -> str:
 @app.command("list")
 def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     """List consumer groups with their state."""
-    a = _admin(bootstrap_server)  # keep a reference: a collected client cancels its futures
-    res = _result(a.list_consumer_groups(), "cannot list groups")
+    a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
+    res = result(a.list_consumer_groups(), "cannot list groups")
     table = Table("group", "state")
     for g in sorted(res.valid, key=lambda g: g.group_id):
         table.add_row(g.group_id, _state_name(g.state))
@@ -67,7 +54,7 @@ def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
 @app.command()
 def describe(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     """State, members and per-partition committed offset, log end offset and lag."""
-    a = _admin(bootstrap_server)
+    a = admin_client(bootstrap_server)
     desc = _describe(a, group)
     committed = _committed(a, group)
     owner: dict[tuple[str, int], Any] = {}
@@ -96,8 +83,8 @@ def describe(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None
 @app.command()
 def delete(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     """Delete an empty group and its committed offsets."""
-    a = _admin(bootstrap_server)
-    _result(a.delete_consumer_groups([group])[group], f"cannot delete group {group}")
+    a = admin_client(bootstrap_server)
+    result(a.delete_consumer_groups([group])[group], f"cannot delete group {group}")
     console.print(f"Deleted group [bold]{group}[/bold].")
 
 
@@ -117,7 +104,7 @@ def reset_offsets(
     chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None, shift_by is not None]
     if sum(chosen) != 1:
         fail("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by", 2)
-    a = _admin(bootstrap_server)
+    a = admin_client(bootstrap_server)
     name, _, parts = topic.partition(":")
     md = a.list_topics(timeout=TIMEOUT)
     if name not in md.topics or md.topics[name].error is not None:
@@ -161,5 +148,5 @@ def reset_offsets(
         console.print("Dry run: nothing changed. Add --execute to apply.")
         return
     request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in target.items()])
-    _result(a.alter_consumer_group_offsets([request])[group], f"cannot reset offsets of group {group}")
+    result(a.alter_consumer_group_offsets([request])[group], f"cannot reset offsets of group {group}")
     console.print(f"Reset offsets of group [bold]{group}[/bold].")

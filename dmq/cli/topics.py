@@ -7,7 +7,6 @@ from typing import Annotated, Any
 import typer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -16,25 +15,16 @@ from confluent_kafka.admin import (
 )
 from rich.table import Table
 
-from dmq.cli.common import Bootstrap, fail, make_console, parse_pairs
+from dmq.cli.common import ADMIN_TIMEOUT as TIMEOUT
+from dmq.cli.common import Bootstrap, admin_client, fail, make_console, parse_pairs, result
 
 app = typer.Typer(help="Manage topics.", no_args_is_help=True)
 console = make_console()
-TIMEOUT = 30
-
-
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
 
 
 def _wait(futures: dict, what: str) -> None:
     for name, fut in futures.items():
-        try:
-            fut.result(TIMEOUT)
-        except KafkaException as e:
-            fail(f"{what} {name} failed: {e.args[0].str()}")
-        except Exception as e:  # noqa: BLE001 - transport errors and timeouts
-            fail(f"{what} {name} failed: {e}")
+        result(fut, f"{what} {name} failed")
 
 
 @app.command()
@@ -47,7 +37,7 @@ def create(
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Create a topic."""
-    a = _admin(bootstrap_server)
+    a = admin_client(bootstrap_server)
     topic = NewTopic(name, partitions, replication_factor, config=parse_pairs(config))
     fut = a.create_topics([topic])[name]
     try:
@@ -64,7 +54,7 @@ def create(
 def list_topics(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     """List topic names."""
     try:
-        md = _admin(bootstrap_server).list_topics(timeout=TIMEOUT)
+        md = admin_client(bootstrap_server).list_topics(timeout=TIMEOUT)
     except KafkaException as e:
         fail(f"cannot reach {bootstrap_server}: {e.args[0].str()}")
     for name in sorted(md.topics):
@@ -77,7 +67,7 @@ def describe(
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Show partitions (leader, replicas, ISR) and config overrides."""
-    a = _admin(bootstrap_server)
+    a = admin_client(bootstrap_server)
     try:
         # Ask for all topics: a request naming one may auto-create it.
         md = a.list_topics(timeout=TIMEOUT)
@@ -111,7 +101,7 @@ def describe(
 @app.command()
 def delete(name: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     """Delete a topic and its data."""
-    a = _admin(bootstrap_server)  # keep a reference: a collected client cancels its futures
+    a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
     _wait(a.delete_topics([name]), "deleting topic")
     console.print(f"Deleted topic [bold]{name}[/bold].")
 
@@ -127,7 +117,7 @@ def alter(
     """Add partitions or change config overrides."""
     if partitions is None and not config and not delete_config:
         fail("nothing to alter: give --partitions, --config or --delete-config")
-    a = _admin(bootstrap_server)
+    a = admin_client(bootstrap_server)
     if partitions is not None:
         _wait(a.create_partitions([NewPartitions(name, partitions)]), "adding partitions to")
         console.print(f"Topic {name} now has {partitions} partitions.")
