@@ -1,0 +1,413 @@
+"""The ``dmq`` data source for PySpark 4.2+ (Python Data Source API), like Spark's Kafka source.
+
+Options (names and meanings of Spark's Kafka connector):
+
+- ``bootstrap.servers`` or ``kafka.bootstrap.servers``;
+- one of ``subscribe`` (comma-separated topics), ``subscribePattern`` (regex)
+  or ``assign`` (JSON ``{"topic": [0, 1]}``);
+- ``startingOffsets``: ``earliest``, ``latest`` or JSON
+  ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest); default
+  ``latest`` for streams, ``earliest`` for batch reads;
+- ``startingTimestamp`` (ms, every partition) or ``startingOffsetsByTimestamp``
+  (JSON ``{"topic": {"0": 1700000000000}}``); partitions a JSON option leaves
+  out, and partitions added later, start at their earliest offset;
+- ``endingOffsets`` (batch only): ``latest`` or JSON;
+- ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss`` (default
+  true), ``includeHeaders`` (default false);
+- ``commitOffsetsToGroup``: a consumer group to which each finished
+  micro-batch's end offsets are committed, so ``dmq groups describe`` shows
+  the pipeline's lag. Spark commits a batch when the next one starts, so the
+  group trails Spark's checkpoint (the source of truth) by at most one batch.
+
+Offsets are ``{"topic": {"partition": next offset}}``. Executors read each
+offset range with confluent-kafka; consumers only ever see records below the
+high watermark.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from dmq.spark.sink import DmqStreamWriter, DmqWriter
+
+BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+               "timestamp timestamp, timestampType int")
+HEADERS_FIELD = ", headers array<struct<key: string, value: binary>>"
+EARLIEST, LATEST = -2, -1
+
+Offsets = dict[str, dict[str, int]]
+
+
+class DmqSourceError(ValueError):
+    pass
+
+
+def _bool(options: Any, name: str, default: bool) -> bool:
+    raw = options.get(name)
+    if raw is None:
+        return default
+    if str(raw).lower() not in ("true", "false"):
+        raise DmqSourceError(f"option {name} must be true or false, got {raw!r}")
+    return str(raw).lower() == "true"
+
+
+def _int(options: Any, name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise DmqSourceError(f"option {name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise DmqSourceError(f"option {name} must be positive, got {value}")
+    return value
+
+
+class SourceConfig:
+    """Validated options, shared by the batch and the streaming reader (picklable)."""
+
+    def __init__(self, options: Any) -> None:
+        self.bootstrap = options.get("bootstrap.servers") or options.get("kafka.bootstrap.servers")
+        if not self.bootstrap:
+            raise DmqSourceError("option bootstrap.servers (or kafka.bootstrap.servers) is required")
+        chosen = [k for k in ("subscribe", "subscribePattern", "assign") if options.get(k)]
+        if len(chosen) != 1:
+            raise DmqSourceError("give exactly one of the options subscribe, subscribePattern, assign")
+        self.subscribe = [t.strip() for t in options.get("subscribe", "").split(",") if t.strip()]
+        self.pattern = options.get("subscribePattern")
+        self.assign: dict[str, list[int]] | None = None
+        if options.get("assign"):
+            try:
+                self.assign = {t: [int(p) for p in ps] for t, ps in json.loads(options["assign"]).items()}
+            except (ValueError, TypeError, AttributeError):
+                raise DmqSourceError('option assign must be JSON like {"topic": [0, 1]}') from None
+        self.starting = options.get("startingOffsets")
+        self.ending = options.get("endingOffsets", "latest")
+        self.starting_timestamp = options.get("startingTimestamp")
+        self.starting_by_timestamp = options.get("startingOffsetsByTimestamp")
+        self.max_per_trigger = _int(options, "maxOffsetsPerTrigger")
+        self.min_partitions = _int(options, "minPartitions")
+        self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
+        self.include_headers = _bool(options, "includeHeaders", False)
+        self.commit_group = options.get("commitOffsetsToGroup")
+
+    def client_conf(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, "group.id": f"dmq-spark-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False, "socket.timeout.ms": 30000}
+
+
+def schema_for(include_headers: bool) -> str:
+    return BASE_SCHEMA + (HEADERS_FIELD if include_headers else "")
+
+
+class Metadata:
+    """Driver-side view of topics, partitions and offsets (one short-lived consumer)."""
+
+    def __init__(self, config: SourceConfig) -> None:
+        from confluent_kafka import Consumer
+
+        self.config = config
+        self.consumer = Consumer(config.client_conf())
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def partitions(self) -> list[tuple[str, int]]:
+        md = self.consumer.list_topics(timeout=30)
+        topics = {name: sorted(t.partitions) for name, t in md.topics.items()
+                  if t.error is None and not name.startswith("__")}
+        cfg = self.config
+        if cfg.assign is not None:
+            missing = [t for t in cfg.assign if t not in topics]
+            if missing:
+                raise DmqSourceError(f"assigned topics do not exist: {', '.join(missing)}")
+            return [(t, p) for t, ps in cfg.assign.items() for p in ps]
+        if cfg.pattern:
+            regex = re.compile(cfg.pattern)
+            names = [n for n in sorted(topics) if regex.fullmatch(n)]
+        else:
+            names = cfg.subscribe
+        return [(t, p) for t in names for p in topics.get(t, [])]
+
+    def watermarks(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        from confluent_kafka import TopicPartition
+
+        return {tp: self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=30) for tp in tps}
+
+    def offsets_for_times(self, stamps: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        from confluent_kafka import TopicPartition
+
+        if not stamps:
+            return {}
+        found = self.consumer.offsets_for_times([TopicPartition(t, p, ts) for (t, p), ts in stamps.items()],
+                                                timeout=30)
+        marks = self.watermarks(list(stamps))
+        # No record at or after the timestamp: start at the end (Spark's 'latest' strategy).
+        return {(r.topic, r.partition): (r.offset if r.offset >= 0 else marks[(r.topic, r.partition)][1])
+                for r in found}
+
+    def resolve(self, spec: str | None, default: str, tps: list[tuple[str, int]]) -> Offsets:
+        """Offsets for ``startingOffsets``/``endingOffsets``-style specs (and timestamps)."""
+        marks = self.watermarks(tps)
+        cfg = self.config
+        out: dict[tuple[str, int], int] = {}
+        if spec is None and cfg.starting_by_timestamp and default != "latest-end":
+            stamps = {(t, int(p)): int(ts) for t, ps in json.loads(cfg.starting_by_timestamp).items()
+                      for p, ts in ps.items()}
+            out = self.offsets_for_times(stamps)
+            for tp in tps:  # partitions left out start at their earliest, as in JSON offsets
+                out.setdefault(tp, marks[tp][0])
+        elif spec is None and cfg.starting_timestamp and default != "latest-end":
+            out = self.offsets_for_times({tp: int(cfg.starting_timestamp) for tp in tps})
+        else:
+            text = (spec or default).strip()
+            if text == "latest-end":
+                text = "latest"
+            if text in ("earliest", "latest"):
+                out = {tp: marks[tp][0 if text == "earliest" else 1] for tp in tps}
+            else:
+                try:
+                    raw = json.loads(text)
+                except ValueError:
+                    raise DmqSourceError(f"offsets must be earliest, latest or JSON, got {text!r}") from None
+                for t, ps in raw.items():
+                    for p, off in ps.items():
+                        tp = (t, int(p))
+                        if tp not in marks:
+                            marks.update(self.watermarks([tp]))
+                        out[tp] = marks[tp][0] if off == EARLIEST else marks[tp][1] if off == LATEST else int(off)
+                for tp in tps:
+                    out.setdefault(tp, marks[tp][0])
+        return to_offsets(out)
+
+
+def to_offsets(flat: dict[tuple[str, int], int]) -> Offsets:
+    out: Offsets = {}
+    for (t, p), o in sorted(flat.items()):
+        out.setdefault(t, {})[str(p)] = int(o)
+    return out
+
+
+def flatten(offsets: Offsets) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, ps in offsets.items() for p, o in ps.items()}
+
+
+class RangePartition(InputPartition):
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def split_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[RangePartition]:
+    ranges = []
+    s_flat = flatten(start)
+    for tp, e in sorted(flatten(end).items()):
+        s = s_flat.get(tp, 0)
+        if e > s:
+            ranges.append((tp, s, e))
+    if min_partitions and ranges and len(ranges) < min_partitions:
+        total = sum(e - s for _, s, e in ranges)
+        out = []
+        for (t, p), s, e in ranges:
+            pieces = max(1, round(min_partitions * (e - s) / total))
+            step = math.ceil((e - s) / pieces)
+            for lo in range(s, e, step):
+                out.append(RangePartition(t, p, lo, min(e, lo + step)))
+        return out
+    return [RangePartition(t, p, s, e) for (t, p), s, e in ranges]
+
+
+def read_range(config: SourceConfig, part: RangePartition) -> Iterator[tuple[Any, ...]]:
+    """Records with start <= offset < end of one partition (runs on an executor)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({**config.client_conf(), "enable.partition.eof": True,
+                         "auto.offset.reset": "error", "fetch.wait.max.ms": 50,
+                         "queued.max.messages.kbytes": 65536})
+    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+    position = part.start
+    try:
+        while position < part.end:
+            for msg in consumer.consume(10000, 1.0):
+                m: Any = msg
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if m.offset() < part.end:
+                            _data_loss(config, part, f"the log ends at {m.offset()}")
+                        # At or past the end: offsets missing below it were compacted away.
+                        return
+                    if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                        _data_loss(config, part, "the offsets were deleted (retention or DeleteRecords)")
+                        # failOnDataLoss=false: skip what is gone, go on from the earliest left.
+                        low, _high = consumer.get_watermark_offsets(
+                            TopicPartition(part.topic, part.partition), timeout=30)
+                        if low >= part.end:
+                            return
+                        position = max(position, low)
+                        consumer.assign([TopicPartition(part.topic, part.partition, position)])
+                        break
+                    raise RuntimeError(f"reading {part.topic}-{part.partition}: {err.str()}")
+                offset = m.offset()
+                if offset >= part.end:
+                    position = part.end
+                    break
+                position = offset + 1
+                ts_type, ts = m.timestamp()
+                row: tuple[Any, ...] = (m.key(), m.value(), part.topic, part.partition, offset,
+                                        datetime.fromtimestamp(ts / 1000, tz=UTC), ts_type - 1 if ts_type > 0 else 0)
+                if config.include_headers:
+                    row += ([(k, v) for k, v in (m.headers() or [])],)
+                yield row
+    finally:
+        consumer.close()
+
+
+def _data_loss(config: SourceConfig, part: RangePartition, why: str) -> None:
+    message = (f"data loss reading {part.topic}-{part.partition} offsets [{part.start}, {part.end}): "
+               f"{why}. Set failOnDataLoss=false to skip missing records.")
+    if config.fail_on_data_loss:
+        raise RuntimeError(message)
+
+
+class DmqBatchReader(DataSourceReader):
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+
+    def partitions(self) -> Sequence[InputPartition]:
+        md = Metadata(self.config)
+        try:
+            tps = md.partitions()
+            start = md.resolve(self.config.starting, "earliest", tps)
+            end = md.resolve(self.config.ending, "latest-end", tps)
+        finally:
+            md.close()
+        return split_ranges(start, end, self.config.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, RangePartition)
+        yield from read_range(self.config, partition)
+
+
+class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, config: SourceConfig) -> None:
+        self.config = config
+        self.available_now: dict[tuple[str, int], int] | None = None
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to what exists now, then stop."""
+        md = Metadata(self.config)
+        try:
+            marks = md.watermarks(md.partitions())
+        finally:
+            md.close()
+        self.available_now = {tp: hi for tp, (_lo, hi) in marks.items()}
+
+    def initialOffset(self) -> dict:
+        md = Metadata(self.config)
+        try:
+            return md.resolve(self.config.starting, "latest", md.partitions())
+        finally:
+            md.close()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.config.max_per_trigger:
+            return ReadMaxRows(self.config.max_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        md = Metadata(self.config)
+        try:
+            tps = md.partitions()
+            marks = md.watermarks(tps)
+        finally:
+            md.close()
+        begin = flatten(start)
+        # New partitions (added to a topic or matching the pattern) start from their earliest.
+        frm = {tp: begin.get(tp, marks[tp][0]) for tp in tps}
+        latest = {tp: max(marks[tp][1], frm[tp]) for tp in tps}
+        if self.available_now is not None:
+            latest = {tp: max(frm[tp], min(o, self.available_now.get(tp, frm[tp])))
+                      for tp, o in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            available = {tp: latest[tp] - frm[tp] for tp in tps}
+            total = sum(available.values())
+            if total > limit.max_rows:
+                budget = limit.max_rows
+                shares = {tp: available[tp] * budget // total for tp in tps}
+                left = budget - sum(shares.values())
+                for tp in sorted(tps, key=lambda x: available[x] - shares[x], reverse=True):
+                    if left <= 0:
+                        break
+                    if shares[tp] < available[tp]:
+                        shares[tp] += 1
+                        left -= 1
+                latest = {tp: frm[tp] + shares[tp] for tp in tps}
+        for tp, o in begin.items():  # partitions that vanished keep their position
+            latest.setdefault(tp, o)
+        return to_offsets(latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return split_ranges(start, end, self.config.min_partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, RangePartition)
+        yield from read_range(self.config, partition)
+
+    def commit(self, end: dict) -> None:
+        if not self.config.commit_group:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({**self.config.client_conf(), "group.id": self.config.commit_group})
+        try:
+            c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in flatten(end).items()],
+                     asynchronous=False)
+        finally:
+            c.close()
+
+
+class DmqDataSource(DataSource):
+    """``spark.read.format("dmq")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "dmq"
+
+    def schema(self) -> str:
+        return schema_for(_bool(self.options, "includeHeaders", False))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DmqBatchReader(SourceConfig(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return DmqStreamReader(SourceConfig(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        return DmqWriter(dict(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return DmqStreamWriter(dict(self.options), schema)
