@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,22 +12,7 @@ pyspark = pytest.importorskip("pyspark")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from support.broker import BrokerProcess  # noqa: E402
-
-from dmq.spark import register  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def spark():  # noqa: ANN201
-    from pyspark.sql import SparkSession
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    session = (SparkSession.builder.master("local[2]").appName("dmq-tests")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+from support.spark import reader  # noqa: E402
 
 
 def create(b: BrokerProcess, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -43,13 +25,6 @@ def produce(b: BrokerProcess, topic: str, records: list[dict]) -> None:
     for r in records:
         p.produce(topic, **r)
     assert p.flush(30) == 0
-
-
-def reader(spark, b: BrokerProcess, topic: str, **options: str):  # noqa: ANN001, ANN201
-    r = spark.read.format("dmq").option("bootstrap.servers", b.bootstrap).option("subscribe", topic)
-    for k, v in options.items():
-        r = r.option(k, v)
-    return r.load()
 
 
 def test_batch_read_returns_exactly_the_records(spark, broker: BrokerProcess) -> None:  # noqa: ANN001
@@ -167,8 +142,6 @@ def test_new_partitions_are_picked_up(spark, broker: BrokerProcess, tmp_path: Pa
     assert values == sorted([f"x{i}" for i in range(10)] + ["y"])
 
 
-def _never() -> Iterator[int]:
-    yield from ()
 
 
 def test_compacted_gaps_and_data_loss(spark, broker: BrokerProcess, tmp_path: Path) -> None:  # noqa: ANN001

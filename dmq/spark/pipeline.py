@@ -1,0 +1,176 @@
+"""The access-log pipeline: generator -> dmq topic -> Spark streaming -> Parquet and a dmq topic.
+
+1. ``generate()`` writes web-server access-log lines (Common Log Format) to a
+   topic at a chosen rate; their event times span ``minutes`` simulated
+   minutes. The queue absorbs bursts: the generator never waits for Spark.
+2. ``start_queries()`` runs two Structured Streaming queries that parse the
+   lines and count requests per one-minute event-time window, by status and
+   by path, with a one-minute watermark (append mode: a window is written once,
+   when the watermark passes it).
+3. Each finished window goes to Parquet (``<output>/by_status``,
+   ``<output>/by_path``; a replayed micro-batch overwrites its own directory,
+   so the files stay exact) and, as JSON, to the topic ``<topic>-counts``.
+
+The generator ends with one marker line (path ``/__end__``) dated ten minutes
+after the last event: it moves the watermark past every real window, so all of
+them close, while the marker's own window never does and is never written.
+Plain Spark batch jobs read the Parquet output.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+PATHS = ["/", "/index.html", "/products", "/products/42", "/cart", "/checkout", "/api/orders",
+         "/api/users", "/static/app.js", "/static/style.css", "/login", "/search"]
+STATUSES = [200] * 14 + [201, 204, 301, 302, 304, 400, 401, 403, 404, 404, 500, 502, 503]
+METHODS = ["GET"] * 8 + ["POST", "PUT", "DELETE"]
+END_PATH = "/__end__"
+LOG_PATTERN = r'^(\S+) \S+ \S+ \[([^\]]+)\] "(\S+) (\S+) [^"]*" (\d{3}) (\d+|-)'
+TIME_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    ip: str
+    time: datetime
+    method: str
+    path: str
+    status: int
+    size: int
+
+    def render(self) -> str:
+        stamp = self.time.strftime("%d/%b/%Y:%H:%M:%S +0000")
+        return f'{self.ip} - - [{stamp}] "{self.method} {self.path} HTTP/1.1" {self.status} {self.size}'
+
+
+def make_lines(count: int, minutes: int, seed: int = 7,
+               start: datetime | None = None) -> list[LogLine]:
+    rng = random.Random(seed)
+    base = (start or datetime(2026, 1, 1, 12, 0, tzinfo=UTC)).replace(second=0, microsecond=0)
+    span = minutes * 60
+    return [
+        LogLine(f"10.0.{rng.randrange(256)}.{rng.randrange(256)}",
+                base + timedelta(seconds=int(i * span / count)), rng.choice(METHODS),
+                rng.choice(PATHS), rng.choice(STATUSES), rng.randrange(200, 50_000))
+        for i in range(count)
+    ]
+
+
+def expected_counts(lines: list[LogLine]) -> tuple[Counter[tuple[datetime, int]], Counter[tuple[datetime, str]]]:
+    """The windowed counts, computed directly in Python."""
+    by_status: Counter[tuple[datetime, int]] = Counter()
+    by_path: Counter[tuple[datetime, str]] = Counter()
+    for line in lines:
+        window = line.time.replace(second=0, microsecond=0)
+        by_status[(window, line.status)] += 1
+        by_path[(window, line.path)] += 1
+    return by_status, by_path
+
+
+def generate(bootstrap: str, topic: str, lines: list[LogLine], rate: float,
+             on_progress: Callable[[int], None] | None = None) -> int:
+    """Produce the lines (``rate`` lines/s, 0 for as fast as possible), then the end marker."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    started = time.monotonic()
+    end = LogLine("0.0.0.0", lines[-1].time + timedelta(minutes=10), "GET", END_PATH, 200, 0)
+    for i, line in enumerate([*lines, end]):
+        if rate > 0:
+            delay = started + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        while True:
+            try:
+                producer.produce(topic, line.render().encode(), key=line.ip.encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+        if on_progress is not None and i % 200 == 0:
+            on_progress(i)
+    remaining = producer.flush(60)
+    if remaining:
+        raise RuntimeError(f"{remaining} log lines were not delivered to {bootstrap}")
+    if on_progress is not None:
+        on_progress(len(lines))
+    return len(lines)
+
+
+def start_queries(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str,
+                  max_per_trigger: int = 20_000) -> list[Any]:
+    """Start the two windowed-count queries; returns the StreamingQuery objects."""
+    from pyspark.sql import functions as F
+
+    from dmq.spark import register
+
+    register(spark)
+    raw = (spark.readStream.format("dmq").option("bootstrap.servers", bootstrap)
+           .option("subscribe", topic).option("startingOffsets", "earliest")
+           .option("maxOffsetsPerTrigger", str(max_per_trigger))
+           .option("commitOffsetsToGroup", f"{topic}-pipeline").load())
+    value = F.col("value").cast("string")
+    parsed = raw.select(
+        F.to_timestamp(F.regexp_extract(value, LOG_PATTERN, 2), TIME_FORMAT).alias("event_time"),
+        F.regexp_extract(value, LOG_PATTERN, 4).alias("path"),
+        F.regexp_extract(value, LOG_PATTERN, 5).cast("int").alias("status"),
+    ).where(F.col("event_time").isNotNull())
+    # The end marker is not filtered out: a filter would be pushed below the watermark and
+    # hide the marker from it. Its own window lies beyond the watermark it sets, so that
+    # window is never emitted.
+    events = parsed.withWatermark("event_time", "1 minute")
+    queries = []
+    for name, column in (("by_status", "status"), ("by_path", "path")):
+        counts = (events.groupBy(F.window("event_time", "1 minute").alias("w"), column).count()
+                  .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
+                          F.col(column).cast("string").alias("key"), "count"))
+        queries.append(counts.writeStream.outputMode("append")
+                       .foreachBatch(_sink(name, bootstrap, f"{topic}-counts", output))
+                       .option("checkpointLocation", f"{checkpoint}/{name}")
+                       .trigger(processingTime="1 second").queryName(f"access-logs-{name}").start())
+    return queries
+
+
+def _sink(name: str, bootstrap: str, topic: str, output: str) -> Callable[[Any, int], None]:
+    def write(batch: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        if batch.isEmpty():
+            return
+        batch = batch.persist()
+        try:
+            # Overwriting the batch's own directory makes a replayed batch exact.
+            batch.write.mode("overwrite").parquet(f"{output}/{name}/batch_id={batch_id}")
+            (batch.select(F.concat_ws("|", F.lit(name), F.col("window_start").cast("string"), "key").alias("key"),
+                          F.to_json(F.struct(F.lit(name).alias("series"), "window_start", "window_end",
+                                             "key", "count")).alias("value"))
+             .write.format("dmq").mode("append").option("bootstrap.servers", bootstrap)
+             .option("topic", topic).save())
+        finally:
+            batch.unpersist()
+
+    return write
+
+
+def read_counts(spark: Any, output: str, name: str) -> dict[tuple[datetime, str], int]:
+    """What a plain batch job sees in the Parquet output."""
+    import os
+
+    path = f"{output}/{name}"
+    if not os.path.isdir(path):
+        return {}
+    rows = spark.read.parquet(path).collect()
+    return {(r.window_start.replace(tzinfo=UTC) if r.window_start.tzinfo is None else r.window_start, r.key): r["count"]
+            for r in rows}
+
+
+def summary_json(counts: dict[tuple[datetime, str], int]) -> str:
+    return json.dumps({f"{w.isoformat()} {k}": c for (w, k), c in sorted(counts.items())}, indent=1)
