@@ -80,11 +80,12 @@ def consume(
 
 
 def _register_subcommands() -> None:
-    from dmq.cli import bench, groups, topics
+    from dmq.cli import bench, groups, pipeline, topics
 
     app.add_typer(topics.app, name="topics")
     app.add_typer(groups.app, name="groups")
     app.add_typer(bench.app, name="bench")
+    app.add_typer(pipeline.app, name="pipeline")
 
 
 _register_subcommands()

@@ -35,6 +35,7 @@ METHODS = ["GET"] * 8 + ["POST", "PUT", "DELETE"]
 END_PATH = "/__end__"
 LOG_PATTERN = r'^(\S+) \S+ \S+ \[([^\]]+)\] "(\S+) (\S+) [^"]*" (\d{3}) (\d+|-)'
 TIME_FORMAT = "dd/MMM/yyyy:HH:mm:ss Z"
+COUNTS_SCHEMA = "window_start timestamp, window_end timestamp, key string, count long, batch_id long"
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,16 @@ def _sink(name: str, bootstrap: str, topic: str, output: str) -> Callable[[Any, 
     return write
 
 
+def stop_queries(queries: list[Any]) -> None:
+    """Let running micro-batches finish, then stop (stopping mid-write aborts the write)."""
+    for q in queries:
+        try:
+            if q.isActive and q.exception() is None:
+                q.processAllAvailable()
+        finally:
+            q.stop()
+
+
 def read_counts(spark: Any, output: str, name: str) -> dict[tuple[datetime, str], int]:
     """What a plain batch job sees in the Parquet output."""
     import os
@@ -167,7 +178,8 @@ def read_counts(spark: Any, output: str, name: str) -> dict[tuple[datetime, str]
     path = f"{output}/{name}"
     if not os.path.isdir(path):
         return {}
-    rows = spark.read.parquet(path).collect()
+    # An explicit schema: a directory without finished files yet reads as empty.
+    rows = spark.read.schema(COUNTS_SCHEMA).parquet(path).collect()
     return {(r.window_start.replace(tzinfo=UTC) if r.window_start.tzinfo is None else r.window_start, r.key): r["count"]
             for r in rows}
 

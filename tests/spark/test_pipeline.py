@@ -33,8 +33,7 @@ def test_windowed_counts_equal_python_counts(spark, broker: BrokerProcess, tmp_p
                 assert q.exception() is None, q.exception()
             time.sleep(2)
     finally:
-        for q in queries:
-            q.stop()
+        pipeline.stop_queries(queries)
     want_status, want_path = pipeline.expected_counts(lines)
     got_status = pipeline.read_counts(spark, output, "by_status")
     got_path = pipeline.read_counts(spark, output, "by_path")
@@ -51,3 +50,20 @@ def test_windowed_counts_equal_python_counts(spark, broker: BrokerProcess, tmp_p
     committed = c.committed([TopicPartition(topic, 0)], 10)[0].offset
     c.close()
     assert committed > 0
+
+
+def test_pipeline_command(broker: BrokerProcess, tmp_path: Path) -> None:
+    """`dmq pipeline run access-logs` against a running broker, as the README shows it."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "cli-out"
+    res = subprocess.run([sys.executable, "-m", "dmq", "pipeline", "run", "access-logs", "-b", broker.bootstrap,
+                          "--topic", "cli-logs", "--lines", "2000", "--minutes", "3", "--rate", "0",
+                          "--output", str(out), "--timeout", "240"],
+                         capture_output=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
+    text = res.stdout.decode()
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+    assert "every line counted" in text and "2,000 / 2,000" in text
+    assert (out / "by_status").is_dir() and (out / "by_path").is_dir()
