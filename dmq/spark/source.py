@@ -31,7 +31,6 @@ import math
 import re
 import uuid
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -240,17 +239,45 @@ def split_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> li
     return [RangePartition(t, p, s, e) for (t, p), s, e in ranges]
 
 
-def read_range(config: SourceConfig, part: RangePartition) -> Iterator[tuple[Any, ...]]:
-    """Records with start <= offset < end of one partition (runs on an executor)."""
+def _arrow_batch(config: SourceConfig, part: RangePartition, msgs: list[Any]) -> Any:
+    import pyarrow as pa
+
+    stamps = [m.timestamp() for m in msgs]
+    columns = [
+        pa.array([m.key() for m in msgs], pa.binary()),
+        pa.array([m.value() for m in msgs], pa.binary()),
+        pa.array([part.topic] * len(msgs), pa.string()),
+        pa.array([part.partition] * len(msgs), pa.int32()),
+        pa.array([m.offset() for m in msgs], pa.int64()),
+        pa.array([ts * 1000 for _t, ts in stamps], pa.timestamp("us", tz="UTC")),
+        pa.array([t - 1 if t > 0 else 0 for t, _ts in stamps], pa.int32()),
+    ]
+    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    if config.include_headers:
+        header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+        columns.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
+                                header_type))
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def read_range(config: SourceConfig, part: RangePartition) -> Iterator[Any]:
+    """Records with start <= offset < end of one partition (runs on an executor).
+
+    Yields Arrow record batches (one per consume call, up to 10 000 records):
+    several times faster than handing Spark one tuple per row.
+    """
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    # fetch.queue.backoff.ms: librdkafka otherwise pauses 1 s whenever its local queue fills.
     consumer = Consumer({**config.client_conf(), "enable.partition.eof": True,
                          "auto.offset.reset": "error", "fetch.wait.max.ms": 50,
-                         "queued.max.messages.kbytes": 65536})
+                         "queued.max.messages.kbytes": 65536, "fetch.queue.backoff.ms": 10})
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     position = part.start
     try:
         while position < part.end:
+            chunk: list[Any] = []
             for msg in consumer.consume(10000, 1.0):
                 m: Any = msg
                 err = m.error()
@@ -259,6 +286,8 @@ def read_range(config: SourceConfig, part: RangePartition) -> Iterator[tuple[Any
                         if m.offset() < part.end:
                             _data_loss(config, part, f"the log ends at {m.offset()}")
                         # At or past the end: offsets missing below it were compacted away.
+                        if chunk:
+                            yield _arrow_batch(config, part, chunk)
                         return
                     if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                         _data_loss(config, part, "the offsets were deleted (retention or DeleteRecords)")
@@ -276,12 +305,9 @@ def read_range(config: SourceConfig, part: RangePartition) -> Iterator[tuple[Any
                     position = part.end
                     break
                 position = offset + 1
-                ts_type, ts = m.timestamp()
-                row: tuple[Any, ...] = (m.key(), m.value(), part.topic, part.partition, offset,
-                                        datetime.fromtimestamp(ts / 1000, tz=UTC), ts_type - 1 if ts_type > 0 else 0)
-                if config.include_headers:
-                    row += ([(k, v) for k, v in (m.headers() or [])],)
-                yield row
+                chunk.append(m)
+            if chunk:
+                yield _arrow_batch(config, part, chunk)
     finally:
         consumer.close()
 
@@ -307,7 +333,7 @@ class DmqBatchReader(DataSourceReader):
             md.close()
         return split_ranges(start, end, self.config.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         yield from read_range(self.config, partition)
 
@@ -373,7 +399,7 @@ class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return split_ranges(start, end, self.config.min_partitions)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition)
         yield from read_range(self.config, partition)
 
