@@ -155,3 +155,21 @@ def test_compacted_gaps_and_data_loss(spark, broker: BrokerProcess, tmp_path: Pa
     assert sorted(r.offset for r in ok.collect()) == list(range(20, 50))
     with pytest.raises(Exception, match="failOnDataLoss"):
         reader(spark, broker, "sp-loss", startingOffsets='{"sp-loss": {"0": 5}}').collect()
+
+
+def test_subscribe_pattern_assign_and_option_errors(spark, broker: BrokerProcess) -> None:  # noqa: ANN001
+    for name in ("pat-a", "pat-b", "other-c"):
+        create(broker, name, 2)
+        produce(broker, name, [{"value": name.encode(), "partition": p} for p in (0, 1)])
+    df = (spark.read.format("dmq").option("kafka.bootstrap.servers", broker.bootstrap)
+          .option("subscribePattern", "pat-.*").load())
+    assert sorted((r.topic, r.partition) for r in df.collect()) == [
+        ("pat-a", 0), ("pat-a", 1), ("pat-b", 0), ("pat-b", 1)]
+    df = (spark.read.format("dmq").option("bootstrap.servers", broker.bootstrap)
+          .option("assign", '{"other-c": [1], "pat-a": [0]}').load())
+    assert sorted((r.topic, r.partition) for r in df.collect()) == [("other-c", 1), ("pat-a", 0)]
+    with pytest.raises(Exception, match="exactly one of the options subscribe"):
+        (spark.read.format("dmq").option("bootstrap.servers", broker.bootstrap)
+         .option("subscribe", "pat-a").option("assign", '{"pat-a": [0]}').load().collect())
+    with pytest.raises(Exception, match="bootstrap.servers"):
+        spark.read.format("dmq").option("subscribe", "pat-a").load().collect()
