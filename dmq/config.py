@@ -168,6 +168,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.initial.rebalance.delay.ms", ConfigType.INT, "3000", "How long the first rebalance of an empty group waits for more members.", _at_least(0)),
     ConfigDef("group.max.size", ConfigType.INT, str(INT_MAX), "Most members in one group.", _at_least(1)),
     ConfigDef("producer.id.expiration.ms", ConfigType.INT, "86400000", "Idle time before a producer id's state expires.", _at_least(1)),
+    ConfigDef("producer.id.expiration.check.interval.ms", ConfigType.INT, "600000", "How often idle producer state is removed.", _at_least(1)),
     ConfigDef("max.connections", ConfigType.INT, str(INT_MAX), "Most client connections at once.", _at_least(0)),
 )
 

@@ -17,6 +17,10 @@ from dmq.storage.log_manager import LogManager
 NO_THROTTLE = timedelta(0)
 
 
+class CloseConnection(Exception):
+    """Raised by a handler to close the client's connection (one log line, no traceback)."""
+
+
 @dataclass(slots=True)
 class BrokerServices:
     """Domain objects shared by every handler (event-loop thread only)."""

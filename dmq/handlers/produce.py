@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, CloseConnection, RequestContext
 from dmq.protocol.codec import make
 
 API_KEY = 0
@@ -48,5 +48,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         topics.append(make(schema.TopicProduceResponse, name=topic_data.name,
                            partition_responses=tuple(partitions)))
     if acks == 0:
+        failed = [p for t in topics for p in t.partition_responses if p.error_code != ErrorCode.none]
+        if failed:
+            # An acks=0 client reads no response; as in Kafka, closing the connection is
+            # the signal that makes it refresh metadata and notice the failure.
+            raise CloseConnection(f"acks=0 produce failed with {failed[0].error_code.name}")
         return None
     return make(schema.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)

@@ -26,7 +26,7 @@ from dmq.config import LONG_MAX, BrokerConfig, LogConfig
 from dmq.group.coordinator import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from dmq.group.offsets_topic import Coordinators, OffsetsTopic
 from dmq.handlers import HANDLERS, api_versions, supported_apis
-from dmq.handlers.context import BrokerServices, RequestContext
+from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
 from dmq.protocol.codec import (
     FrameError,
     decode_request,
@@ -135,6 +135,8 @@ class Broker:
         self._spawn(self._every(1000, self._flush_rolled))
         self._spawn(self._every(int(self.config["log.flush.offset.checkpoint.interval.ms"]),
                                 self._checkpoint))
+        self._spawn(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
+                                self._expire_producers))
         if self.config["log.cleaner.enable"]:
             self._spawn(self._every(int(self.config["log.cleaner.backoff.ms"]), self._clean_logs))
         self._spawn(self._every(int(self.config["offsets.retention.check.interval.ms"]),
@@ -220,6 +222,9 @@ class Broker:
                              peer.rsplit(":", 1)[0], response_module(api_key, version))
         try:
             response = await handler.handle(self.services, ctx, request)
+        except CloseConnection as e:
+            log.info("closing connection from %s (client %s): %s", peer, header.client_id, e)
+            return CLOSE
         except Exception:
             log.exception("error handling API key %d v%d from %s (client %s); closing the connection",
                           api_key, version, peer, header.client_id)
@@ -263,6 +268,11 @@ class Broker:
         if plan is not None:
             result = await asyncio.to_thread(self.cleaner.clean, plan)
             self.cleaner.swap(result)
+
+    def _expire_producers(self) -> None:
+        removed = self.log_manager.expire_producers(int(self.config["producer.id.expiration.ms"]))
+        if removed:
+            log.info("expired the state of %d idle producers", removed)
 
     def _expire_offsets(self) -> None:
         expired = self.group_coordinator.expire_offsets()

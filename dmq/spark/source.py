@@ -112,10 +112,14 @@ class SourceConfig:
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
         self.include_headers = _bool(options, "includeHeaders", False)
         self.commit_group = options.get("commitOffsetsToGroup")
+        # kafka.<librdkafka setting> options go to the consumers, as in Spark's Kafka source.
+        self.extra = {k[len("kafka."):]: v for k, v in options.items()
+                      if k.lower().startswith("kafka.") and k.lower() not in
+                      ("kafka.bootstrap.servers", "kafka.group.id", "kafka.enable.auto.commit")}
 
     def client_conf(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap, "group.id": f"dmq-spark-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False, "socket.timeout.ms": 30000}
+        return {"socket.timeout.ms": 30000, **self.extra, "bootstrap.servers": self.bootstrap,
+                "group.id": f"dmq-spark-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
 
 
 def schema_for(include_headers: bool) -> str:

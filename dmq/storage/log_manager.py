@@ -182,6 +182,14 @@ class LogManager:
             deleted += lg.delete_old_segments(now)
         return deleted
 
+    def expire_producers(self, expiration_ms: int, now: int | None = None) -> int:
+        """Drop idempotent producer state idle for longer than ``expiration_ms``."""
+        now = now_ms() if now is None else now
+        before = sum(len(lg.producer_state.producers) for lg in self.logs.values())
+        for lg in self.logs.values():
+            lg.producer_state.remove_expired(now, expiration_ms)
+        return before - sum(len(lg.producer_state.producers) for lg in self.logs.values())
+
     def checkpoint(self) -> None:
         write_checkpoint(os.path.join(self.data_dir, RECOVERY_POINT_FILE),
                          {tp: lg.recovery_point for tp, lg in self.logs.items()})

@@ -193,3 +193,15 @@ def test_fuzz_listener_then_clients_still_work(small_broker: BrokerProcess) -> N
     assert values == [b"keep-%d" % i for i in range(200)] + [b"after-fuzz"]
     # Every bad frame got an error code or a one-line close, never a handler crash.
     assert "Traceback" not in small_broker.log_text()
+
+
+def test_failed_acks_zero_produce_closes_the_connection(small_broker: BrokerProcess) -> None:
+    with client(small_broker) as c:
+        ensure_topic(c, "acks0")
+        c.request(produce_req("acks0", encode_batch([(None, b"ok", [])]), acks=0), expect_response=False)
+        # A successful acks=0 produce gets no response and keeps the connection open.
+        resp = c.request(ApiVersionsRequest(client_software_name="t", client_software_version="1"))
+        assert resp.error_code == ErrorCode.none
+        c.request(produce_req("acks0", encode_batch([(None, b"x" * 6000, [])]), acks=0), expect_response=False)
+        assert_closed(c)
+    assert "acks=0 produce failed with message_too_large" in small_broker.log_text()

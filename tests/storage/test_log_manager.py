@@ -61,3 +61,22 @@ def test_unknown_partition_dirs_are_removed(tmp_path: Path) -> None:
     lm.load_logs(lambda t, p: None)
     assert not lm.logs
     assert not (tmp_path / "gone-0").exists()
+
+
+def test_idle_producer_state_expires(tmp_path: Path) -> None:
+    import pytest
+
+    from dmq.record.batch import InvalidRecordError
+
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, p: "id")
+    lg = lm.get_or_create("t", 0, "id")
+    data = bytearray(encode_batch([(None, b"v", [])], timestamp=1000, producer_id=5, producer_epoch=0,
+                                  base_sequence=0))
+    lg.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=1000)
+    assert lm.expire_producers(expiration_ms=60_000, now=30_000) == 0
+    assert lm.expire_producers(expiration_ms=60_000, now=100_000) == 1
+    # Its state is gone: a continuing sequence is now out of order, as in Kafka.
+    nxt = bytearray(encode_batch([(None, b"v", [])], producer_id=5, producer_epoch=0, base_sequence=1))
+    with pytest.raises(InvalidRecordError):
+        lg.append_as_leader(nxt, validate_batches(nxt, 10**6), 0)
