@@ -1,0 +1,386 @@
+"""ZooKeeperMetadataStore: cluster metadata in ZooKeeper with classic Kafka's znode layout.
+
+Znodes (under an optional chroot, ``host:port/chroot``)::
+
+    /cluster/id                                   {"version":"1","id":"<cluster id>"}
+    /brokers/ids/<id>                 ephemeral   {"version":5,"host","port","endpoints","rack",...}
+    /brokers/topics/<topic>                       {"version":3,"topic_id","partitions":{"0":[1,2]}}
+    /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch","leader","leader_epoch","isr","version":1}
+    /config/topics/<topic>                        {"version":1,"config":{...}}
+    /controller                       ephemeral   {"version":1,"brokerid":N,"timestamp":"..."}
+    /controller_epoch                             "<epoch>"
+    /latest_producer_id_block                     {"version":1,"broker","block_start","block_end"}
+
+Partition state znodes change only by version compare-and-set, so a stale
+controller (older ``controller_epoch``) cannot overwrite a newer one's
+decision. Watches only refresh the local cache and queue events; callers
+read the cache. Thread-safety: kazoo runs watch callbacks on its own thread;
+the cache is replaced under a lock and read by the event-loop thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from dmq.cluster.metadata import (
+    BrokerInfo,
+    MetadataError,
+    MetadataStore,
+    PartitionState,
+    TopicMetadata,
+)
+
+log = logging.getLogger("dmq.zookeeper")
+
+
+def _json(data: bytes) -> Any:
+    return json.loads(data.decode()) if data else None
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def topic_id_to_kafka(hex_id: str) -> str:
+    """Kafka stores topic ids base64url-encoded without padding."""
+    return base64.urlsafe_b64encode(uuid.UUID(hex_id).bytes).decode().rstrip("=")
+
+
+def topic_id_from_kafka(text: str) -> str:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))).hex
+
+
+class ZooKeeperMetadataStore(MetadataStore):
+    def __init__(self, connect: str, broker_id: int, session_timeout_ms: int = 18000,
+                 on_change: Callable[[str], None] | None = None) -> None:
+        self.broker_id = broker_id
+        self.on_change = on_change
+        self.zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self.zk.start(timeout=max(10.0, session_timeout_ms / 1000))
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicMetadata] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._controller = -1
+        self.controller_epoch = 0
+        self._watched: set[str] = set()
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/admin/delete_topics"):
+            self.zk.ensure_path(path)
+        self.cluster_id = self._cluster_id()
+        self.zk.ChildrenWatch("/brokers/ids", self._brokers_changed)
+        self.zk.ChildrenWatch("/brokers/topics", self._topics_changed)
+        self.zk.DataWatch("/controller", self._controller_changed)
+
+    def close(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    # ------------------------------------------------------------------ cache
+
+    def _cluster_id(self) -> str:
+        new_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        try:
+            self.zk.create("/cluster/id", _dump({"version": "1", "id": new_id}), makepath=True)
+        except NodeExistsError:
+            pass
+        data, _ = self.zk.get("/cluster/id")
+        return str(_json(data)["id"])
+
+    def _brokers_changed(self, children: list[str]) -> None:
+        brokers: dict[int, BrokerInfo] = {}
+        for child in children:
+            try:
+                data, _ = self.zk.get(f"/brokers/ids/{child}")
+            except NoNodeError:
+                continue
+            info = _json(data)
+            brokers[int(child)] = BrokerInfo(int(child), info["host"], int(info["port"]), info.get("rack"))
+        with self._lock:
+            self._brokers = brokers
+        self._notify("brokers")
+
+    def _topics_changed(self, children: list[str]) -> None:
+        topics = {}
+        for name in children:
+            topic = self._read_topic(name)
+            if topic is not None:
+                topics[name] = topic
+                self._watch(f"/brokers/topics/{name}", name)
+                for p in topic.partitions:
+                    self._watch(f"/brokers/topics/{name}/partitions/{p}/state", name)
+        with self._lock:
+            self._topics = topics
+        self._notify("topics")
+
+    def _watch(self, path: str, topic: str) -> None:
+        """Refresh a topic when its assignment or a partition state changes."""
+        if path in self._watched:
+            return
+        self._watched.add(path)
+
+        def changed(data: bytes | None, stat: Any) -> bool:
+            if data is None:
+                self._watched.discard(path)
+                return False  # deleted: stop watching
+            self.refresh_topic(topic)
+            return True
+
+        self.zk.DataWatch(path, changed)
+
+    def _read_topic(self, name: str) -> TopicMetadata | None:
+        try:
+            data, _ = self.zk.get(f"/brokers/topics/{name}")
+        except NoNodeError:
+            return None
+        raw = _json(data)
+        partitions = {}
+        for p, replicas in raw["partitions"].items():
+            state = self.partition_state(name, int(p))
+            partitions[int(p)] = state or PartitionState(list(replicas), -1, -1, [])
+        try:
+            cfg, _ = self.zk.get(f"/config/topics/{name}")
+            configs = dict(_json(cfg).get("config", {}))
+        except NoNodeError:
+            configs = {}
+        return TopicMetadata(name, topic_id_from_kafka(raw["topic_id"]), partitions, configs)
+
+    def refresh_topic(self, name: str) -> None:
+        topic = self._read_topic(name)
+        if topic is not None:
+            for p in topic.partitions:
+                self._watch(f"/brokers/topics/{name}/partitions/{p}/state", name)
+        with self._lock:
+            if topic is None:
+                self._topics.pop(name, None)
+            else:
+                self._topics[name] = topic
+        self._notify("topics")
+
+    def _controller_changed(self, data: bytes | None, stat: Any) -> None:
+        with self._lock:
+            self._controller = int(_json(data)["brokerid"]) if data else -1
+        self._notify("controller")
+
+    def _notify(self, what: str) -> None:
+        if self.on_change is not None:
+            self.on_change(what)
+
+    # ------------------------------------------------------------- interface
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        with self._lock:
+            return dict(self._topics)
+
+    def brokers(self) -> list[BrokerInfo]:
+        with self._lock:
+            return sorted(self._brokers.values(), key=lambda b: b.broker_id)
+
+    def controller_id(self) -> int:
+        with self._lock:
+            return self._controller
+
+    def register_broker(self, info: BrokerInfo) -> None:
+        endpoint = f"PLAINTEXT://{info.host}:{info.port}"
+        body = {"version": 5, "host": info.host, "port": info.port, "endpoints": [endpoint],
+                "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}, "rack": info.rack,
+                "jmx_port": -1, "timestamp": str(int(time.time() * 1000)), "features": {}}
+        try:
+            self.zk.create(f"/brokers/ids/{info.broker_id}", _dump(body), ephemeral=True)
+        except NodeExistsError:
+            raise MetadataError("broker_id_not_registered",
+                                f"broker id {info.broker_id} is already registered in ZooKeeper") from None
+
+    def try_become_controller(self) -> bool:
+        """Controller election: create the ephemeral /controller and bump /controller_epoch."""
+        body = _dump({"version": 1, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))})
+        try:
+            self.zk.create("/controller", body, ephemeral=True)
+        except NodeExistsError:
+            return False
+        while True:
+            try:
+                data, stat = self.zk.get("/controller_epoch")
+                epoch = int(data.decode()) + 1
+                self.zk.set("/controller_epoch", str(epoch).encode(), version=stat.version)
+                break
+            except NoNodeError:
+                try:
+                    self.zk.create("/controller_epoch", b"1")
+                    epoch = 1
+                    break
+                except NodeExistsError:
+                    continue
+            except BadVersionError:
+                continue
+        self.controller_epoch = epoch
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+        return True
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        try:
+            data, _ = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        except NoNodeError:
+            return None
+        raw = _json(data)
+        replicas = self._replicas(topic, partition)
+        return PartitionState(replicas, int(raw["leader"]), int(raw["leader_epoch"]), list(raw["isr"]))
+
+    def _replicas(self, topic: str, partition: int) -> list[int]:
+        try:
+            data, _ = self.zk.get(f"/brokers/topics/{topic}")
+        except NoNodeError:
+            return []
+        return list(_json(data)["partitions"].get(str(partition), []))
+
+    def update_partition_state(self, topic: str, partition: int, state: PartitionState,
+                               expected_version: int) -> int:
+        """Compare-and-set a partition's leader/ISR; returns the new znode version.
+
+        Raises MetadataError("not_controller") when the znode changed meanwhile or a
+        newer controller wrote it: the caller's view is stale.
+        """
+        path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+        data, stat = self.zk.get(path)
+        current = _json(data)
+        if int(current.get("controller_epoch", 0)) > self.controller_epoch:
+            raise MetadataError("not_controller", "a newer controller owns this partition state")
+        body = _dump({"controller_epoch": self.controller_epoch, "leader": state.leader, "version": 1,
+                      "leader_epoch": state.leader_epoch, "isr": state.isr})
+        try:
+            return int(self.zk.set(path, body, version=expected_version).version)
+        except BadVersionError:
+            raise MetadataError("not_controller", f"partition state of {topic}-{partition} changed") from None
+
+    def partition_state_version(self, topic: str, partition: int) -> int:
+        _, stat = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        return int(stat.version)
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str], assignment: dict[int, list[int]] | None = None
+                     ) -> TopicMetadata:
+        live = self._live_broker_ids()
+        if assignment is None:
+            assignment = assign_replicas(live, num_partitions, replication_factor)
+        topic_id = uuid.uuid4().hex
+        self.zk.ensure_path(f"/config/topics/{name}")
+        self.zk.set(f"/config/topics/{name}", _dump({"version": 1, "config": configs}))
+        tx = self.zk.transaction()
+        tx.create(f"/brokers/topics/{name}", _dump({
+            "version": 3, "topic_id": topic_id_to_kafka(topic_id),
+            "partitions": {str(p): r for p, r in assignment.items()},
+            "adding_replicas": {}, "removing_replicas": {}}))
+        tx.create(f"/brokers/topics/{name}/partitions")
+        for p, replicas in assignment.items():
+            tx.create(f"/brokers/topics/{name}/partitions/{p}")
+            tx.create(f"/brokers/topics/{name}/partitions/{p}/state", _dump({
+                "controller_epoch": self.controller_epoch, "leader": replicas[0], "version": 1,
+                "leader_epoch": 0, "isr": replicas}))
+        results = tx.commit()
+        if any(isinstance(r, NodeExistsError) for r in results):
+            raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
+        if any(isinstance(r, Exception) for r in results):
+            raise MetadataError("unknown_server_error", f"creating {name} in ZooKeeper failed: {results}")
+        self.refresh_topic(name)
+        topic = self.topics()[name]
+        return topic
+
+    def delete_topic(self, name: str) -> TopicMetadata:
+        topic = self.topics().get(name) or self._read_topic(name)
+        if topic is None:
+            raise MetadataError("unknown_topic_or_partition", "This server does not host this topic-partition.")
+        self.zk.delete(f"/brokers/topics/{name}", recursive=True)
+        try:
+            self.zk.delete(f"/config/topics/{name}")
+        except NoNodeError:
+            pass
+        self.refresh_topic(name)
+        return topic
+
+    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        data, stat = self.zk.get(f"/brokers/topics/{name}")
+        raw = _json(data)
+        current = len(raw["partitions"])
+        rf = len(next(iter(raw["partitions"].values())))
+        live = self._live_broker_ids()
+        extra = assign_replicas(live, total, rf)
+        for p in range(current, total):
+            raw["partitions"][str(p)] = extra[p]
+        tx = self.zk.transaction()
+        tx.set_data(f"/brokers/topics/{name}", _dump(raw), version=stat.version)
+        for p in range(current, total):
+            tx.create(f"/brokers/topics/{name}/partitions/{p}")
+            tx.create(f"/brokers/topics/{name}/partitions/{p}/state", _dump({
+                "controller_epoch": self.controller_epoch, "leader": extra[p][0], "version": 1,
+                "leader_epoch": 0, "isr": extra[p]}))
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise MetadataError("invalid_partitions", f"adding partitions to {name} failed: {results}")
+        self.refresh_topic(name)
+        return self.topics()[name]
+
+    def _live_broker_ids(self) -> list[int]:
+        # Read through: the watch-fed cache may lag just after a registration.
+        return sorted(int(c) for c in self.zk.get_children("/brokers/ids"))
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        self.zk.ensure_path(f"/config/topics/{name}")
+        self.zk.set(f"/config/topics/{name}", _dump({"version": 1, "config": configs}))
+        self.refresh_topic(name)
+
+    def allocate_producer_ids(self, count: int) -> int:
+        path = "/latest_producer_id_block"
+        while True:
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                try:
+                    self.zk.create(path, _dump({"version": 1, "broker": self.broker_id,
+                                                "block_start": "0", "block_end": str(count - 1)}))
+                    return 0
+                except NodeExistsError:
+                    continue
+            start = int(_json(data)["block_end"]) + 1
+            try:
+                self.zk.set(path, _dump({"version": 1, "broker": self.broker_id,
+                                         "block_start": str(start), "block_end": str(start + count - 1)}),
+                            version=stat.version)
+                return start
+            except BadVersionError:
+                continue
+
+
+def assign_replicas(brokers: list[int], partitions: int, replication_factor: int) -> dict[int, list[int]]:
+    """Spread replicas and leaders evenly, like Kafka's rack-unaware assignment."""
+    if not brokers:
+        raise MetadataError("broker_not_available", "no broker is registered")
+    if replication_factor > len(brokers):
+        raise MetadataError("invalid_replication_factor",
+                            f"replication factor {replication_factor} is larger than the "
+                            f"{len(brokers)} available brokers")
+    ordered = sorted(brokers)
+    n = len(ordered)
+    out = {}
+    for p in range(partitions):
+        first = p % n
+        shift = 1 + (p // n) % max(1, n - 1)
+        replicas = [ordered[first]]
+        for r in range(1, replication_factor):
+            replicas.append(ordered[(first + shift * r) % n if n > 1 else first])
+        # guard against duplicates when the shift wraps onto an earlier replica
+        seen: list[int] = []
+        for b in replicas + ordered:
+            if b not in seen:
+                seen.append(b)
+            if len(seen) == replication_factor:
+                break
+        out[p] = seen
+    return out

@@ -1,0 +1,55 @@
+"""Run Debian's ZooKeeper (package ``zookeeper``, Java 17) on a free loopback port for tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from support.broker import free_port
+
+ZK_JAR = "/usr/share/java/zookeeper.jar"
+
+
+def available() -> bool:
+    return os.path.exists(ZK_JAR)
+
+
+class ZooKeeperProcess:
+    def __init__(self, base: Path, port: int | None = None) -> None:
+        self.base = base
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        (base / "data").mkdir(parents=True, exist_ok=True)
+        (base / "zoo.cfg").write_text(
+            f"tickTime=500\ndataDir={base / 'data'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            "minSessionTimeout=1000\nmaxSessionTimeout=60000\n")
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30) -> ZooKeeperProcess:
+        log = open(self.base / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}", f"-Dzookeeper.log.dir={self.base}",
+             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.base / "zoo.cfg")],
+            stdout=log, stderr=log)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), 0.5):
+                    return self
+            except OSError:
+                time.sleep(0.2)
+        raise TimeoutError("ZooKeeper did not start")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
