@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dmq.cli.common import Bootstrap, fail
+from dmq.client.producing import produce_waiting
 
 app = typer.Typer(help="Measure produce and consume throughput.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -94,12 +95,7 @@ def produce(
                 ahead = i / throughput - (time.perf_counter() - started)
                 if ahead > 0:
                     time.sleep(ahead)
-            while True:
-                try:
-                    producer.produce(topic, payload, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+            produce_waiting(producer, topic, value=payload, on_delivery=on_delivery)
             if i % 5000 == 0:
                 producer.poll(0)
                 elapsed = time.perf_counter() - started

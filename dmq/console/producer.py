@@ -8,6 +8,7 @@ from typing import Any
 from confluent_kafka import KafkaException, Producer
 
 from dmq.cli.common import fail
+from dmq.client.producing import produce_waiting
 
 
 def run(bootstrap: str, topic: str, key_separator: str | None, headers: dict[str, str],
@@ -34,14 +35,10 @@ def run(bootstrap: str, topic: str, key_separator: str | None, headers: dict[str
         kwargs: dict[str, Any] = {"key": key, "value": line, "headers": header_list, "on_delivery": on_delivery}
         if partition is not None:
             kwargs["partition"] = partition
-        while True:
-            try:
-                producer.produce(topic, **kwargs)
-                break
-            except BufferError:
-                producer.poll(0.1)
-            except KafkaException as e:
-                fail(f"cannot produce to {topic}: {e.args[0].str()}")
+        try:
+            produce_waiting(producer, topic, **kwargs)
+        except KafkaException as e:
+            fail(f"cannot produce to {topic}: {e.args[0].str()}")
         producer.poll(0)
         sent += 1
     remaining = producer.flush(60)

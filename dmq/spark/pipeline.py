@@ -81,6 +81,8 @@ def generate(bootstrap: str, topic: str, lines: list[LogLine], rate: float,
     """Produce the lines (``rate`` lines/s, 0 for as fast as possible), then the end marker."""
     from confluent_kafka import Producer
 
+    from dmq.client.producing import produce_waiting
+
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     started = time.monotonic()
     end = LogLine("0.0.0.0", lines[-1].time + timedelta(minutes=10), "GET", END_PATH, 200, 0)
@@ -89,12 +91,7 @@ def generate(bootstrap: str, topic: str, lines: list[LogLine], rate: float,
             delay = started + i / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-        while True:
-            try:
-                producer.produce(topic, line.render().encode(), key=line.ip.encode())
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, value=line.render().encode(), key=line.ip.encode())
         producer.poll(0)
         if on_progress is not None and i % 200 == 0:
             on_progress(i)

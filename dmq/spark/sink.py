@@ -20,6 +20,8 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from dmq.client.producing import produce_waiting
+
 
 class DmqSinkError(ValueError):
     pass
@@ -78,14 +80,10 @@ class _Writer:
                 kwargs["partition"] = int(d["partition"])
             if d.get("headers"):
                 kwargs["headers"] = [(h["key"], _bytes(h["value"], "headers.value")) for h in d["headers"]]
-            while True:
-                try:
-                    producer.produce(topic, **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-                except KafkaException as e:
-                    raise DmqSinkError(f"cannot write to {topic}: {e.args[0].str()}") from None
+            try:
+                produce_waiting(producer, topic, **kwargs)
+            except KafkaException as e:
+                raise DmqSinkError(f"cannot write to {topic}: {e.args[0].str()}") from None
             producer.poll(0)
             count += 1
             if errors:
