@@ -257,7 +257,7 @@ class GroupCoordinator:
                                         session_ms: int, protocol_type: str,
                                         protocols: list[tuple[str, bytes]]) -> JoinResult:
         member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
-                                protocol_type, protocols, is_new=True)
+                                protocol_type, protocols)
         member.join_future = asyncio.get_running_loop().create_future()
         group.add_member(member)
         group.new_member_added = True
@@ -375,7 +375,6 @@ class GroupCoordinator:
         for m in group.members.values():
             fut = m.join_future
             m.join_future = None
-            m.is_new = False
             self._schedule_heartbeat(group, m)
             if fut is not None and not fut.done():
                 fut.set_result(self._join_result(group, m))

@@ -66,7 +66,6 @@ class MemberMetadata:
     join_future: asyncio.Future[object] | None = None
     sync_future: asyncio.Future[object] | None = None
     heartbeat_timer: asyncio.TimerHandle | None = None
-    is_new: bool = False
 
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]

@@ -79,7 +79,7 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[Reques
     header_cls = cls.__header_schema__
     try:
         header, size = entity_reader(header_cls)(frame, 0)
-        body, body_size = entity_reader(cls)(frame, size)
+        body, _ = entity_reader(cls)(frame, size)
     except Exception as e:  # kio raises several kinds of errors for bad bytes
         raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
     try:

@@ -45,7 +45,6 @@ NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_OFFSET_LENGTH = struct.Struct(">qi")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
@@ -114,11 +113,6 @@ class InvalidRecordError(Exception):
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     return BatchHeader._make(_HEADER.unpack_from(buf, pos))
-
-
-def read_offset_and_length(buf: bytes | bytearray | memoryview, pos: int = 0) -> tuple[int, int]:
-    base, length = _OFFSET_LENGTH.unpack_from(buf, pos)
-    return base, length
 
 
 def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:

@@ -12,7 +12,6 @@ import struct
 import cramjam
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 

@@ -56,9 +56,6 @@ class DelayedOperationPurgatory:
             for fut in watchers:
                 _resolve(fut)
 
-    def watched(self) -> int:
-        return sum(len(w) for w in self._watchers.values())
-
 
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():

@@ -19,7 +19,6 @@ Plain Spark batch jobs read the Parquet output.
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections import Counter
@@ -179,7 +178,3 @@ def read_counts(spark: Any, output: str, name: str) -> dict[tuple[datetime, str]
     rows = spark.read.schema(COUNTS_SCHEMA).parquet(path).collect()
     return {(r.window_start.replace(tzinfo=UTC) if r.window_start.tzinfo is None else r.window_start, r.key): r["count"]
             for r in rows}
-
-
-def summary_json(counts: dict[tuple[datetime, str], int]) -> str:
-    return json.dumps({f"{w.isoformat()} {k}": c for (w, k), c in sorted(counts.items())}, indent=1)
