@@ -27,13 +27,15 @@ def server(
     config: Annotated[str | None, typer.Option("--config", help="Kafka-style key=value broker config file")] = None,
     override: Annotated[list[str] | None, typer.Option("--override", help="key=value broker config, repeatable")] = None,
     broker_id: Annotated[int | None, typer.Option("--broker-id", help="broker id [default: 0]")] = None,
+    zookeeper: Annotated[str | None, typer.Option("--zookeeper", help="HOST:PORT[,HOST:PORT...][/chroot]: join a ZooKeeper-coordinated cluster")] = None,
     log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
-    """Run a single dmq broker with embedded metadata."""
+    """Run a dmq broker: alone with embedded metadata, or in a cluster with --zookeeper."""
     from dmq.cli.server import build_config, run_server
 
     try:
-        cfg = build_config(listen, advertised_listener, data_dir, config, override or [], broker_id)
+        cfg = build_config(listen, advertised_listener, data_dir, config, override or [], broker_id,
+                           zookeeper)
     except (ConfigError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

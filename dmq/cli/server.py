@@ -10,7 +10,8 @@ from dmq.config import BrokerConfig, ConfigError, parse_properties
 
 
 def build_config(listen: str | None, advertised: str | None, data_dir: str | None,
-                 config_file: str | None, overrides: list[str], broker_id: int | None) -> BrokerConfig:
+                 config_file: str | None, overrides: list[str], broker_id: int | None,
+                 zookeeper: str | None = None) -> BrokerConfig:
     props: dict[str, str] = {}
     if config_file:
         with open(config_file) as f:
@@ -28,6 +29,8 @@ def build_config(listen: str | None, advertised: str | None, data_dir: str | Non
         props["log.dirs"] = data_dir
     if broker_id is not None:
         props["broker.id"] = str(broker_id)
+    if zookeeper:
+        props["zookeeper.connect"] = zookeeper
     return BrokerConfig(props)
 
 

@@ -1,12 +1,14 @@
-"""A minimal blocking Kafka wire client over kio entities.
+"""Minimal Kafka wire clients over kio entities.
 
-For tests, tools and diagnostics that need exact control of requests (raw
-batches, specific API versions, malformed frames); applications should use a
-real Kafka client.
+``WireClient`` (blocking) is for tests, tools and diagnostics that need exact
+control of requests (raw batches, specific API versions, malformed frames);
+applications should use a real Kafka client. ``AsyncWireClient`` is the
+broker's own client: followers fetch from leaders with it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import socket
 import struct
@@ -37,16 +39,7 @@ class WireClient:
 
     def encode(self, request: Any) -> tuple[int, bytes]:
         self.correlation_id += 1
-        cls = type(request)
-        header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
-        header = header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
-                            correlation_id=self.correlation_id,  # type: ignore[arg-type]
-                            client_id=self.client_id)
-        buf = io.BytesIO()
-        entity_writer(header_cls)(buf, header)
-        entity_writer(cls)(buf, request)
-        body = buf.getvalue()
-        return self.correlation_id, struct.pack(">i", len(body)) + body
+        return self.correlation_id, encode_request(request, self.correlation_id, self.client_id)
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -71,15 +64,66 @@ class WireClient:
         self.sock.sendall(frame)
         if not expect_response:
             return None
-        data = self.recv_frame()
-        (got,) = struct.unpack_from(">i", data, 0)
-        if got != corr:
-            raise ValueError(f"correlation id {got} != {corr}")
-        offset = 4
-        api_key = int(cls.__api_key__)
-        version = int(cls.__version__)
-        resp_cls = response_class(api_key, version)
-        if resp_cls.__flexible__ and api_key != API_VERSIONS_KEY:
-            offset += 1  # empty tagged fields of response header v1
-        response, _ = entity_reader(resp_cls)(data, offset)
-        return response
+        return decode_response(cls, corr, self.recv_frame())
+
+
+def encode_request(request: Any, correlation_id: int, client_id: str) -> bytes:
+    cls = type(request)
+    header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    header = header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,
+                        correlation_id=correlation_id,  # type: ignore[arg-type]
+                        client_id=client_id)
+    buf = io.BytesIO()
+    entity_writer(header_cls)(buf, header)
+    entity_writer(cls)(buf, request)
+    body = buf.getvalue()
+    return struct.pack(">i", len(body)) + body
+
+
+def decode_response(request_cls: Any, correlation_id: int, data: bytes) -> Any:
+    (got,) = struct.unpack_from(">i", data, 0)
+    if got != correlation_id:
+        raise ValueError(f"correlation id {got} != {correlation_id}")
+    offset = 4
+    api_key = int(request_cls.__api_key__)
+    resp_cls = response_class(api_key, int(request_cls.__version__))
+    if resp_cls.__flexible__ and api_key != API_VERSIONS_KEY:
+        offset += 1  # empty tagged fields of response header v1
+    response, _ = entity_reader(resp_cls)(data, offset)
+    return response
+
+
+class AsyncWireClient:
+    """One connection, one request at a time (the caller awaits each answer)."""
+
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.correlation_id = 0
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def connect(self, timeout: float) -> None:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout)
+        self._reader, self._writer = reader, writer
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def request(self, request: Any, timeout: float) -> Any:
+        if self._reader is None or self._writer is None:
+            await self.connect(timeout)
+        assert self._reader is not None and self._writer is not None
+        self.correlation_id += 1
+        self._writer.write(encode_request(request, self.correlation_id, self.client_id))
+        await self._writer.drain()
+        size_bytes = await asyncio.wait_for(self._reader.readexactly(4), timeout)
+        data = await asyncio.wait_for(self._reader.readexactly(struct.unpack(">i", size_bytes)[0]),
+                                      timeout)
+        return decode_response(type(request), self.correlation_id, data)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None

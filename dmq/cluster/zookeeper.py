@@ -10,6 +10,9 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
     /controller                       ephemeral   {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                             "<epoch>"
     /latest_producer_id_block                     {"version":1,"broker","block_start","block_end"}
+    /admin/reassign_partitions                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
+    /admin/preferred_replica_election             {"version":1,"partitions":[{"topic","partition"}]}
+    /admin/controlled_shutdown/<id>   ephemeral   a broker asks the controller to move its leadership away
 
 Partition state znodes change only by version compare-and-set, so a stale
 controller (older ``controller_epoch``) cannot overwrite a newer one's
@@ -29,7 +32,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from dmq.cluster.metadata import (
@@ -65,6 +68,7 @@ class ZooKeeperMetadataStore(MetadataStore):
                  on_change: Callable[[str], None] | None = None) -> None:
         self.broker_id = broker_id
         self.on_change = on_change
+        self.session_timeout_ms = session_timeout_ms
         self.zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
         self.zk.start(timeout=max(10.0, session_timeout_ms / 1000))
         self._lock = threading.Lock()
@@ -73,12 +77,36 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._controller = -1
         self.controller_epoch = 0
         self._watched: set[str] = set()
-        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/admin/delete_topics"):
+        self.broker_epoch = -1
+        self.adding_replicas: dict[str, dict[int, list[int]]] = {}
+        self.removing_replicas: dict[str, dict[int, list[int]]] = {}
+        self.registration: BrokerInfo | None = None
+        self.session_lost = False
+        self.shutting_down: set[int] = set()
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/admin/delete_topics",
+                     "/admin/controlled_shutdown"):
             self.zk.ensure_path(path)
         self.cluster_id = self._cluster_id()
+        self.zk.add_listener(self._session_state)
         self.zk.ChildrenWatch("/brokers/ids", self._brokers_changed)
         self.zk.ChildrenWatch("/brokers/topics", self._topics_changed)
         self.zk.DataWatch("/controller", self._controller_changed)
+        self.zk.ChildrenWatch("/admin/controlled_shutdown", self._shutdown_requests_changed)
+        self.zk.DataWatch("/admin/reassign_partitions", lambda d, s: self._notify("admin"))
+        self.zk.DataWatch("/admin/preferred_replica_election", lambda d, s: self._notify("admin"))
+
+    def _session_state(self, state: str) -> None:
+        # Runs on kazoo's thread and must not call ZooKeeper: only flag and notify.
+        if state == KazooState.LOST:
+            self.session_lost = True
+            log.warning("ZooKeeper session lost: this broker's registration and watches are gone")
+            self._notify("session_lost")
+        elif state == KazooState.CONNECTED and self.session_lost:
+            self._notify("session")
+
+    def _shutdown_requests_changed(self, children: list[str]) -> None:
+        self.shutting_down = {int(c) for c in children if c.isdigit()}
+        self._notify("admin")
 
     def close(self) -> None:
         self.zk.stop()
@@ -122,19 +150,34 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._notify("topics")
 
     def _watch(self, path: str, topic: str) -> None:
-        """Refresh a topic when its assignment or a partition state changes."""
+        """Refresh a topic when its assignment changes; a partition when its state changes."""
         if path in self._watched:
             return
         self._watched.add(path)
+        partition = int(path.rsplit("/", 2)[1]) if path.endswith("/state") else None
 
         def changed(data: bytes | None, stat: Any) -> bool:
             if data is None:
                 self._watched.discard(path)
                 return False  # deleted: stop watching
-            self.refresh_topic(topic)
+            if partition is None:
+                self.refresh_topic(topic)
+            else:
+                self._state_changed(topic, partition, data)
             return True
 
         self.zk.DataWatch(path, changed)
+
+    def _state_changed(self, topic: str, partition: int, data: bytes) -> None:
+        raw = _json(data)
+        with self._lock:
+            meta = self._topics.get(topic)
+            if meta is None or partition not in meta.partitions:
+                return
+            old = meta.partitions[partition]
+            meta.partitions[partition] = PartitionState(old.replicas, int(raw["leader"]),
+                                                        int(raw["leader_epoch"]), list(raw["isr"]))
+        self._notify("topics")
 
     def _read_topic(self, name: str) -> TopicMetadata | None:
         try:
@@ -151,7 +194,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             configs = dict(_json(cfg).get("config", {}))
         except NoNodeError:
             configs = {}
-        return TopicMetadata(name, topic_id_from_kafka(raw["topic_id"]), partitions, configs)
+        topic = TopicMetadata(name, topic_id_from_kafka(raw["topic_id"]), partitions, configs)
+        self.adding_replicas[name] = {int(p): list(r) for p, r in (raw.get("adding_replicas") or {}).items()}
+        self.removing_replicas[name] = {int(p): list(r) for p, r in (raw.get("removing_replicas") or {}).items()}
+        return topic
 
     def refresh_topic(self, name: str) -> None:
         topic = self._read_topic(name)
@@ -193,11 +239,33 @@ class ZooKeeperMetadataStore(MetadataStore):
         body = {"version": 5, "host": info.host, "port": info.port, "endpoints": [endpoint],
                 "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}, "rack": info.rack,
                 "jmx_port": -1, "timestamp": str(int(time.time() * 1000)), "features": {}}
+        path = f"/brokers/ids/{info.broker_id}"
         try:
-            self.zk.create(f"/brokers/ids/{info.broker_id}", _dump(body), ephemeral=True)
+            self.zk.create(path, _dump(body), ephemeral=True)
         except NodeExistsError:
-            raise MetadataError("broker_id_not_registered",
-                                f"broker id {info.broker_id} is already registered in ZooKeeper") from None
+            # Our own registration from a session that has not expired yet (a fast restart)
+            # is waited out; another live broker with this id is an error.
+            deadline = time.monotonic() + self.session_timeout_ms / 1000 + 2
+            while True:
+                try:
+                    self.zk.create(path, _dump(body), ephemeral=True)
+                    break
+                except NodeExistsError:
+                    if time.monotonic() > deadline:
+                        raise MetadataError(
+                            "broker_id_not_registered",
+                            f"broker id {info.broker_id} is already registered in ZooKeeper by a "
+                            f"live broker; give this broker another --broker-id") from None
+                    time.sleep(0.5)
+        _, stat = self.zk.get(path)
+        self.broker_epoch = int(stat.czxid)
+        self.registration = info
+        self.session_lost = False
+
+    def reregister(self) -> None:
+        """After a session expiry: register again (the old ephemeral znode is gone)."""
+        if self.registration is not None:
+            self.register_broker(self.registration)
 
     def try_become_controller(self) -> bool:
         """Controller election: create the ephemeral /controller and bump /controller_epoch."""
@@ -264,12 +332,92 @@ class ZooKeeperMetadataStore(MetadataStore):
         _, stat = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
         return int(stat.version)
 
+    def read_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int] | None:
+        """(state, znode version) read through from ZooKeeper."""
+        try:
+            data, stat = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
+        except NoNodeError:
+            return None
+        raw = _json(data)
+        return (PartitionState(self._replicas(topic, partition), int(raw["leader"]),
+                               int(raw["leader_epoch"]), list(raw["isr"])), int(stat.version))
+
+    def update_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                   isr: list[int]) -> bool:
+        """A leader's ISR change: compare-and-set, refused once leader or epoch moved on."""
+        path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+        for _ in range(3):
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                return False
+            current = _json(data)
+            if int(current["leader"]) != leader or int(current["leader_epoch"]) != leader_epoch:
+                return False
+            body = _dump({**current, "isr": isr})
+            try:
+                self.zk.set(path, body, version=stat.version)
+                self._state_changed(topic, partition, body)
+                return True
+            except BadVersionError:
+                continue
+        return False
+
+    def request_controlled_shutdown(self) -> None:
+        try:
+            self.zk.create(f"/admin/controlled_shutdown/{self.broker_id}", b"", ephemeral=True)
+        except NodeExistsError:
+            pass
+
+    def broker_ids(self) -> list[int]:
+        return self._live_broker_ids()
+
+    def read_admin(self, path: str) -> tuple[list[dict[str, Any]], int]:
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return [], -1
+        raw = _json(data) or {}
+        return list(raw.get("partitions", [])), int(stat.version)
+
+    def write_admin(self, path: str, partitions: list[dict[str, Any]], version: int) -> None:
+        """Replace (or delete, when empty) an /admin request znode; version -1 creates it."""
+        body = _dump({"version": 1, "partitions": partitions})
+        if version < 0:
+            if partitions:
+                try:
+                    self.zk.create(path, body, makepath=True)
+                except NodeExistsError:
+                    raise MetadataError("concurrent_transactions", f"{path} changed meanwhile") from None
+            return
+        try:
+            if partitions:
+                self.zk.set(path, body, version=version)
+            else:
+                self.zk.delete(path, version=version)
+        except (BadVersionError, NoNodeError):
+            raise MetadataError("concurrent_transactions", f"{path} changed meanwhile") from None
+
+    def read_assignment(self, topic: str) -> tuple[dict[str, Any], int] | None:
+        try:
+            data, stat = self.zk.get(f"/brokers/topics/{topic}")
+        except NoNodeError:
+            return None
+        return _json(data), int(stat.version)
+
+    def write_assignment(self, topic: str, raw: dict[str, Any], version: int) -> None:
+        try:
+            self.zk.set(f"/brokers/topics/{topic}", _dump(raw), version=version)
+        except BadVersionError:
+            raise MetadataError("not_controller", f"assignment of {topic} changed meanwhile") from None
+        self.refresh_topic(topic)
+
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str], assignment: dict[int, list[int]] | None = None
                      ) -> TopicMetadata:
         live = self._live_broker_ids()
         if assignment is None:
-            assignment = assign_replicas(live, num_partitions, replication_factor)
+            assignment = assign_replicas(live, num_partitions, replication_factor, self._racks())
         topic_id = uuid.uuid4().hex
         self.zk.ensure_path(f"/config/topics/{name}")
         self.zk.set(f"/config/topics/{name}", _dump({"version": 1, "config": configs}))
@@ -311,7 +459,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         current = len(raw["partitions"])
         rf = len(next(iter(raw["partitions"].values())))
         live = self._live_broker_ids()
-        extra = assign_replicas(live, total, rf)
+        extra = assign_replicas(live, total, rf, self._racks())
         for p in range(current, total):
             raw["partitions"][str(p)] = extra[p]
         tx = self.zk.transaction()
@@ -326,6 +474,9 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise MetadataError("invalid_partitions", f"adding partitions to {name} failed: {results}")
         self.refresh_topic(name)
         return self.topics()[name]
+
+    def _racks(self) -> dict[int, str]:
+        return {b.broker_id: b.rack for b in self.brokers() if b.rack}
 
     def _live_broker_ids(self) -> list[int]:
         # Read through: the watch-fed cache may lag just after a registration.
@@ -358,8 +509,14 @@ class ZooKeeperMetadataStore(MetadataStore):
                 continue
 
 
-def assign_replicas(brokers: list[int], partitions: int, replication_factor: int) -> dict[int, list[int]]:
-    """Spread replicas and leaders evenly, like Kafka's rack-unaware assignment."""
+def assign_replicas(brokers: list[int], partitions: int, replication_factor: int,
+                    racks: dict[int, str] | None = None) -> dict[int, list[int]]:
+    """Spread replicas and leaders evenly, like Kafka's assignment.
+
+    With racks, brokers are first ordered alternating between racks (Kafka's
+    rack-alternated list), so consecutive replicas of a partition land on
+    different racks whenever there are enough racks.
+    """
     if not brokers:
         raise MetadataError("broker_not_available", "no broker is registered")
     if replication_factor > len(brokers):
@@ -367,6 +524,15 @@ def assign_replicas(brokers: list[int], partitions: int, replication_factor: int
                             f"replication factor {replication_factor} is larger than the "
                             f"{len(brokers)} available brokers")
     ordered = sorted(brokers)
+    if racks and all(b in racks for b in ordered):
+        by_rack: dict[str, list[int]] = {}
+        for b in ordered:
+            by_rack.setdefault(racks[b], []).append(b)
+        alternated: list[int] = []
+        lists = [by_rack[r] for r in sorted(by_rack)]
+        for i in range(max(len(x) for x in lists)):
+            alternated += [x[i] for x in lists if i < len(x)]
+        ordered = alternated
     n = len(ordered)
     out = {}
     for p in range(partitions):
@@ -377,7 +543,7 @@ def assign_replicas(brokers: list[int], partitions: int, replication_factor: int
             replicas.append(ordered[(first + shift * r) % n if n > 1 else first])
         # guard against duplicates when the shift wraps onto an earlier replica
         seen: list[int] = []
-        for b in replicas + ordered:
+        for b in replicas + ordered[first:] + ordered[:first]:
             if b not in seen:
                 seen.append(b)
             if len(seen) == replication_factor:

@@ -87,6 +87,28 @@ class GroupCoordinator:
         self.log = group_log
         self.partition_exists = partition_exists
         self.groups: dict[str, GroupMetadata] = {}
+        # The __consumer_offsets partitions this broker leads; None: all (a single broker).
+        self.owned_partitions: set[int] | None = None
+
+    def owns(self, group_id: str) -> bool:
+        return self.owned_partitions is None or self.partition_for(group_id) in self.owned_partitions
+
+    def unload_partition(self, partition: int) -> int:
+        """Leadership of ``partition`` moved away: drop its groups; waiting members retry elsewhere."""
+        dropped = 0
+        for group_id, group in list(self.groups.items()):
+            if self.partition_for(group_id) != partition:
+                continue
+            for member in group.members.values():
+                if member.heartbeat_timer is not None:
+                    member.heartbeat_timer.cancel()
+                if member.join_future is not None and not member.join_future.done():
+                    member.join_future.set_result(JoinResult(ErrorCode.not_coordinator, member.member_id))
+                if member.sync_future is not None and not member.sync_future.done():
+                    member.sync_future.set_result(SyncResult(ErrorCode.not_coordinator))
+            del self.groups[group_id]
+            dropped += 1
+        return dropped
 
     # ----------------------------------------------------------------- records
 
@@ -96,6 +118,8 @@ class GroupCoordinator:
     def _write(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
         """Append records for a group, then apply them: the one way state changes."""
         error = self.log.append(self.partition_for(group_id), records)
+        if error in (ErrorCode.not_leader_or_follower, ErrorCode.unknown_topic_or_partition):
+            return ErrorCode.not_coordinator
         if error != ErrorCode.none:
             log.error("writing %d records of group %s failed: %s", len(records), group_id, error.name)
             return ErrorCode.coordinator_not_available
@@ -184,6 +208,8 @@ class GroupCoordinator:
                          protocols: list[tuple[str, bytes]], require_known_member: bool) -> JoinResult:
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id)
+        if not self.owns(group_id):
+            return JoinResult(ErrorCode.not_coordinator, member_id)
         if not self.config.min_session_timeout_ms <= session_timeout_ms <= self.config.max_session_timeout_ms:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
         group = self.groups.get(group_id)
@@ -385,6 +411,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if not group_id:
             return SyncResult(ErrorCode.invalid_group_id)
+        if not self.owns(group_id):
+            return SyncResult(ErrorCode.not_coordinator)
         if group is None or member_id not in group.members:
             return SyncResult(ErrorCode.unknown_member_id)
         member = group.members[member_id]
@@ -432,6 +460,8 @@ class GroupCoordinator:
     # -------------------------------------------------------- heartbeat/leave
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> ErrorCode:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -487,6 +517,8 @@ class GroupCoordinator:
                 self._try_complete_join(group)
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[ErrorCode, list[ErrorCode]]:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator, [ErrorCode.not_coordinator] * len(members)
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id, [ErrorCode.unknown_member_id] * len(members)
@@ -525,6 +557,8 @@ class GroupCoordinator:
 
         if not group_id:
             return all_(ErrorCode.invalid_group_id)
+        if not self.owns(group_id):
+            return all_(ErrorCode.not_coordinator)
         group = self.groups.get(group_id)
         if generation < 0 and not member_id:
             # A commit from outside the group protocol (manual assignment, admin tools).
@@ -567,6 +601,8 @@ class GroupCoordinator:
                       ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
         if not group_id:
             return ErrorCode.invalid_group_id, {}
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator, {}
         group = self.groups.get(group_id)
         committed = group.offsets if group is not None else {}
         if partitions is None:
@@ -575,6 +611,8 @@ class GroupCoordinator:
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                        ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        if not self.owns(group_id):
+            return ErrorCode.not_coordinator, {}
         group = self.groups.get(group_id)
         if group is None:
             return ErrorCode.group_id_not_found, {}
@@ -628,6 +666,8 @@ class GroupCoordinator:
             group = self.groups.get(group_id)
             if not group_id:
                 results[group_id] = ErrorCode.invalid_group_id
+            elif not self.owns(group_id):
+                results[group_id] = ErrorCode.not_coordinator
             elif group is None:
                 results[group_id] = ErrorCode.group_id_not_found
             elif not group.is_empty:

@@ -25,22 +25,34 @@ log = logging.getLogger("dmq.group")
 
 class OffsetsTopic:
     def __init__(self, replica_manager: ReplicaManager, controller: Controller,
-                 num_partitions: int, segment_bytes: int) -> None:
+                 num_partitions: int, segment_bytes: int, replication_factor: int = 1,
+                 commit_timeout_ms: int = 5000) -> None:
         self.replica_manager = replica_manager
         self.controller = controller
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
+        self.replication_factor = replication_factor
+        self.commit_timeout_ms = commit_timeout_ms
+        self.last_appended: dict[int, int] = {}
 
     def ensure_exists(self) -> bool:
         if self.controller.store.topic(OFFSETS_TOPIC) is not None:
             return True
+        live = len(self.controller.store.brokers()) or 1
+        rf = min(self.replication_factor, live)
+        if rf < self.replication_factor and live > 1:
+            log.warning("creating %s with replication factor %d: only %d brokers are live "
+                        "(offsets.topic.replication.factor=%d)", OFFSETS_TOPIC, rf, live,
+                        self.replication_factor)
         try:
-            self.controller.create_topic(OFFSETS_TOPIC, self.num_partitions, 1, {
+            self.controller.create_topic(OFFSETS_TOPIC, self.num_partitions, rf, {
                 "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                 "compression.type": "producer"})
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
             return True
         except MetadataError as e:
+            if e.error == "topic_already_exists":
+                return True  # another broker created it first
             log.error("cannot create %s: %s", OFFSETS_TOPIC, e)
             return False
 
@@ -48,7 +60,20 @@ class OffsetsTopic:
         if not self.ensure_exists():
             return ErrorCode.coordinator_not_available
         batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))
-        return self.replica_manager.append_records(OFFSETS_TOPIC, partition, batch, -1).error
+        result = self.replica_manager.append_records(OFFSETS_TOPIC, partition, batch, -1)
+        if result.error == ErrorCode.none:
+            self.last_appended[partition] = result.last_offset
+        return result.error
+
+    async def wait_replicated(self, partition: int) -> ErrorCode:
+        last = self.last_appended.get(partition)
+        if last is None:
+            return ErrorCode.none
+        error, _ = await self.replica_manager.wait_for_replication(
+            OFFSETS_TOPIC, partition, last, self.commit_timeout_ms / 1000)
+        if error == ErrorCode.not_leader_or_follower:
+            return ErrorCode.not_coordinator
+        return error
 
     def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         p = self.replica_manager.get_partition(OFFSETS_TOPIC, partition)
@@ -65,7 +90,12 @@ class OffsetsTopic:
 
 
 class Coordinators:
-    """Which broker coordinates what. On a single broker: this one, for every group."""
+    """Which broker coordinates what.
+
+    On a single broker: this one, for every group. In a cluster: the leader of
+    the group's ``__consumer_offsets`` partition; ``set_led_partitions`` loads
+    the groups of partitions this broker starts leading and unloads the others.
+    """
 
     def __init__(self, group: GroupCoordinator, offsets: OffsetsTopic, store: MetadataStore,
                  broker_id: int) -> None:
@@ -77,10 +107,31 @@ class Coordinators:
     def group_coordinator_node(self, group_id: str) -> BrokerInfo | None:
         if not self.offsets.ensure_exists():
             return None
+        topic = self.store.topic(OFFSETS_TOPIC)
+        if topic is None:
+            return None
+        state = topic.partitions.get(self.group.partition_for(group_id))
+        if state is None or state.leader < 0:
+            return None
         for b in self.store.brokers():
-            if b.broker_id == self.broker_id:
+            if b.broker_id == state.leader:
                 return b
         return None
+
+    async def wait_replicated(self, group_id: str) -> ErrorCode:
+        return await self.offsets.wait_replicated(self.group.partition_for(group_id))
+
+    def set_led_partitions(self, led: set[int]) -> None:
+        owned = self.group.owned_partitions
+        if owned is None:
+            return
+        for p in sorted(owned - led):
+            dropped = self.group.unload_partition(p)
+            log.info("no longer coordinating %s-%d: unloaded %d groups", OFFSETS_TOPIC, p, dropped)
+        for p in sorted(led - owned):
+            count = self.group.load_partition(p)
+            log.info("coordinating %s-%d: loaded %d records", OFFSETS_TOPIC, p, count)
+        self.group.owned_partitions = set(led)
 
     def load(self) -> int:
         """Replay every local __consumer_offsets partition (startup)."""

@@ -33,6 +33,7 @@ from dmq.handlers import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )
@@ -44,7 +45,7 @@ HANDLERS: dict[int, ModuleType] = {
         delete_records, init_producer_id, describe_configs, alter_configs, create_partitions,
         incremental_alter_configs, describe_cluster, find_coordinator, join_group, sync_group,
         heartbeat, leave_group, offset_commit, offset_fetch, list_groups, describe_groups,
-        delete_groups, offset_delete,
+        delete_groups, offset_delete, offset_for_leader_epoch,
     )
 }
 

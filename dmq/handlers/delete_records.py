@@ -22,15 +22,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            partition = rm.get_partition(t.name, p.partition_index)
             low, error = -1, ErrorCode.none
-            if partition is None:
-                error = ErrorCode.unknown_topic_or_partition
-            else:
-                try:
-                    low = partition.delete_records(p.offset)
-                except PartitionError as e:
-                    error = e.error
+            try:
+                low = rm.leader_partition(t.name, p.partition_index).delete_records(p.offset)
+            except PartitionError as e:
+                error = e.error
             partitions.append(make(schema.DeleteRecordsPartitionResult,
                                    partition_index=p.partition_index, low_watermark=low,
                                    error_code=error))

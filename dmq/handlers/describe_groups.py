@@ -18,6 +18,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     described = []
     for group_id in request.groups:
+        if not services.coordinators.group.owns(group_id):
+            described.append(make(schema.DescribedGroup, error_code=ErrorCode.not_coordinator,
+                                  group_id=group_id, group_state="", protocol_type="",
+                                  protocol_data="", members=()))
+            continue
         group = services.coordinators.group.describe_group(group_id)
         if group is None:
             described.append(make(schema.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,

@@ -1,5 +1,9 @@
 """Fetch (1): read batches below the high watermark, long-polling on max_wait/min_bytes.
 
+A follower's fetch (``replica_id >= 0``) reads up to the log end offset and
+tells the leader how far the follower is (its fetch offset), which moves the
+high watermark and the ISR. ``current_leader_epoch`` (v9+) is checked as KIP-320 says.
+
 Fetch sessions (KIP-227) are not kept: every response carries session id 0,
 which tells clients to send full fetch requests.
 """
@@ -22,14 +26,15 @@ MAX_VERSION = 12
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     wanted = [
-        FetchRequestPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+        FetchRequestPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                              getattr(p, "current_leader_epoch", -1))
         for t in request.topics
         for p in t.partitions
     ]
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     max_bytes = getattr(request, "max_bytes", 2**31 - 1)
     results = await services.replica_manager.fetch_messages(
-        wanted, max_wait_ms, request.min_bytes, max_bytes)
+        wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1))
     by_topic: dict[str, list[Any]] = {}
     order: list[str] = []
     for req, res in zip(wanted, results, strict=True):

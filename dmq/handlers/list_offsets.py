@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
-from dmq.replication.partition import Partition
+from dmq.replication.partition import Partition, PartitionError
 
 API_KEY = 2
 MIN_VERSION = 1
@@ -40,14 +40,17 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     for t in request.topics:
         partitions = []
         for p in t.partitions:
-            partition = rm.get_partition(t.name, p.partition_index)
-            if partition is None:
-                error, offset, ts, epoch = ErrorCode.unknown_topic_or_partition, -1, -1, -1
-            elif p.timestamp < MAX_TIMESTAMP or (p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7):
-                error, offset, ts, epoch = ErrorCode.unsupported_version, -1, -1, -1
-            else:
-                offset, ts = lookup(partition, p.timestamp)
-                error, epoch = ErrorCode.none, partition.leader_epoch
+            error, offset, ts, epoch = ErrorCode.none, -1, -1, -1
+            try:
+                partition = rm.leader_partition(t.name, p.partition_index)
+                partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                if p.timestamp < MAX_TIMESTAMP or (p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7):
+                    error = ErrorCode.unsupported_version
+                else:
+                    offset, ts = lookup(partition, p.timestamp)
+                    epoch = partition.leader_epoch
+            except PartitionError as e:
+                error = e.error
             partitions.append(make(schema.ListOffsetsPartitionResponse,
                                    partition_index=p.partition_index, error_code=error,
                                    timestamp=ts, offset=offset, leader_epoch=epoch))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,10 +24,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     acks = request.acks
     rm = services.replica_manager
-    topics = []
+    timeout_s = max(request.timeout.total_seconds(), 0.0)
+    pending: list[tuple[str, list[Any]]] = []
+    waits: list[tuple[tuple[list[Any], int], Any]] = []  # (where the entry is, its wait) for acks=all
     message: str | None
     for topic_data in request.topic_data:
-        partitions = []
+        partitions: list[Any] = []
         for pdata in topic_data.partition_data:
             if acks not in (0, 1, -1):
                 error, base, append_time, start, message = (
@@ -40,13 +43,25 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 error, base, append_time, start, message = (
                     result.error, result.base_offset, result.log_append_time,
                     result.log_start_offset, result.error_message)
+                if acks == -1 and error == ErrorCode.none:
+                    waits.append(((partitions, len(partitions)), rm.wait_for_replication(
+                        topic_data.name, pdata.index, result.last_offset, timeout_s)))
             partitions.append(make(
                 schema.PartitionProduceResponse, index=pdata.index, error_code=error,
                 base_offset=base, log_append_time=_timestamp(append_time),
                 log_start_offset=start, record_errors=(), error_message=message,
             ))
-        topics.append(make(schema.TopicProduceResponse, name=topic_data.name,
-                           partition_responses=tuple(partitions)))
+        pending.append((topic_data.name, partitions))
+    if waits:
+        # Kafka's DelayedProduce: answer once every partition is replicated, or fails.
+        outcomes = await asyncio.gather(*(w for _, w in waits))
+        for ((entries, i), _), (error, message) in zip(waits, outcomes, strict=True):
+            if error != ErrorCode.none:
+                entries[i] = make(schema.PartitionProduceResponse, index=entries[i].index,
+                                  error_code=error, base_offset=-1, log_append_time=None,
+                                  log_start_offset=-1, record_errors=(), error_message=message)
+    topics = [make(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))
+              for name, parts in pending]
     if acks == 0:
         failed = [p for t in topics for p in t.partition_responses if p.error_code != ErrorCode.none]
         if failed:

@@ -1,22 +1,40 @@
-"""Partition: one topic-partition hosted by this broker, in the leader role.
+"""Partition: one topic-partition hosted by this broker, as leader or follower.
 
-Invariants: ``log.log_start_offset <= high_watermark <= log.log_end_offset``;
-consumers read only below the high watermark; the high watermark is the
-smallest log end offset in the ISR (on a single broker the ISR is this broker,
-so it follows the log end offset). ``visible_bytes`` grows by the size of every
-batch that moves below the high watermark: delayed fetches use it to see new
-data without reading the log. Event-loop thread only.
+Invariants:
+- ``log.log_start_offset <= high_watermark <= log.log_end_offset``; consumers
+  read only below the high watermark;
+- as leader, the high watermark is the smallest log end offset in the ISR and
+  never moves back; a follower joins the ISR only once its log end offset
+  reaches the high watermark and the start of this leader's epoch, and is
+  dropped after ``replica.lag.time.max.ms`` without catching up;
+- as follower, the high watermark is ``min(leader's high watermark, log end offset)``;
+- the ISR here is what ZooKeeper (or the embedded store) holds: a change is
+  proposed by ``isr_after_expand``/``isr_after_shrink``, written by the
+  ReplicaManager with compare-and-set, and applied with ``apply_isr`` only
+  once written.
+
+``visible_bytes`` grows by the size of every batch that moves below the high
+watermark (consumers' delayed fetches wait on it); ``appended_bytes`` by every
+batch appended (followers' delayed fetches wait on it). Event-loop thread only.
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from dmq.record.batch import InvalidRecordError, ValidatedBatches
+from dmq.record.batch import ValidatedBatches
 from dmq.storage.log import AppendResult, Log, OffsetOutOfRangeError
 from dmq.storage.segment import FileSlice
+
+NO_LEADER = -1
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 class PartitionError(Exception):
@@ -32,63 +50,220 @@ class ReadResult:
     log_start_offset: int
     last_stable_offset: int
     data: FileSlice | None
+    log_end_offset: int = -1
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """The leader's view of one follower (Kafka's Replica)."""
+
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_leader_leo: int = -1
+    last_fetch_ms: int = 0
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, topic_id: str, log: Log, broker_id: int,
-                 leader_epoch: int, replicas: list[int], isr: list[int]) -> None:
+    def __init__(self, topic: str, index: int, topic_id: str, log: Log, broker_id: int) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
         self.log = log
         self.broker_id = broker_id
-        self.leader_id = broker_id
-        self.leader_epoch = leader_epoch
-        self.replicas = replicas
-        self.isr = isr
+        self.leader_id = NO_LEADER
+        self.leader_epoch = -1
+        self.leader_epoch_start_offset = log.log_end_offset
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
+        self.followers: dict[int, ReplicaState] = {}
         self.high_watermark = log.log_end_offset
         self.visible_bytes = 0
+        self.appended_bytes = 0
+        self.isr_change_pending = False
+        self._marks: deque[tuple[int, int]] = deque()  # (end offset, appended_bytes after it)
 
     @property
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
 
+    @property
+    def min_insync_replicas(self) -> int:
+        return int(self.log.config["min.insync.replicas"])
+
+    # ------------------------------------------------------------------ roles
+
+    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int]) -> bool:
+        """Take (or refresh) leadership; returns True when this is a new leader epoch."""
+        new_epoch = not self.is_leader or leader_epoch != self.leader_epoch
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        now = now_ms()
+        if new_epoch:
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
+            self.followers = {}
+        for r in replicas:
+            if r != self.broker_id and r not in self.followers:
+                # Followers in the ISR get a full lag period to show up.
+                self.followers[r] = ReplicaState(last_caught_up_ms=now if r in isr else 0)
+        for r in list(self.followers):
+            if r not in replicas:
+                del self.followers[r]
+        self.high_watermark = min(max(self.high_watermark, self.log.log_start_offset),
+                                  self.log.log_end_offset)
+        self.maybe_increment_high_watermark()
+        return new_epoch
+
+    def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int],
+                      isr: list[int]) -> bool:
+        """Follow ``leader_id``; returns True when the leader or the epoch changed."""
+        changed = leader_id != self.leader_id or leader_epoch != self.leader_epoch
+        self.leader_id = leader_id
+        self.leader_epoch = leader_epoch
+        self.replicas = list(replicas)
+        self.isr = list(isr)
+        self.followers = {}
+        return changed
+
+    def apply_isr(self, isr: list[int]) -> None:
+        self.isr = list(isr)
+        self.maybe_increment_high_watermark()
+
+    # ----------------------------------------------------------------- leader
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """KIP-320: a client's epoch newer than ours or older than ours is refused."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return
+        if current_leader_epoch > self.leader_epoch:
+            raise PartitionError(ErrorCode.unknown_leader_epoch,
+                                 f"leader epoch {current_leader_epoch} is newer than {self.leader_epoch}")
+        raise PartitionError(ErrorCode.fenced_leader_epoch,
+                             f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}")
+
     def append_records_to_leader(self, records: bytearray, batches: ValidatedBatches,
                                  required_acks: int) -> AppendResult:
         if not self.is_leader:
-            raise PartitionError(ErrorCode.not_leader_or_follower)
-        min_isr = int(self.log.config["min.insync.replicas"])
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.index}")
+        min_isr = self.min_insync_replicas
         if required_acks == -1 and len(self.isr) < min_isr:
             raise PartitionError(
                 ErrorCode.not_enough_replicas,
                 f"The size of the current ISR {self.isr} is insufficient to satisfy "
-                f"the min.isr requirement of {min_isr}",
+                f"the min.isr requirement of {min_isr} for partition {self.topic}-{self.index}",
             )
-        try:
-            result = self.log.append_as_leader(records, batches, self.leader_epoch)
-        except InvalidRecordError:
-            raise
+        result = self.log.append_as_leader(records, batches, self.leader_epoch)
         if not result.duplicate:
-            self._maybe_increment_high_watermark(batches.total_size)
+            self._track_append(batches.total_size)
+            self.maybe_increment_high_watermark()
         return result
 
-    def _maybe_increment_high_watermark(self, appended_bytes: int) -> None:
-        # Single broker: the ISR is this replica alone, so HW follows the LEO.
-        if self.isr == [self.broker_id] and self.high_watermark < self.log.log_end_offset:
-            self.high_watermark = self.log.log_end_offset
-            self.visible_bytes += appended_bytes
+    def _track_append(self, size: int) -> None:
+        self.appended_bytes += size
+        self._marks.append((self.log.log_end_offset, self.appended_bytes))
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
+    def maybe_increment_high_watermark(self) -> bool:
+        """Move the high watermark to the smallest log end offset in the ISR."""
+        if not self.is_leader:
+            return False
+        candidate = self.log.log_end_offset
+        for r in self.isr:
+            if r == self.broker_id:
+                continue
+            state = self.followers.get(r)
+            candidate = min(candidate, state.log_end_offset if state is not None else -1)
+        return self._set_high_watermark(candidate)
+
+    def _set_high_watermark(self, offset: int) -> bool:
+        if offset <= self.high_watermark:
+            return False
+        self.high_watermark = offset
+        while self._marks and self._marks[0][0] <= offset:
+            self.visible_bytes = self._marks.popleft()[1]
+        return True
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+        """Record a follower's fetch; returns True when the high watermark moved."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"broker {replica_id} is not a replica of {self.topic}-{self.index}")
+        now = now_ms()
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now)
+        elif fetch_offset >= state.last_fetch_leader_leo:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.last_fetch_leader_leo = leo
+        state.last_fetch_ms = now
+        state.log_end_offset = fetch_offset
+        return self.maybe_increment_high_watermark()
+
+    def isr_after_expand(self) -> list[int] | None:
+        """The ISR with every caught-up follower added, or None when nothing changes."""
+        if not self.is_leader:
+            return None
+        joining = [r for r, s in self.followers.items()
+                   if r not in self.isr and r in self.replicas
+                   and s.log_end_offset >= self.high_watermark
+                   and s.log_end_offset >= self.leader_epoch_start_offset]
+        return self.isr + sorted(joining) if joining else None
+
+    def isr_after_shrink(self, lag_max_ms: int) -> list[int] | None:
+        """The ISR without followers that have not caught up for ``lag_max_ms``."""
+        if not self.is_leader:
+            return None
+        now = now_ms()
+        leaving = [r for r in self.isr if r != self.broker_id
+                   and now - self.followers.get(r, ReplicaState()).last_caught_up_ms > lag_max_ms]
+        return [r for r in self.isr if r not in leaving] if leaving else None
+
+    # --------------------------------------------------------------- follower
+
+    def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
+        appended = self.log.append_as_follower(records) if records else 0
+        if appended:
+            self._track_append(appended)
+        self.update_follower_high_watermark(leader_high_watermark)
+        return appended
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        target = min(leader_high_watermark, self.log.log_end_offset)
+        if target > self.high_watermark:
+            self._set_high_watermark(target)
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        self._marks.clear()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.high_watermark = offset
+        self._marks.clear()
+
+    # ------------------------------------------------------------------- read
+
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool,
+             for_replica: bool = False) -> ReadResult:
+        max_offset = self.log.log_end_offset if for_replica else self.high_watermark
         lso = self.high_watermark
+        leo = self.log.log_end_offset
         try:
-            data = self.log.read(offset, max_bytes, self.high_watermark, min_one_batch)
+            data = self.log.read(offset, max_bytes, max_offset, min_one_batch)
         except OffsetOutOfRangeError:
             return ReadResult(ErrorCode.offset_out_of_range, self.high_watermark,
-                              self.log.log_start_offset, lso, None)
-        return ReadResult(ErrorCode.none, self.high_watermark, self.log.log_start_offset, lso, data)
+                              self.log.log_start_offset, lso, None, leo)
+        return ReadResult(ErrorCode.none, self.high_watermark, self.log.log_start_offset, lso,
+                          data, leo)
 
     def delete_records(self, offset: int) -> int:
         """Move the log start offset (DeleteRecords); -1 means 'the high watermark'."""
+        if not self.is_leader:
+            raise PartitionError(ErrorCode.not_leader_or_follower)
         target = self.high_watermark if offset == -1 else offset
         if target < 0 or target > self.high_watermark:
             raise PartitionError(

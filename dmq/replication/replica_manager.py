@@ -1,14 +1,21 @@
-"""ReplicaManager: the partitions this broker hosts, appends and fetches across them.
+"""ReplicaManager: the partitions this broker hosts, as leader or follower.
 
-Produce goes through ``append_records``; Fetch through ``fetch_messages``,
-which long-polls in the fetch purgatory until ``min_bytes`` are visible or
-``max_wait`` passes. Partitions become leaders through ``make_leader`` when the
-metadata says so. Event-loop thread only.
+Produce goes through ``append_records`` and, for ``acks=all``,
+``wait_for_replication`` in the produce purgatory until the high watermark
+passes the batch. Fetch goes through ``fetch_messages``, which long-polls in
+the fetch purgatory; a follower's fetch (``replica_id >= 0``) also records
+the follower's log end offset, which moves the high watermark and may grow
+the ISR. ISR changes are written through ``isr_writer`` (ZooKeeper
+compare-and-set) before they take effect; with the embedded store the ISR is
+this broker alone and never changes. The broker's metadata listener calls
+``become_leader``/``become_follower``/``remove_partition``. Event-loop thread only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -21,6 +28,7 @@ from dmq.storage.log_manager import LogManager
 log = logging.getLogger("dmq.replication")
 
 TopicPartition = tuple[str, int]
+IsrWriter = Callable[[Partition, list[int]], Awaitable[bool]]
 
 
 @dataclass(slots=True)
@@ -30,6 +38,7 @@ class ProduceResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    last_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -38,37 +47,77 @@ class FetchRequestPartition:
     partition: int
     fetch_offset: int
     max_bytes: int
+    current_leader_epoch: int = -1
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, log_manager: LogManager) -> None:
+    def __init__(self, broker_id: int, log_manager: LogManager,
+                 isr_writer: IsrWriter | None = None) -> None:
         self.broker_id = broker_id
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
+        self.produce_purgatory = DelayedOperationPurgatory("Produce")
+        self.isr_writer = isr_writer
+        self._isr_tasks: set[asyncio.Task[None]] = set()
 
-    def make_leader(self, topic: str, index: int, topic_id: str, leader_epoch: int,
-                    replicas: list[int], isr: list[int]) -> Partition:
+    # ------------------------------------------------------------------- roles
+
+    def _get_or_create(self, topic: str, index: int, topic_id: str, replicas: list[int]) -> Partition:
         partition = self.partitions.get((topic, index))
         if partition is None:
             lg = self.log_manager.get_or_create(topic, index, topic_id)
-            partition = Partition(topic, index, topic_id, lg, self.broker_id, leader_epoch,
-                                  replicas, isr)
+            partition = Partition(topic, index, topic_id, lg, self.broker_id)
+            if len(replicas) > 1:
+                # Without a checkpointed high watermark, assume nothing is committed yet:
+                # the leader's fetch responses (or the followers' fetches) move it up.
+                partition.high_watermark = lg.log_start_offset
             self.partitions[(topic, index)] = partition
-        else:
-            partition.leader_epoch = leader_epoch
-            partition.replicas = replicas
-            partition.isr = isr
         return partition
+
+    def become_leader(self, topic: str, index: int, topic_id: str, leader_epoch: int,
+                      replicas: list[int], isr: list[int]) -> Partition:
+        partition = self._get_or_create(topic, index, topic_id, replicas)
+        if partition.make_leader(leader_epoch, replicas, isr):
+            log.info("%s-%d: leader in epoch %d (replicas %s, isr %s, log end %d)", topic, index,
+                     leader_epoch, replicas, isr, partition.log.log_end_offset)
+        self._wake((topic, index))
+        return partition
+
+    # Single-broker name kept for the embedded path and tests.
+    make_leader = become_leader
+
+    def become_follower(self, topic: str, index: int, topic_id: str, leader_id: int,
+                        leader_epoch: int, replicas: list[int], isr: list[int]) -> tuple[Partition, bool]:
+        partition = self._get_or_create(topic, index, topic_id, replicas)
+        changed = partition.make_follower(leader_id, leader_epoch, replicas, isr)
+        if changed:
+            log.info("%s-%d: follower of %d in epoch %d", topic, index, leader_id, leader_epoch)
+        self._wake((topic, index))
+        return partition, changed
 
     def remove_partition(self, topic: str, index: int, delete: bool) -> None:
         self.partitions.pop((topic, index), None)
         if delete:
             self.log_manager.delete(topic, index)
-        self.fetch_purgatory.check_and_complete((topic, index))
+        self._wake((topic, index))
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
+
+    def leader_partition(self, topic: str, index: int) -> Partition:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            raise PartitionError(ErrorCode.unknown_topic_or_partition,
+                                 "This server does not host this topic-partition.")
+        if not partition.is_leader:
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"broker {self.broker_id} is not the leader of {topic}-{index}")
+        return partition
+
+    def _wake(self, key: TopicPartition) -> None:
+        self.fetch_purgatory.check_and_complete(key)
+        self.produce_purgatory.check_and_complete(key)
 
     # ------------------------------------------------------------------ produce
 
@@ -94,52 +143,128 @@ class ReplicaManager:
             log.error("write to %s-%d failed: %s", topic, index, e)
             return ProduceResult(ErrorCode.kafka_storage_error, error_message=str(e))
         if not result.duplicate:
-            self.fetch_purgatory.check_and_complete((topic, index))
+            self._wake((topic, index))
         return ProduceResult(ErrorCode.none, result.first_offset, result.log_append_time,
-                             result.log_start_offset)
+                             result.log_start_offset, last_offset=result.last_offset)
+
+    async def wait_for_replication(self, topic: str, index: int, last_offset: int,
+                                   timeout_s: float) -> tuple[ErrorCode, str | None]:
+        """acks=all: wait until the high watermark passes ``last_offset`` (Kafka's DelayedProduce)."""
+        key = (topic, index)
+        start = self.partitions.get(key)
+
+        def done() -> bool:
+            p = self.partitions.get(key)
+            return p is None or p is not start or not p.is_leader or p.high_watermark > last_offset
+
+        await self.produce_purgatory.wait_until([key], timeout_s, done)
+        p = self.partitions.get(key)
+        if p is None or p is not start or not p.is_leader:
+            return (ErrorCode.not_leader_or_follower,
+                    f"leadership of {topic}-{index} moved before the batch was replicated")
+        if p.high_watermark <= last_offset:
+            return ErrorCode.request_timed_out, "the batch was not replicated to the ISR in time"
+        if len(p.isr) < p.min_insync_replicas:
+            return (ErrorCode.not_enough_replicas_after_append,
+                    f"the ISR {p.isr} shrank below min.insync.replicas={p.min_insync_replicas}")
+        return ErrorCode.none, None
 
     # -------------------------------------------------------------------- fetch
 
-    def read_from_local_log(self, requests: list[FetchRequestPartition], max_bytes: int
-                            ) -> list[ReadResult]:
+    def read_from_local_log(self, requests: list[FetchRequestPartition], max_bytes: int,
+                            replica_id: int = -1) -> list[ReadResult]:
         results: list[ReadResult] = []
         remaining = max_bytes
         any_data = False
         for req in requests:
-            partition = self.partitions.get((req.topic, req.partition))
-            if partition is None:
-                results.append(ReadResult(ErrorCode.unknown_topic_or_partition, -1, -1, -1, None))
+            try:
+                partition = self.leader_partition(req.topic, req.partition)
+                partition.check_leader_epoch(req.current_leader_epoch)
+            except PartitionError as e:
+                results.append(ReadResult(e.error, -1, -1, -1, None))
                 continue
             limit = max(0, min(req.max_bytes, remaining))
-            res = partition.read(req.fetch_offset, limit, min_one_batch=not any_data)
+            res = partition.read(req.fetch_offset, limit, min_one_batch=not any_data,
+                                 for_replica=replica_id >= 0)
             if res.data is not None and res.data.length:
                 any_data = True
                 remaining -= res.data.length
             results.append(res)
         return results
 
+    def _record_follower_fetches(self, requests: list[FetchRequestPartition], replica_id: int) -> None:
+        for req in requests:
+            partition = self.partitions.get((req.topic, req.partition))
+            if partition is None or not partition.is_leader:
+                continue
+            try:
+                moved = partition.update_follower_fetch(replica_id, req.fetch_offset)
+            except PartitionError:
+                continue
+            if moved:
+                self._wake((req.topic, req.partition))
+            expanded = partition.isr_after_expand()
+            if expanded is not None:
+                self._change_isr(partition, expanded, "caught up")
+
     async def fetch_messages(self, requests: list[FetchRequestPartition], max_wait_ms: int,
-                             min_bytes: int, max_bytes: int) -> list[ReadResult]:
-        results = self.read_from_local_log(requests, max_bytes)
+                             min_bytes: int, max_bytes: int, replica_id: int = -1) -> list[ReadResult]:
+        if replica_id >= 0:
+            self._record_follower_fetches(requests, replica_id)
+        results = self.read_from_local_log(requests, max_bytes, replica_id)
         available = sum(r.data.length for r in results if r.data is not None)
         has_error = any(r.error != ErrorCode.none for r in results)
         if max_wait_ms <= 0 or not requests or available >= min_bytes or has_error:
             return results
         keys = [(r.topic, r.partition) for r in requests]
-        start_bytes = {
-            key: p.visible_bytes
-            for key in keys
-            if (p := self.partitions.get(key)) is not None
-        }
+        follower = replica_id >= 0
+
+        def counter(p: Partition) -> int:
+            return p.appended_bytes if follower else p.visible_bytes
+
+        start = {key: (p, counter(p)) for key in keys if (p := self.partitions.get(key)) is not None}
 
         def enough() -> bool:
             grown = 0
-            for key, before in start_bytes.items():
+            for key, (before_p, before) in start.items():
                 p = self.partitions.get(key)
-                if p is None:
+                if p is not before_p or p is None or not p.is_leader:
                     return True  # deleted or moved: answer now
-                grown += p.visible_bytes - before
+                grown += counter(p) - before
             return available + grown >= min_bytes
 
         await self.fetch_purgatory.wait_until(keys, max_wait_ms / 1000.0, enough)
-        return self.read_from_local_log(requests, max_bytes)
+        return self.read_from_local_log(requests, max_bytes, replica_id)
+
+    # ---------------------------------------------------------------------- ISR
+
+    def maybe_shrink_isr(self, lag_max_ms: int) -> None:
+        """Drop followers that have not caught up within ``replica.lag.time.max.ms``."""
+        for partition in list(self.partitions.values()):
+            shrunk = partition.isr_after_shrink(lag_max_ms)
+            if shrunk is not None:
+                self._change_isr(partition, shrunk, "lagging")
+
+    def _change_isr(self, partition: Partition, new_isr: list[int], reason: str) -> None:
+        if self.isr_writer is None or partition.isr_change_pending:
+            return
+        partition.isr_change_pending = True
+        task = asyncio.ensure_future(self._write_isr(partition, new_isr, reason))
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
+
+    async def _write_isr(self, partition: Partition, new_isr: list[int], reason: str) -> None:
+        assert self.isr_writer is not None
+        old = list(partition.isr)
+        try:
+            written = await self.isr_writer(partition, new_isr)
+        except Exception:
+            log.exception("%s-%d: writing ISR %s failed", partition.topic, partition.index, new_isr)
+            written = False
+        finally:
+            partition.isr_change_pending = False
+        if written and self.partitions.get((partition.topic, partition.index)) is partition \
+                and partition.is_leader:
+            log.info("%s-%d: ISR %s -> %s (%s)", partition.topic, partition.index, old, new_isr, reason)
+            partition.apply_isr(new_isr)
+            self._wake((partition.topic, partition.index))

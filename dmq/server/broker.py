@@ -1,9 +1,18 @@
 """Broker: wires storage, replication, metadata and handlers behind one listener.
 
-Startup: open the metadata store, load and recover every log, take leadership
-of the local partitions, then listen. Shutdown (SIGTERM/SIGINT): stop
-listening, flush every log, write checkpoints and the clean-shutdown marker.
-Background tasks: retention, flushing rolled segments, flush.ms, checkpoints.
+Startup: open the metadata store (embedded, or ZooKeeper with
+``zookeeper.connect``), load and recover every log, take the roles the
+metadata gives this broker, listen, then register. Shutdown (SIGTERM/SIGINT):
+in a cluster, controlled shutdown first (stop following, ask the controller to
+move leadership away, wait for it); then stop listening, flush every log,
+write checkpoints and the clean-shutdown marker.
+
+In a cluster, ZooKeeper watches (kazoo's thread) only post events to the event
+loop: ``_reconcile`` makes the ReplicaManager, the fetchers and the group
+coordinator follow the cached partition states, and the ClusterController
+handles the same events if this broker is the controller.
+Background tasks: retention, flushing rolled segments, flush.ms, checkpoints,
+ISR shrinking.
 """
 
 from __future__ import annotations
@@ -17,11 +26,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.controller import Controller
-from dmq.cluster.metadata import BrokerInfo, EmbeddedMetadataStore, TopicMetadata
+from dmq.cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataError, TopicMetadata
 from dmq.cluster.producer_ids import ProducerIdManager
+from dmq.cluster.zk_controller import ClusterController
+from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import LONG_MAX, BrokerConfig, LogConfig
 from dmq.group.coordinator import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from dmq.group.offsets_topic import Coordinators, OffsetsTopic
@@ -34,6 +46,8 @@ from dmq.protocol.codec import (
     peek_header,
     response_module,
 )
+from dmq.replication.fetcher import ReplicaFetcherManager
+from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.network import CLOSE, Listener
 from dmq.storage.cleaner import LogCleaner
@@ -67,6 +81,12 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self.listener: Listener | None = None
         self.bound: tuple[str, int] = (self.listen_host, self.listen_port)
+        self.zk: ZooKeeperMetadataStore | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.cluster_controller: ClusterController | None = None
+        self.shutting_down = False
+        self._reconcile_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ----------------------------------------------------------------- startup
 
@@ -84,12 +104,31 @@ class Broker:
     async def start(self) -> None:
         started = time.monotonic()
         self._lock_data_dir()
-        self.store = EmbeddedMetadataStore(self.data_dir, self.broker_id)
+        self._loop = asyncio.get_running_loop()
+        connect = self.config["zookeeper.connect"]
+        if connect:
+            try:
+                self.zk = await asyncio.to_thread(
+                    ZooKeeperMetadataStore, str(connect), self.broker_id,
+                    int(self.config["zookeeper.session.timeout.ms"]))
+            except Exception as e:
+                raise SystemExit(
+                    f"error: cannot connect to ZooKeeper at {connect}: {e or type(e).__name__}. "
+                    f"Is ZooKeeper running there? (dmq cluster start runs one for development)"
+                ) from None
+            self.store: EmbeddedMetadataStore | ZooKeeperMetadataStore = self.zk
+        else:
+            self.store = EmbeddedMetadataStore(self.data_dir, self.broker_id)
         self._write_meta_properties()
         self.log_manager = LogManager(self.data_dir, self._log_config_for)
         load_s = self.log_manager.load_logs(self._known_partition)
         self.cleaner = LogCleaner(self.data_dir)
-        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager)
+        self.replica_manager = ReplicaManager(self.broker_id, self.log_manager,
+                                              self._write_isr if self.zk else None)
+        if self.zk is not None:
+            self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
+                                                  self._broker_address)
+            self.cluster_controller = ClusterController(self.zk, self.config)
         self.controller = Controller(self.store, self.config, self._apply_topic,
                                      self._remove_topic, self.log_manager.update_config)
         self.producer_ids = ProducerIdManager(self.store)
@@ -105,7 +144,9 @@ class Broker:
         )
         self.offsets_topic = OffsetsTopic(self.replica_manager, self.controller,
                                           group_config.num_partitions,
-                                          int(self.config["offsets.topic.segment.bytes"]))
+                                          int(self.config["offsets.topic.segment.bytes"]),
+                                          int(self.config["offsets.topic.replication.factor"]),
+                                          int(self.config["offsets.commit.timeout.ms"]))
         self.group_coordinator = GroupCoordinator(group_config, self.offsets_topic,
                                                   self._partition_exists)
         self.coordinators = Coordinators(self.group_coordinator, self.offsets_topic, self.store,
@@ -116,11 +157,14 @@ class Broker:
             log_manager=self.log_manager, producer_ids=self.producer_ids,
             coordinators=self.coordinators, supported_apis=supported_apis(),
         )
-        for topic in self.store.topics().values():
-            self._apply_topic(topic)
-        loaded = self.coordinators.load()
-        if loaded:
-            log.info("loaded %d records of group state from %s", loaded, OFFSETS_TOPIC)
+        if self.zk is None:
+            for topic in self.store.topics().values():
+                self._apply_topic(topic)
+            loaded = self.coordinators.load()
+            if loaded:
+                log.info("loaded %d records of group state from %s", loaded, OFFSETS_TOPIC)
+        else:
+            self.group_coordinator.owned_partitions = set()
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
                                  int(self.config["socket.request.max.bytes"]))
         self.bound = await self.listener.start()
@@ -129,7 +173,22 @@ class Broker:
             host, port = self.advertised[0], self.bound[1]
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        self.store.register_broker(BrokerInfo(self.broker_id, host, port))
+        rack = self.config["broker.rack"]
+        info = BrokerInfo(self.broker_id, host, port, str(rack) if rack else None)
+        if self.zk is not None:
+            try:
+                await asyncio.to_thread(self.zk.register_broker, info)
+            except MetadataError as e:
+                raise SystemExit(f"error: {e}") from None
+            self.zk.on_change = self._on_metadata_change
+            assert self.cluster_controller is not None
+            self._spawn(self.cluster_controller.run(self.stopping))
+            lag = int(self.config["replica.lag.time.max.ms"])
+            self._spawn(self._every(max(lag // 2, 10),
+                                    lambda: self.replica_manager.maybe_shrink_isr(lag)))
+            self._reconcile()
+        else:
+            self.store.register_broker(info)
         self._spawn(self._every(int(self.config["log.retention.check.interval.ms"]),
                                 self._retention))
         self._spawn(self._every(1000, self._flush_rolled))
@@ -173,6 +232,8 @@ class Broker:
         meta = self.store.topic(topic)
         if meta is None or partition not in meta.partitions:
             return None
+        if self.zk is not None and self.broker_id not in meta.partitions[partition].replicas:
+            return None  # moved away (reassigned) while this broker was down
         return meta.topic_id
 
     def _partition_exists(self, topic: str, partition: int) -> bool:
@@ -180,15 +241,100 @@ class Broker:
         return meta is not None and partition in meta.partitions
 
     def _apply_topic(self, topic: TopicMetadata) -> None:
+        if self.zk is not None:
+            self._reconcile()
+            return
         for index, state in topic.partitions.items():
             if state.leader == self.broker_id:
-                self.replica_manager.make_leader(topic.name, index, topic.topic_id,
-                                                 state.leader_epoch, state.replicas, state.isr)
+                self.replica_manager.become_leader(topic.name, index, topic.topic_id,
+                                                   state.leader_epoch, state.replicas, state.isr)
 
     def _remove_topic(self, topic: TopicMetadata) -> None:
+        if self.zk is not None:
+            self._reconcile()
+            return
         for index in topic.partitions:
             self.replica_manager.remove_partition(topic.name, index, delete=True)
             self.cleaner.forget(topic.name, index)
+
+    # ------------------------------------------------------------- cluster mode
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        for b in self.store.brokers():
+            if b.broker_id == broker_id:
+                return b.host, b.port
+        return None
+
+    async def _write_isr(self, partition: Partition, isr: list[int]) -> bool:
+        assert self.zk is not None
+        try:
+            return await asyncio.to_thread(self.zk.update_isr, partition.topic, partition.index,
+                                           self.broker_id, partition.leader_epoch, isr)
+        except KazooException as e:
+            log.warning("%s-%d: cannot write ISR %s to ZooKeeper (%s); the ISR stays %s",
+                        partition.topic, partition.index, isr, type(e).__name__, partition.isr)
+            return False
+
+    def _on_metadata_change(self, what: str) -> None:
+        """Called on kazoo's thread: hand the event to the event loop, nothing more."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._metadata_event, what)
+
+    def _metadata_event(self, what: str) -> None:
+        if self.cluster_controller is not None:
+            self.cluster_controller.enqueue(what)
+        if what == "session":
+            self._spawn(self._reregister())
+        if not self._reconcile_scheduled:
+            self._reconcile_scheduled = True
+            asyncio.get_running_loop().call_soon(self._reconcile)
+
+    async def _reregister(self) -> None:
+        assert self.zk is not None
+        try:
+            await asyncio.to_thread(self.zk.reregister)
+            log.info("registered again in ZooKeeper after the session expired")
+            self._reconcile()
+        except Exception:
+            log.exception("registering again in ZooKeeper failed")
+
+    def _reconcile(self) -> None:
+        """Make local roles follow the cached partition states (leader, follower, gone)."""
+        self._reconcile_scheduled = False
+        if self.zk is None or self.zk.session_lost or self.fetchers is None:
+            return
+        rm = self.replica_manager
+        wanted: set[tuple[str, int]] = set()
+        offsets_led: set[int] = set()
+        for topic in self.store.topics().values():
+            adding = self.zk.adding_replicas.get(topic.name, {})
+            for index, state in topic.partitions.items():
+                tp = (topic.name, index)
+                if self.broker_id not in state.replicas and state.leader != self.broker_id:
+                    continue
+                wanted.add(tp)
+                if state.leader == self.broker_id:
+                    self.fetchers.remove_partition(tp)
+                    rm.become_leader(topic.name, index, topic.topic_id, state.leader_epoch,
+                                     state.replicas, state.isr)
+                    if topic.name == OFFSETS_TOPIC:
+                        offsets_led.add(index)
+                else:
+                    rm.become_follower(topic.name, index, topic.topic_id, state.leader,
+                                       state.leader_epoch, state.replicas, state.isr)
+                    if state.leader >= 0 and not self.shutting_down:
+                        self.fetchers.add_partition(tp, state.leader, state.leader_epoch,
+                                                    throttled=self.broker_id in adding.get(index, []))
+                    else:
+                        self.fetchers.remove_partition(tp)
+        for tp in list(rm.partitions):
+            if tp not in wanted:
+                log.info("%s-%d: no longer a replica here; removing the local log", *tp)
+                self.fetchers.remove_partition(tp)
+                rm.remove_partition(tp[0], tp[1], delete=True)
+                self.cleaner.forget(*tp)
+        self.coordinators.set_led_partitions(offsets_led)
 
     # ---------------------------------------------------------------- dispatch
 
@@ -295,9 +441,40 @@ class Broker:
         await self.stopping.wait()
         await self.shutdown()
 
+    async def controlled_shutdown(self) -> None:
+        """Stop following, ask the controller to move leadership away, wait until it has."""
+        assert self.zk is not None and self.fetchers is not None
+        self.shutting_down = True
+        await self.fetchers.shutdown()
+        started = time.monotonic()
+        await asyncio.to_thread(self.zk.request_controlled_shutdown)
+        budget = (int(self.config["controlled.shutdown.max.retries"])
+                  * int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000)
+        remaining: list[str] = []
+        while time.monotonic() - started < budget:
+            live = {b.broker_id for b in self.store.brokers()}
+            remaining = [f"{t.name}-{p}" for t in self.store.topics().values()
+                         for p, s in t.partitions.items()
+                         if s.leader == self.broker_id
+                         and any(r in live and r != self.broker_id for r in s.isr)]
+            if not remaining:
+                log.info("controlled shutdown: leadership moved away in %.2fs",
+                         time.monotonic() - started)
+                return
+            await asyncio.sleep(0.1)
+        log.warning("controlled shutdown incomplete after %.0fs; still leading %s",
+                    budget, ", ".join(remaining[:10]))
+
     async def shutdown(self) -> None:
         log.info("shutting down")
+        if self.zk is not None and self.config["controlled.shutdown.enable"] and not self.zk.session_lost:
+            try:
+                await self.controlled_shutdown()
+            except Exception:
+                log.exception("controlled shutdown failed; shutting down anyway")
         self.stopping.set()
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
         if self.listener is not None:
             await self.listener.stop()
         for task in self._tasks:
@@ -305,5 +482,7 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.log_manager.flush_pending()
         self.log_manager.shutdown()
+        if self.zk is not None:
+            await asyncio.to_thread(self.zk.close)
         log.info("shut down cleanly")
         print("dmq broker stopped cleanly", flush=True)

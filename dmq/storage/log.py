@@ -30,10 +30,13 @@ from dmq.record.batch import (
     BatchHeader,
     InvalidRecordError,
     ValidatedBatches,
+    compute_crc,
+    iter_headers,
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
 )
+from dmq.storage.leader_epoch import LeaderEpochFileCache
 from dmq.storage.producer_state import ProducerStateManager
 from dmq.storage.segment import FileSlice, LogSegment
 
@@ -83,6 +86,7 @@ class Log:
         if topic_id is not None:
             self._write_partition_metadata(topic_id)
         self.producer_state = ProducerStateManager(directory)
+        self.leader_epochs = LeaderEpochFileCache(directory)
         self.segments: list[LogSegment] = []
         self.bases: list[int] = []
         self.log_start_offset = log_start_offset
@@ -92,6 +96,7 @@ class Log:
         self.on_roll: Callable[[Log, int], None] | None = None
         started = time.monotonic()
         self._load(clean_shutdown)
+        self._load_leader_epochs()
         self.load_seconds = time.monotonic() - started
 
     # ------------------------------------------------------------------ loading
@@ -175,6 +180,17 @@ class Log:
                 if header.base_offset >= start:
                     self.producer_state.update(header)
 
+    def _load_leader_epochs(self) -> None:
+        if self.leader_epochs.exists:
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
+            return
+        # A log written before epochs were checkpointed: rebuild from batch headers.
+        for segment in self.segments:
+            for _pos, header in segment.batches():
+                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+        if not self.leader_epochs.exists:
+            self.leader_epochs.clear_and_flush()
+
     @property
     def name(self) -> str:
         return partition_dir_name(self.topic, self.partition)
@@ -222,6 +238,7 @@ class Log:
             segment = self.roll()
         next_offset = self.log_end_offset
         first_offset = next_offset
+        self.leader_epochs.assign(leader_epoch, first_offset)
         headers: list[BatchHeader] = []
         for header, pos in zip(batches.headers, batches.positions, strict=True):
             set_base_offset(records, pos, next_offset)
@@ -242,6 +259,57 @@ class Log:
             self.flush()
         return AppendResult(first_offset, next_offset - 1, now if log_append else -1,
                             self.log_start_offset, batches.record_count)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> int:
+        """Append batches copied from the leader, keeping their offsets and epochs.
+
+        Only whole batches at the log end offset are taken (a fetch may end in a
+        partial batch); returns the bytes appended. Raises InvalidRecordError on
+        a CRC mismatch or an offset gap, so nothing corrupt reaches the log.
+        """
+        found = iter_headers(records)
+        if not found:
+            return 0
+        end = found[-1][0] + found[-1][1].size
+        buf = bytearray(records[:end])
+        expected = self.log_end_offset
+        for pos, header in found:
+            if header.base_offset < expected:
+                # Gaps are legal (compaction), going backwards is not.
+                raise InvalidRecordError(
+                    "corrupt_message", f"{self.name}: replicated batch at offset {header.base_offset}, "
+                    f"expected {expected} or above")
+            if compute_crc(buf, pos, header.size) != header.crc:
+                raise InvalidRecordError("corrupt_message", f"{self.name}: replicated batch CRC mismatch")
+            expected = header.last_offset + 1
+        segment = self.active_segment
+        if segment.size > 0 and (segment.size + len(buf) > self.config.segment_bytes
+                                 or now_ms() - segment.created_ms >= self.config.segment_ms):
+            segment = self.roll()
+        headers = [h for _, h in found]
+        segment.append(buf, headers, [p for p, _ in found])
+        for header in headers:
+            self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+            self.producer_state.update(header)
+        self.log_end_offset = expected
+        self.unflushed_messages += sum(h.record_count for h in headers)
+        if self.unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and restart it empty at ``offset`` (below the leader's start)."""
+        for segment in self.segments:
+            segment.delete()
+        segment = LogSegment(self.directory, offset, self.config.index_interval_bytes)
+        self.segments = [segment]
+        self.bases = [offset]
+        self.log_start_offset = offset
+        self.log_end_offset = offset
+        self.recovery_point = offset
+        self.producer_state.truncate_after(-1)
+        self.producer_state.delete_snapshots_after(-1)
+        self.leader_epochs.clear_and_flush()
 
     @staticmethod
     def _require_keys(records: bytearray, batches: ValidatedBatches) -> None:
@@ -406,6 +474,7 @@ class Log:
         self.recovery_point = min(self.recovery_point, offset)
         self.producer_state.truncate_after(offset)
         self.producer_state.delete_snapshots_after(offset)
+        self.leader_epochs.truncate_from_end(offset)
 
     # --------------------------------------------------------------- flushing
 

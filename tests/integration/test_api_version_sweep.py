@@ -75,6 +75,9 @@ def build(api_key: int, version: int, topic: str) -> Any:
     if api_key == 21:
         return make(R, timeout=T5, topics=(m("DeleteRecordsTopic", name=topic, partitions=(
             m("DeleteRecordsPartition", partition_index=0, offset=1),)),))
+    if api_key == 23:  # the one record was written in epoch 0, which ends at the log end
+        return make(R, replica_id=-1, topics=(m("OffsetForLeaderTopic", topic=topic, partitions=(
+            m("OffsetForLeaderPartition", partition=0, current_leader_epoch=0, leader_epoch=0),)),))
     if api_key == 22:
         return make(R, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
                     producer_epoch=-1)
@@ -139,6 +142,9 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
         top = [resp.error_code] if hasattr(resp, "error_code") else []  # v7+
         return top + [p.error_code for t in resp.responses for p in t.partitions]
     if api_key in (2, 21):
+        return [p.error_code for t in resp.topics for p in t.partitions]
+    if api_key == 23:
+        assert [(p.leader_epoch, p.end_offset) for t in resp.topics for p in t.partitions] == [(0, 1)]
         return [p.error_code for t in resp.topics for p in t.partitions]
     if api_key == 19:
         return [t.error_code for t in resp.topics]

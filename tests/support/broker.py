@@ -31,6 +31,7 @@ class BrokerProcess:
         self.log_path = log_path or data_dir.parent / f"broker-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_line = ""
+        self.paused = False
 
     @property
     def bootstrap(self) -> str:

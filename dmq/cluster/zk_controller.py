@@ -1,0 +1,294 @@
+"""ClusterController: the ZooKeeper-era Kafka controller, one event loop per cluster.
+
+Every broker runs one; the one that wins the ephemeral ``/controller`` znode
+(and bumps ``/controller_epoch``) is active, the others only wait to take over.
+ZooKeeper watches never act: they enqueue an event name ("brokers",
+"controller", "topics", "admin", "session") and this loop handles events one
+batch at a time, on a worker thread because kazoo calls block.
+
+What the active controller does:
+- broker loss: partitions led by a dead broker get a new leader from the live
+  ISR (the first in replica order), with the leader epoch bumped; dead
+  followers leave the ISR. With no live ISR member the partition goes offline
+  (leader -1, the ISR kept) unless the topic sets
+  ``unclean.leader.election.enable``;
+- broker return: offline partitions whose ISR holds it are led again;
+- controlled shutdown (``/admin/controlled_shutdown/<id>``): that broker's
+  leadership moves to other ISR members and it leaves every ISR it can;
+- preferred leader election (``/admin/preferred_replica_election``, and every
+  ``leader.imbalance.check.interval.seconds`` when
+  ``auto.leader.rebalance.enable``): the first replica leads again once in the ISR;
+- reassignment (``/admin/reassign_partitions``): the new replicas are added
+  (throttled), and once all of them are in the ISR, leadership moves into the
+  target set and the old replicas are dropped.
+
+Every partition-state write is a compare-and-set on the znode version that
+also stamps this controller's epoch, so a deposed controller's writes fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from dmq.cluster.metadata import MetadataError, PartitionState
+from dmq.cluster.zookeeper import ZooKeeperMetadataStore
+from dmq.config import BrokerConfig, LogConfig
+
+log = logging.getLogger("dmq.controller")
+
+REASSIGN = "/admin/reassign_partitions"
+PREFERRED = "/admin/preferred_replica_election"
+
+
+class ClusterController:
+    def __init__(self, store: ZooKeeperMetadataStore, config: BrokerConfig) -> None:
+        self.store = store
+        self.config = config
+        self.broker_id = store.broker_id
+        self.active = False
+        self.events: asyncio.Queue[str] = asyncio.Queue()
+        self.live: set[int] = set()
+        self._last_rebalance = time.monotonic()
+        self.rebalance_interval = int(config["leader.imbalance.check.interval.seconds"])
+        self.elections = 0
+
+    def enqueue(self, event: str) -> None:
+        self.events.put_nowait(event)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        self.enqueue("controller")
+        while not stopping.is_set():
+            try:
+                first = await asyncio.wait_for(self.events.get(), 1.0)
+                batch = {first}
+                while not self.events.empty():
+                    batch.add(self.events.get_nowait())
+            except TimeoutError:
+                batch = {"tick"}
+            if "session_lost" in batch:
+                self.active = False
+                batch.discard("session_lost")
+            if not batch:
+                continue
+            try:
+                await asyncio.to_thread(self._handle, batch)
+            except Exception:
+                log.exception("controller event %s failed; will retry on the next event", sorted(batch))
+                await asyncio.sleep(0.5)
+                self.enqueue("controller")
+
+    # ----------------------------------------------------------- event handling
+
+    def _handle(self, events: set[str]) -> None:
+        if self.store.session_lost:
+            self.active = False
+            return
+        if "controller" in events or "session" in events or not self.active:
+            if self.store.controller_id() in (-1, self.broker_id) or "session" in events:
+                self._elect_self()
+        if not self.active:
+            return
+        live = set(self.store.broker_ids())
+        changed_brokers = live != self.live
+        if changed_brokers:
+            gone, back = self.live - live, live - self.live
+            if gone or back:
+                log.info("controller: brokers %s left, %s joined; live %s",
+                         sorted(gone), sorted(back), sorted(live))
+            self.live = live
+        if changed_brokers or events & {"brokers", "topics", "admin", "became"}:
+            self._check_partitions()
+        self._progress_reassignments()
+        self._preferred_elections()
+        if self.config["auto.leader.rebalance.enable"] and \
+                time.monotonic() - self._last_rebalance >= self.rebalance_interval:
+            self._last_rebalance = time.monotonic()
+            self._rebalance_leaders()
+
+    def _elect_self(self) -> None:
+        if self.store.controller_id() == self.broker_id and self.active:
+            return
+        if self.store.try_become_controller():
+            self.active = True
+            self.live = set(self.store.broker_ids())
+            log.info("broker %d became the controller (epoch %d); live brokers %s",
+                     self.broker_id, self.store.controller_epoch, sorted(self.live))
+            self._check_partitions()
+        elif self.store.controller_id() != self.broker_id:
+            self.active = False
+
+    # ---------------------------------------------------------------- elections
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        meta = self.store.topic(topic)
+        return bool(LogConfig(self.config, meta.configs if meta else {})["unclean.leader.election.enable"])
+
+    def decide(self, topic: str, state: PartitionState, excluded: set[int]) -> PartitionState:
+        """The partition state the controller wants, given live brokers and shutting-down ones."""
+        eligible = self.live - excluded
+        isr_live = [r for r in state.isr if r in eligible]
+        if state.leader not in eligible:
+            candidates = [r for r in state.replicas if r in isr_live]
+            if candidates:
+                leader = candidates[0]
+                return PartitionState(state.replicas, leader, state.leader_epoch + 1, isr_live)
+            if state.leader in self.live and state.leader in excluded:
+                # The only ISR member is shutting down: it keeps leading until it goes.
+                return PartitionState(state.replicas, state.leader, state.leader_epoch,
+                                      [r for r in state.isr if r in self.live])
+            live_replicas = [r for r in state.replicas if r in eligible]
+            if live_replicas and self._unclean_allowed(topic):
+                log.warning("%s: unclean leader election of %d (ISR %s is gone)",
+                            topic, live_replicas[0], state.isr)
+                return PartitionState(state.replicas, live_replicas[0], state.leader_epoch + 1,
+                                      [live_replicas[0]])
+            if state.leader == -1:
+                return state
+            # Offline: no leader; the ISR keeps its last members so they can lead cleanly.
+            return PartitionState(state.replicas, -1, state.leader_epoch + 1,
+                                  isr_live or state.isr)
+        isr = [r for r in state.isr if r in eligible or r == state.leader]
+        if not isr:
+            isr = [state.leader]
+        return PartitionState(state.replicas, state.leader, state.leader_epoch, isr)
+
+    def _write(self, topic: str, partition: int, new: PartitionState, version: int, why: str) -> bool:
+        try:
+            self.store.update_partition_state(topic, partition, new, version)
+        except MetadataError as e:
+            log.info("%s-%d: state changed under the controller (%s); re-reading", topic, partition, e)
+            return False
+        self.elections += 1
+        log.info("%s-%d: leader %d epoch %d isr %s (%s)", topic, partition, new.leader,
+                 new.leader_epoch, new.isr, why)
+        return True
+
+    def _check_partitions(self) -> None:
+        excluded = self.store.shutting_down & self.live
+        for name, meta in self.store.topics().items():
+            for p in meta.partitions:
+                for _ in range(3):
+                    found = self.store.read_partition_state(name, p)
+                    if found is None:
+                        break
+                    state, version = found
+                    new = self.decide(name, state, excluded)
+                    if (new.leader, new.leader_epoch, new.isr) == (state.leader, state.leader_epoch, state.isr):
+                        break
+                    why = "controlled shutdown" if state.leader in excluded else (
+                        "leader lost" if state.leader != new.leader else "replicas left the ISR")
+                    if self._write(name, p, new, version, why):
+                        break
+
+    def _elect_preferred(self, topic: str, partition: int) -> bool:
+        found = self.store.read_partition_state(topic, partition)
+        if found is None:
+            return False
+        state, version = found
+        preferred = state.replicas[0] if state.replicas else -1
+        if state.leader == preferred or preferred not in state.isr or preferred not in self.live \
+                or preferred in self.store.shutting_down:
+            return False
+        return self._write(topic, partition,
+                           PartitionState(state.replicas, preferred, state.leader_epoch + 1, state.isr),
+                           version, "preferred leader election")
+
+    def _preferred_elections(self) -> None:
+        wanted, version = self.store.read_admin(PREFERRED)
+        if version < 0:
+            return
+        for entry in wanted:
+            self._elect_preferred(str(entry["topic"]), int(entry["partition"]))
+        try:
+            self.store.write_admin(PREFERRED, [], version)
+        except MetadataError:
+            pass
+
+    def _rebalance_leaders(self) -> None:
+        """auto.leader.rebalance.enable: per broker, when too many of its preferred partitions are led elsewhere."""
+        threshold = int(self.config["leader.imbalance.per.broker.percentage"]) / 100
+        preferred_of: dict[int, list[tuple[str, int]]] = {}
+        for name, meta in self.store.topics().items():
+            for p, s in meta.partitions.items():
+                if s.replicas:
+                    preferred_of.setdefault(s.replicas[0], []).append((name, p))
+        for broker, parts in preferred_of.items():
+            if broker not in self.live:
+                continue
+            metas = self.store.topics()
+            off = [(t, p) for t, p in parts if metas.get(t) and p in metas[t].partitions
+                   and metas[t].partitions[p].leader != broker]
+            if parts and len(off) / len(parts) > threshold:
+                for t, p in off:
+                    self._elect_preferred(t, p)
+
+    # -------------------------------------------------------------- reassignment
+
+    def _progress_reassignments(self) -> None:
+        wanted, version = self.store.read_admin(REASSIGN)
+        if version < 0:
+            return
+        remaining: list[dict[str, Any]] = []
+        for entry in wanted:
+            topic, partition, target = str(entry["topic"]), int(entry["partition"]), list(entry["replicas"])
+            try:
+                done = self._reassign(topic, partition, target)
+            except MetadataError as e:
+                log.info("%s-%d: reassignment step retried: %s", topic, partition, e)
+                done = False
+            if not done:
+                remaining.append(entry)
+        if remaining != wanted:
+            try:
+                self.store.write_admin(REASSIGN, remaining, version)
+            except MetadataError:
+                pass
+
+    def _reassign(self, topic: str, partition: int, target: list[int]) -> bool:
+        """One step of KIP-455's reassignment; True once the partition is on ``target`` alone."""
+        found = self.store.read_assignment(topic)
+        if found is None:
+            return True  # topic deleted: nothing to do
+        raw, version = found
+        key = str(partition)
+        current = list(raw["partitions"].get(key, []))
+        adding = dict(raw.get("adding_replicas") or {})
+        removing = dict(raw.get("removing_replicas") or {})
+        if key not in adding and key not in removing:
+            if current == target:
+                return True
+            # Phase 1: replicas = target + the old ones; the new ones start fetching.
+            raw["partitions"][key] = target + [r for r in current if r not in target]
+            adding[key] = [r for r in target if r not in current]
+            removing[key] = [r for r in current if r not in target]
+            raw["adding_replicas"], raw["removing_replicas"] = adding, removing
+            self.store.write_assignment(topic, raw, version)
+            log.info("%s-%d: reassigning %s -> %s", topic, partition, current, target)
+            return False
+        state_found = self.store.read_partition_state(topic, partition)
+        if state_found is None:
+            return True
+        state, state_version = state_found
+        if not all(r in state.isr for r in target):
+            return False  # still catching up
+        if state.leader not in target:
+            leader = next(r for r in target if r in self.live)
+            new = PartitionState(state.replicas, leader, state.leader_epoch + 1,
+                                 [r for r in state.isr if r in target])
+            self._write(topic, partition, new, state_version, "reassignment")
+            return False
+        if any(r not in target for r in state.isr):
+            self._write(topic, partition,
+                        PartitionState(state.replicas, state.leader, state.leader_epoch,
+                                       [r for r in state.isr if r in target]),
+                        state_version, "reassignment drops old replicas")
+        raw["partitions"][key] = target
+        adding.pop(key, None)
+        removing.pop(key, None)
+        raw["adding_replicas"], raw["removing_replicas"] = adding, removing
+        self.store.write_assignment(topic, raw, version)
+        log.info("%s-%d: reassignment to %s complete", topic, partition, target)
+        return True

@@ -1,0 +1,42 @@
+"""OffsetForLeaderEpoch (23): where a leader epoch ends in the leader's log.
+
+A follower (or a KIP-320 consumer) asks, for the last epoch it has, for the
+end offset of that epoch in the leader's log, and truncates its own log
+there so it never keeps records the leader does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+from dmq.replication.partition import PartitionError
+
+API_KEY = 23
+MIN_VERSION = 2
+MAX_VERSION = 4
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    rm = services.replica_manager
+    topics = []
+    for t in request.topics:
+        partitions = []
+        for p in t.partitions:
+            error, epoch, end_offset = ErrorCode.none, -1, -1
+            try:
+                partition = rm.leader_partition(t.topic, p.partition)
+                partition.check_leader_epoch(p.current_leader_epoch)
+                epoch, end_offset = partition.log.leader_epochs.end_offset_for(
+                    p.leader_epoch, partition.log.log_end_offset)
+            except PartitionError as e:
+                error = e.error
+            partitions.append(make(schema.EpochEndOffset, error_code=error, partition=p.partition,
+                                   leader_epoch=epoch, end_offset=end_offset))
+        topics.append(make(schema.OffsetForLeaderTopicResult, topic=t.topic,
+                           partitions=tuple(partitions)))
+    return make(schema.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

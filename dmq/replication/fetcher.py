@@ -1,0 +1,303 @@
+"""Follower fetching: ReplicaFetcherManager and one ReplicaFetcher per leader broker.
+
+A ReplicaFetcher owns one connection to a leader and loops: first, for every
+partition that just became a follower (or saw a new leader epoch), it asks the
+leader with OffsetForLeaderEpoch where its last local epoch ends and
+truncates there (KIP-101), so a returning replica never keeps records the new
+leader does not have; then it sends Fetch with ``replica_id`` set to this
+broker, from each partition's log end offset, appends what comes back as
+follower (offsets and epochs kept) and takes the leader's high watermark.
+Its next fetch offset is what tells the leader it has the records.
+
+Errors back off per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and
+UNKNOWN_TOPIC_OR_PARTITION wait for the metadata to change; a broken
+connection waits ``replica.fetch.backoff.ms`` and reconnects. Partitions being
+reassigned onto this broker are throttled to ``follower.replication.throttled.rate``.
+Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.client.wire import AsyncWireClient
+from dmq.config import LONG_MAX, BrokerConfig
+from dmq.protocol.codec import make, request_class
+from dmq.record.batch import InvalidRecordError
+from dmq.replication.partition import Partition
+from dmq.replication.replica_manager import ReplicaManager, TopicPartition
+
+log = logging.getLogger("dmq.fetcher")
+
+FETCH_VERSION = 12
+EPOCH_VERSION = 4
+
+
+@dataclass(slots=True)
+class FetchState:
+    leader_epoch: int
+    needs_truncation: bool = True
+    retry_at: float = 0.0
+    throttled: bool = False
+
+
+@dataclass(slots=True)
+class ReplicaFetcher:
+    leader_id: int
+    partitions: dict[TopicPartition, FetchState] = field(default_factory=dict)
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    client: AsyncWireClient | None = None
+    failing: bool = False
+
+
+class ReplicaFetcherManager:
+    def __init__(self, broker_id: int, replica_manager: ReplicaManager, config: BrokerConfig,
+                 broker_address: Callable[[int], tuple[str, int] | None]) -> None:
+        self.broker_id = broker_id
+        self.replica_manager = replica_manager
+        self.broker_address = broker_address
+        self.max_wait = int(config["replica.fetch.wait.max.ms"])
+        self.min_bytes = int(config["replica.fetch.min.bytes"])
+        self.max_bytes = int(config["replica.fetch.max.bytes"])
+        self.response_max_bytes = int(config["replica.fetch.response.max.bytes"])
+        self.backoff = int(config["replica.fetch.backoff.ms"]) / 1000
+        self.socket_timeout = int(config["replica.socket.timeout.ms"]) / 1000
+        self.throttle_rate = int(config["follower.replication.throttled.rate"])
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._throttle_window = (0.0, 0)  # (window start, bytes fetched in it)
+        self._stopped = False
+
+    # ----------------------------------------------------------- assignment
+
+    def add_partition(self, tp: TopicPartition, leader_id: int, leader_epoch: int,
+                      throttled: bool = False) -> None:
+        """Follow ``tp`` from ``leader_id``: truncate first, then fetch."""
+        for fetcher in self.fetchers.values():
+            if fetcher.leader_id != leader_id:
+                fetcher.partitions.pop(tp, None)
+        existing = self.fetchers.get(leader_id)
+        if existing is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(leader_id)
+            fetcher.task = asyncio.ensure_future(self._run(fetcher))
+        else:
+            fetcher = existing
+        state = fetcher.partitions.get(tp)
+        if state is None or state.leader_epoch != leader_epoch:
+            fetcher.partitions[tp] = FetchState(leader_epoch, throttled=throttled)
+        else:
+            state.throttled = throttled
+            state.retry_at = 0.0
+        fetcher.wakeup.set()
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.partitions.pop(tp, None)
+
+    def is_following(self, tp: TopicPartition) -> bool:
+        return any(tp in f.partitions for f in self.fetchers.values())
+
+    async def shutdown(self) -> None:
+        self._stopped = True
+        tasks = [f.task for f in self.fetchers.values() if f.task is not None]
+        for fetcher in self.fetchers.values():
+            if fetcher.task is not None:
+                fetcher.task.cancel()
+            if fetcher.client is not None:
+                fetcher.client.close()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ----------------------------------------------------------------- loop
+
+    async def _run(self, fetcher: ReplicaFetcher) -> None:
+        while not self._stopped:
+            now = time.monotonic()
+            ready = {tp: s for tp, s in fetcher.partitions.items() if s.retry_at <= now}
+            if not ready:
+                fetcher.wakeup.clear()
+                waits = [s.retry_at - now for s in fetcher.partitions.values()]
+                try:
+                    await asyncio.wait_for(fetcher.wakeup.wait(), min(waits, default=1.0))
+                except TimeoutError:
+                    pass
+                continue
+            address = self.broker_address(fetcher.leader_id)
+            if address is None:
+                await asyncio.sleep(self.backoff)
+                continue
+            try:
+                if fetcher.client is None or (fetcher.client.host, fetcher.client.port) != address:
+                    if fetcher.client is not None:
+                        fetcher.client.close()
+                    fetcher.client = AsyncWireClient(address[0], address[1],
+                                                     f"dmq-replica-{self.broker_id}")
+                truncating = {tp: s for tp, s in ready.items() if s.needs_truncation}
+                if truncating:
+                    await self._truncate(fetcher, truncating)
+                fetching = {tp: s for tp, s in ready.items() if not s.needs_truncation
+                            and tp in fetcher.partitions}
+                if fetching:
+                    await self._fetch(fetcher, fetching)
+                if fetcher.failing:
+                    log.info("fetching from broker %d works again", fetcher.leader_id)
+                    fetcher.failing = False
+            except asyncio.CancelledError:
+                raise
+            except (OSError, EOFError, TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
+                # One warning per outage; the retries that follow are debug noise.
+                log.log(logging.DEBUG if fetcher.failing else logging.WARNING,
+                        "fetching from broker %d at %s:%d failed: %s; retrying every %.1fs",
+                        fetcher.leader_id, address[0], address[1], e or type(e).__name__,
+                        self.backoff)
+                fetcher.failing = True
+                if fetcher.client is not None:
+                    fetcher.client.close()
+                    fetcher.client = None
+                await asyncio.sleep(self.backoff)
+            except Exception:
+                log.exception("replica fetcher for broker %d failed; retrying", fetcher.leader_id)
+                if fetcher.client is not None:
+                    fetcher.client.close()
+                    fetcher.client = None
+                await asyncio.sleep(self.backoff)
+
+    def _current(self, fetcher: ReplicaFetcher, tp: TopicPartition, state: FetchState) -> Partition | None:
+        """The local partition if it still follows this leader in this epoch."""
+        if fetcher.partitions.get(tp) is not state:
+            return None
+        p = self.replica_manager.get_partition(*tp)
+        if p is None or p.is_leader or p.leader_id != fetcher.leader_id or p.leader_epoch != state.leader_epoch:
+            return None
+        return p
+
+    async def _truncate(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
+        R = request_class(23, EPOCH_VERSION)
+        mod = __import__(R.__module__, fromlist=["x"])
+        by_topic: dict[str, list[Any]] = {}
+        asked: dict[TopicPartition, int] = {}
+        for tp, state in states.items():
+            p = self._current(fetcher, tp, state)
+            if p is None:
+                continue
+            epoch = p.log.leader_epochs.latest_epoch
+            asked[tp] = epoch
+            by_topic.setdefault(tp[0], []).append(make(
+                mod.OffsetForLeaderPartition, partition=tp[1], current_leader_epoch=state.leader_epoch,
+                leader_epoch=epoch))
+        if not by_topic:
+            return
+        request = make(R, replica_id=self.broker_id, topics=tuple(
+            make(mod.OffsetForLeaderTopic, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
+        assert fetcher.client is not None
+        response = await fetcher.client.request(request, self.socket_timeout)
+        for t in response.topics:
+            for r in t.partitions:
+                tp = (t.topic, r.partition)
+                asked_state = states.get(tp)
+                if asked_state is None:
+                    continue
+                state = asked_state
+                p = self._current(fetcher, tp, state)
+                if p is None:
+                    continue
+                if r.error_code != ErrorCode.none:
+                    self._back_off(tp, state, r.error_code)
+                    continue
+                leo = p.log.log_end_offset
+                if r.leader_epoch < 0 or asked[tp] < 0:
+                    target = min(p.high_watermark, leo)  # no epoch information: keep what is committed
+                elif r.leader_epoch == asked[tp]:
+                    target = min(r.end_offset, leo)
+                else:
+                    _, local_end = p.log.leader_epochs.end_offset_for(r.leader_epoch, leo)
+                    target = min(r.end_offset, local_end if local_end >= 0 else leo)
+                if target < leo:
+                    log.info("%s-%d: truncating from %d to %d (leader %d epoch %d ends at %d)",
+                             tp[0], tp[1], leo, target, fetcher.leader_id, r.leader_epoch, r.end_offset)
+                    p.truncate_to(max(target, p.log.log_start_offset))
+                state.needs_truncation = False
+
+    def _back_off(self, tp: TopicPartition, state: FetchState, error: ErrorCode) -> None:
+        delay = 0.05 if error == ErrorCode.unknown_leader_epoch else self.backoff
+        log.debug("%s-%d: %s from the leader; retrying in %.2fs", tp[0], tp[1], error.name, delay)
+        state.retry_at = time.monotonic() + delay
+
+    def _throttle_allows(self) -> bool:
+        if self.throttle_rate >= LONG_MAX:
+            return True
+        start, used = self._throttle_window
+        now = time.monotonic()
+        if now - start >= 1.0:
+            self._throttle_window = (now, 0)
+            return True
+        return used < self.throttle_rate
+
+    async def _fetch(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
+        R = request_class(1, FETCH_VERSION)
+        mod = __import__(R.__module__, fromlist=["x"])
+        by_topic: dict[str, list[Any]] = {}
+        throttle_open = self._throttle_allows()
+        for tp, state in states.items():
+            p = self._current(fetcher, tp, state)
+            if p is None or (state.throttled and not throttle_open):
+                continue
+            by_topic.setdefault(tp[0], []).append(make(
+                mod.FetchPartition, partition=tp[1], current_leader_epoch=state.leader_epoch,
+                fetch_offset=p.log.log_end_offset, last_fetched_epoch=-1,
+                log_start_offset=p.log.log_start_offset, partition_max_bytes=self.max_bytes))
+        if not by_topic:
+            await asyncio.sleep(0.1)
+            return
+        request = make(R, cluster_id=None, replica_id=self.broker_id,
+                       max_wait=timedelta(milliseconds=self.max_wait), min_bytes=self.min_bytes,
+                       max_bytes=self.response_max_bytes, isolation_level=0, session_id=0,
+                       session_epoch=-1, forgotten_topics_data=(), rack_id="",
+                       topics=tuple(make(mod.FetchTopic, topic=t, partitions=tuple(ps))
+                                    for t, ps in by_topic.items()))
+        assert fetcher.client is not None
+        response = await fetcher.client.request(request, self.socket_timeout + self.max_wait / 1000)
+        for t in response.responses:
+            for r in t.partitions:
+                tp = (t.topic, r.partition_index)
+                fetched_state = states.get(tp)
+                if fetched_state is None:
+                    continue
+                state = fetched_state
+                p = self._current(fetcher, tp, state)
+                if p is None:
+                    continue
+                self._handle_partition(tp, state, p, r)
+
+    def _handle_partition(self, tp: TopicPartition, state: FetchState, p: Partition, r: Any) -> None:
+        error = r.error_code
+        if error == ErrorCode.offset_out_of_range:
+            if r.log_start_offset > p.log.log_end_offset:
+                log.info("%s-%d: leader's log starts at %d, after this replica's end %d; restarting there",
+                         tp[0], tp[1], r.log_start_offset, p.log.log_end_offset)
+                p.truncate_fully_and_start_at(r.log_start_offset)
+            else:
+                state.needs_truncation = True
+            return
+        if error != ErrorCode.none:
+            self._back_off(tp, state, error)
+            return
+        records = bytes(r.records) if r.records else b""
+        try:
+            appended = p.append_as_follower(records, r.high_watermark)
+        except InvalidRecordError as e:
+            log.error("%s-%d: refusing data from the leader: %s", tp[0], tp[1], e)
+            self._back_off(tp, state, ErrorCode.corrupt_message)
+            return
+        if state.throttled and appended:
+            start, used = self._throttle_window
+            self._throttle_window = (start, used + appended)
+        if p.log.log_start_offset < r.log_start_offset <= p.high_watermark:
+            p.log.delete_records_before(r.log_start_offset)

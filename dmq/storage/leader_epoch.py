@@ -1,0 +1,104 @@
+"""LeaderEpochFileCache: which leader epoch wrote which offsets of one partition.
+
+File ``leader-epoch-checkpoint`` in the partition directory, Kafka's format::
+
+    0                 version
+    2                 number of entries
+    0 0               epoch start_offset
+    3 1200
+
+Invariants: entries are sorted by epoch and by start offset, both strictly
+increasing; an entry ``(e, s)`` says the first record written in epoch ``e``
+has offset ``s``, and epoch ``e`` ends where the next entry starts (or at the
+log end offset for the latest epoch). A follower uses it with
+OffsetForLeaderEpoch to find where its log diverges from the leader's.
+The file is rewritten (temporary file, fsync, rename) on every change; changes
+happen only on leadership changes and truncation, so they are rare.
+Plain synchronous code, called by the owning Log.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+
+FILE_NAME = "leader-epoch-checkpoint"
+UNDEFINED = -1
+
+
+class LeaderEpochFileCache:
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, FILE_NAME)
+        self.entries: list[tuple[int, int]] = []
+        if os.path.exists(self.path):
+            self.entries = _read(self.path)
+
+    @property
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else UNDEFINED
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (no-op for an older or known epoch)."""
+        if epoch < 0:
+            return
+        if self.entries and epoch <= self.entries[-1][0]:
+            return
+        # A new epoch cannot start below where an older one started: drop those entries.
+        while self.entries and self.entries[-1][1] >= start_offset:
+            self.entries.pop()
+        self.entries.append((epoch, start_offset))
+        self._write()
+
+    def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) as OffsetForLeaderEpoch answers for ``requested``.
+
+        The end offset is the start of the first epoch after ``requested`` (or the
+        log end offset for the latest epoch); the epoch is the largest one at or
+        below ``requested``. (-1, -1) when ``requested`` predates every entry.
+        """
+        if not self.entries or requested < 0:
+            return UNDEFINED, UNDEFINED
+        if requested >= self.entries[-1][0]:
+            return self.entries[-1][0], log_end_offset
+        epochs = [e for e, _ in self.entries]
+        i = bisect_right(epochs, requested)
+        if i == 0:
+            return UNDEFINED, UNDEFINED
+        return self.entries[i - 1][0], self.entries[i][1]
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or above ``end_offset`` (the log was truncated there)."""
+        kept = [(e, s) for e, s in self.entries if s < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._write()
+
+    def clear_and_flush(self) -> None:
+        self.entries = []
+        self._write()
+
+    def _write(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"0\n{len(self.entries)}\n")
+            for epoch, start in self.entries:
+                f.write(f"{epoch} {start}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+def _read(path: str) -> list[tuple[int, int]]:
+    with open(path) as f:
+        lines = [line.split() for line in f.read().splitlines() if line.strip()]
+    if len(lines) < 2 or lines[0] != ["0"]:
+        return []
+    out: list[tuple[int, int]] = []
+    for parts in lines[2:2 + int(lines[1][0])]:
+        if len(parts) == 2:
+            out.append((int(parts[0]), int(parts[1])))
+    return out

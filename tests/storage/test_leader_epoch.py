@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmq.record.batch import InvalidRecordError
+from dmq.storage.leader_epoch import UNDEFINED, LeaderEpochFileCache
+from tests.storage.test_log import append, make_log, read_offsets
+
+
+def brute_end_offset(entries: list[tuple[int, int]], requested: int, leo: int) -> tuple[int, int]:
+    """OffsetForLeaderEpoch by definition: the largest epoch <= requested, and where it ends."""
+    older = [(e, s) for e, s in entries if e <= requested]
+    if not older:
+        return UNDEFINED, UNDEFINED
+    epoch = older[-1][0]
+    later = [s for e, s in entries if e > requested]
+    return epoch, later[0] if later else leo
+
+
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 20)), max_size=12),
+       requested=st.integers(-1, 40))
+def test_end_offset_for_matches_definition(tmp_path_factory, steps, requested) -> None:  # noqa: ANN001
+    cache = LeaderEpochFileCache(str(tmp_path_factory.mktemp("epochs")))
+    epoch, offset = 0, 0
+    for de, do in steps:
+        epoch += de
+        offset += do
+        cache.assign(epoch, offset)
+    entries = cache.entries
+    assert entries == sorted(entries) and len({e for e, _ in entries}) == len(entries)
+    assert all(a[1] < b[1] for a, b in zip(entries, entries[1:], strict=False))
+    leo = offset + 5
+    assert cache.end_offset_for(requested, leo) == brute_end_offset(entries, requested, leo)
+    # The checkpoint file round-trips.
+    assert LeaderEpochFileCache(cache.path.rsplit("/", 1)[0]).entries == entries
+
+
+def test_leader_appends_record_epochs_and_truncation_drops_them(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    append(log, 3)  # epoch 0 (make_log appends as leader with epoch 0)
+    log.append_as_leader(*_batch(2), leader_epoch=4)
+    assert log.leader_epochs.entries == [(0, 0), (4, 3)]
+    assert log.leader_epochs.end_offset_for(0, log.log_end_offset) == (0, 3)
+    assert log.leader_epochs.end_offset_for(2, log.log_end_offset) == (0, 3)
+    assert log.leader_epochs.end_offset_for(4, log.log_end_offset) == (4, 5)
+    log.truncate_to(3)
+    assert log.leader_epochs.entries == [(0, 0)]
+    log.close()
+    reopened = make_log(tmp_path)
+    assert reopened.leader_epochs.entries == [(0, 0)]
+    assert reopened.log_end_offset == 3
+
+
+def test_follower_append_keeps_offsets_epochs_and_producer_state(tmp_path: Path) -> None:
+    leader = make_log(tmp_path / "leader")
+    append(leader, 4)
+    leader.append_as_leader(*_batch(3, producer_id=7), leader_epoch=2)
+    follower = make_log(tmp_path / "follower")
+    data = leader.read(0, 10**9, leader.log_end_offset)
+    assert data is not None
+    raw = data.read()
+    # A fetch may end in a partial batch: only whole batches are taken.
+    taken = follower.append_as_follower(raw + raw[:30])
+    assert taken == len(raw)
+    assert follower.log_end_offset == leader.log_end_offset == 7
+    assert read_offsets(follower, 0) == list(range(7))
+    assert follower.leader_epochs.entries == leader.leader_epochs.entries == [(0, 0), (2, 4)]
+    assert 7 in follower.producer_state.producers
+    # Going backwards or a flipped byte is refused, and nothing is appended.
+    with pytest.raises(InvalidRecordError):
+        follower.append_as_follower(raw)
+    corrupt = bytearray(raw)
+    corrupt[-1] ^= 0xFF
+    fresh = make_log(tmp_path / "fresh")
+    with pytest.raises(InvalidRecordError):
+        fresh.append_as_follower(corrupt)
+    assert fresh.log_end_offset == 0
+
+
+def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    append(log, 5)
+    log.truncate_fully_and_start_at(100)
+    assert (log.log_start_offset, log.log_end_offset) == (100, 100)
+    assert log.leader_epochs.entries == []
+    log.append_as_leader(*_batch(2), leader_epoch=1)
+    assert read_offsets(log, 100) == [100, 101]
+
+
+def _batch(n: int, producer_id: int = -1) -> tuple[bytearray, object]:
+    from dmq.record.batch import validate_batches
+    from dmq.record.records import encode_batch
+
+    raw = bytearray(encode_batch([(b"k", b"v" * 10, [])] * n, timestamp=1000, producer_id=producer_id,
+                                 producer_epoch=0 if producer_id >= 0 else -1,
+                                 base_sequence=0 if producer_id >= 0 else -1))
+    return raw, validate_batches(raw, 10**6)
+
+
+def test_log_without_checkpoint_rebuilds_epochs(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    append(log, 2)
+    log.append_as_leader(*_batch(2), leader_epoch=3)
+    log.close()
+    (tmp_path / "leader-epoch-checkpoint").unlink()
+    assert make_log(tmp_path).leader_epochs.entries == [(0, 0), (3, 2)]
