@@ -82,12 +82,14 @@ def consume(
 
 
 def _register_subcommands() -> None:
-    from dmq.cli import bench, groups, pipeline, topics
+    from dmq.cli import bench, cluster, groups, partitions, pipeline, topics
 
     app.add_typer(topics.app, name="topics")
     app.add_typer(groups.app, name="groups")
     app.add_typer(bench.app, name="bench")
     app.add_typer(pipeline.app, name="pipeline")
+    app.add_typer(cluster.app, name="cluster")
+    app.add_typer(partitions.app, name="partitions")
 
 
 _register_subcommands()

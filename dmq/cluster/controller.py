@@ -103,6 +103,59 @@ class Controller:
         self.on_topic_change(topic)
         return topic
 
+    def reassign_partitions(self, targets: dict[tuple[str, int], list[int] | None]
+                            ) -> dict[tuple[str, int], tuple[str, str | None]]:
+        """Validate and submit reassignments; (error name, message) per partition."""
+        results: dict[tuple[str, int], tuple[str, str | None]] = {}
+        valid: dict[tuple[str, int], list[int]] = {}
+        live = {b.broker_id for b in self.store.brokers()}
+        ongoing = self.store.ongoing_reassignments()
+        for (topic, p), replicas in targets.items():
+            meta = self.store.topic(topic)
+            if meta is None or p not in meta.partitions:
+                results[(topic, p)] = ("unknown_topic_or_partition", f"{topic}-{p} does not exist")
+            elif replicas is None:
+                results[(topic, p)] = (
+                    ("no_reassignment_in_progress", None) if (topic, p) not in ongoing else
+                    ("invalid_request", "cancelling a reassignment is not supported; submit the old replicas instead"))
+            elif replicas == meta.partitions[p].replicas and (topic, p) not in ongoing:
+                results[(topic, p)] = ("none", None)  # already there
+            elif not replicas or len(set(replicas)) != len(replicas) or set(replicas) - live:
+                results[(topic, p)] = ("invalid_replica_assignment",
+                                       f"replicas {replicas} must be distinct live brokers of {sorted(live)}")
+            else:
+                valid[(topic, p)] = list(replicas)
+        if valid:
+            try:
+                self.store.request_reassignments(valid)
+                results.update({tp: ("none", None) for tp in valid})
+            except MetadataError as e:
+                results.update({tp: (e.error, str(e)) for tp in valid})
+        return results
+
+    def elect_preferred_leaders(self, partitions: list[tuple[str, int]]
+                                ) -> dict[tuple[str, int], tuple[str, str | None]]:
+        """Validate preferred leader elections and hand the eligible ones to the controller."""
+        results: dict[tuple[str, int], tuple[str, str | None]] = {}
+        live = {b.broker_id for b in self.store.brokers()}
+        wanted: list[tuple[str, int]] = []
+        for topic, p in partitions:
+            meta = self.store.topic(topic)
+            state = meta.partitions.get(p) if meta else None
+            if state is None:
+                results[(topic, p)] = ("unknown_topic_or_partition", f"{topic}-{p} does not exist")
+            elif state.replicas[0] == state.leader:
+                results[(topic, p)] = ("election_not_needed", "the preferred replica already leads")
+            elif state.replicas[0] not in live or state.replicas[0] not in state.isr:
+                results[(topic, p)] = ("preferred_leader_not_available",
+                                       f"preferred replica {state.replicas[0]} is not live and in the ISR")
+            else:
+                wanted.append((topic, p))
+                results[(topic, p)] = ("none", None)
+        if wanted:
+            self.store.request_preferred_elections(wanted)
+        return results
+
     def alter_topic_configs(self, name: str, configs: dict[str, str],
                             validate_only: bool = False) -> None:
         """Replace the topic's config overrides with ``configs``."""

@@ -113,6 +113,19 @@ class MetadataStore(ABC):
     def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids durably; return the first."""
 
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int]]) -> None:
+        """Hand partition reassignments to the controller (a cluster only)."""
+        raise MetadataError("invalid_replica_assignment",
+                            "a single broker cannot move partitions: there is nowhere to move them")
+
+    def ongoing_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+        """(adding, removing) replicas of every reassignment in progress."""
+        return {}
+
+    def request_preferred_elections(self, partitions: list[tuple[str, int]]) -> None:
+        """Ask the controller to move leadership back to the preferred replicas."""
+        raise MetadataError("election_not_needed", "a single broker leads every partition it has")
+
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
 

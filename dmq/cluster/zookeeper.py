@@ -398,6 +398,47 @@ class ZooKeeperMetadataStore(MetadataStore):
         except (BadVersionError, NoNodeError):
             raise MetadataError("concurrent_transactions", f"{path} changed meanwhile") from None
 
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int]]) -> None:
+        path = "/admin/reassign_partitions"
+        for _ in range(5):
+            current, version = self.read_admin(path)
+            merged = {(str(e["topic"]), int(e["partition"])): list(e["replicas"]) for e in current}
+            merged.update(targets)
+            entries = [{"topic": t, "partition": p, "replicas": r} for (t, p), r in sorted(merged.items())]
+            try:
+                self.write_admin(path, entries, version)
+                return
+            except MetadataError:
+                continue
+        raise MetadataError("concurrent_transactions", "the reassignment request kept changing; retry")
+
+    def ongoing_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+        out: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        with self._lock:
+            for topic, parts in self.adding_replicas.items():
+                removing = self.removing_replicas.get(topic, {})
+                for p in set(parts) | set(removing):
+                    out[(topic, p)] = (parts.get(p, []), removing.get(p, []))
+        pending, _ = self.read_admin("/admin/reassign_partitions")
+        for e in pending:  # accepted, not yet started by the controller
+            tp = (str(e["topic"]), int(e["partition"]))
+            if tp not in out:
+                current = self._replicas(*tp)
+                target = list(e["replicas"])
+                out[tp] = ([r for r in target if r not in current], [r for r in current if r not in target])
+        return out
+
+    def request_preferred_elections(self, partitions: list[tuple[str, int]]) -> None:
+        path = "/admin/preferred_replica_election"
+        for _ in range(5):
+            current, version = self.read_admin(path)
+            wanted = {(str(e["topic"]), int(e["partition"])) for e in current} | set(partitions)
+            try:
+                self.write_admin(path, [{"topic": t, "partition": p} for t, p in sorted(wanted)], version)
+                return
+            except MetadataError:
+                continue
+
     def read_assignment(self, topic: str) -> tuple[dict[str, Any], int] | None:
         try:
             data, stat = self.zk.get(f"/brokers/topics/{topic}")

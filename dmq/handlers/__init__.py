@@ -11,6 +11,7 @@ from types import ModuleType
 
 from dmq.handlers import (
     alter_configs,
+    alter_partition_reassignments,
     api_versions,
     create_partitions,
     create_topics,
@@ -20,6 +21,7 @@ from dmq.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -29,6 +31,7 @@ from dmq.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     metadata,
     offset_commit,
     offset_delete,
@@ -45,7 +48,8 @@ HANDLERS: dict[int, ModuleType] = {
         delete_records, init_producer_id, describe_configs, alter_configs, create_partitions,
         incremental_alter_configs, describe_cluster, find_coordinator, join_group, sync_group,
         heartbeat, leave_group, offset_commit, offset_fetch, list_groups, describe_groups,
-        delete_groups, offset_delete, offset_for_leader_epoch,
+        delete_groups, offset_delete, offset_for_leader_epoch, alter_partition_reassignments,
+        list_partition_reassignments, elect_leaders,
     )
 }
 

@@ -78,6 +78,13 @@ def build(api_key: int, version: int, topic: str) -> Any:
     if api_key == 23:  # the one record was written in epoch 0, which ends at the log end
         return make(R, replica_id=-1, topics=(m("OffsetForLeaderTopic", topic=topic, partitions=(
             m("OffsetForLeaderPartition", partition=0, current_leader_epoch=0, leader_epoch=0),)),))
+    if api_key == 45:  # on one broker: "move" to where it already is
+        return make(R, timeout=T5, topics=(m("ReassignableTopic", name=topic, partitions=(
+            m("ReassignablePartition", partition_index=0, replicas=(0,)),)),))
+    if api_key == 46:
+        return make(R, timeout=T5, topics=None)
+    if api_key == 43:
+        return make(R, election_type=0, timeout=T5, topic_partitions=(m("TopicPartitions", topic=topic, partitions=(0,)),))
     if api_key == 22:
         return make(R, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
                     producer_epoch=-1)
@@ -143,6 +150,15 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
         return top + [p.error_code for t in resp.responses for p in t.partitions]
     if api_key in (2, 21):
         return [p.error_code for t in resp.topics for p in t.partitions]
+    if api_key == 45:
+        return [resp.error_code] + [p.error_code for t in resp.responses for p in t.partitions]
+    if api_key == 46:
+        assert resp.topics == ()
+        return [resp.error_code]
+    if api_key == 43:  # the only replica already leads
+        codes = [p.error_code for r in resp.replica_election_results for p in r.partition_result]
+        assert codes == [ErrorCode.election_not_needed]
+        return [getattr(resp, "error_code", ErrorCode.none)]
     if api_key == 23:
         assert [(p.leader_epoch, p.end_offset) for t in resp.topics for p in t.partitions] == [(0, 1)]
         return [p.error_code for t in resp.topics for p in t.partitions]

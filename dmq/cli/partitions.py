@@ -1,0 +1,140 @@
+"""``dmq partitions``: reassign partitions and elect preferred leaders (like
+kafka-reassign-partitions.sh and kafka-leader-election.sh).
+
+Both speak Kafka's admin APIs (AlterPartitionReassignments,
+ListPartitionReassignments, ElectLeaders) to any broker. New replicas copy
+data at ``follower.replication.throttled.rate`` bytes/s (a broker config).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+from kio.schema.errors import ErrorCode
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dmq.cli.common import Bootstrap, fail, make_console
+from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class
+
+app = typer.Typer(help="Move partitions between brokers and elect leaders.", no_args_is_help=True)
+console = make_console()
+
+
+def _client(bootstrap: str) -> WireClient:
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        return WireClient(host or "127.0.0.1", int(port), client_id="dmq-partitions")
+    except OSError as e:
+        fail(f"cannot reach {bootstrap}: {e}")
+
+
+def _module(api_key: int, version: int) -> Any:
+    return __import__(request_class(api_key, version).__module__, fromlist=["x"])
+
+
+def ongoing(c: WireClient, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+    R = request_class(46, 0)
+    resp = c.request(make(R, timeout=timedelta(seconds=10), topics=None))
+    return {(t.name, p.partition_index): p for t in resp.topics for p in t.partitions
+            if (t.name, p.partition_index) in wanted}
+
+
+@app.command()
+def reassign(
+    topic: Annotated[str | None, typer.Option("--topic", "-t")] = None,
+    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
+    replicas: Annotated[str | None, typer.Option("--replicas", "-r", help="new replicas, e.g. 2,3,4 (the first is preferred leader)")] = None,
+    plan: Annotated[str | None, typer.Option("--plan", help='Kafka reassignment JSON: {"partitions":[{"topic","partition","replicas"}]}')] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="show progress until done")] = True,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for completion")] = 600,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Move partitions to other brokers while they keep serving."""
+    targets: dict[tuple[str, int], list[int]] = {}
+    if plan:
+        try:
+            with open(plan) as f:
+                for e in json.load(f)["partitions"]:
+                    targets[(str(e["topic"]), int(e["partition"]))] = [int(r) for r in e["replicas"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            fail(f"cannot read the plan {plan}: {e}", 2)
+    elif topic is not None and partition is not None and replicas:
+        try:
+            targets[(topic, partition)] = [int(r) for r in replicas.split(",")]
+        except ValueError:
+            fail(f"--replicas expects broker ids like 2,3,4, got {replicas!r}", 2)
+    else:
+        fail("give --topic, --partition and --replicas, or --plan FILE", 2)
+    mod = _module(45, 0)
+    by_topic: dict[str, list[Any]] = {}
+    for (t, p), r in targets.items():
+        by_topic.setdefault(t, []).append(make(mod.ReassignablePartition, partition_index=p, replicas=tuple(r)))
+    with _client(bootstrap_server) as c:
+        resp = c.request(make(request_class(45, 0), timeout=timedelta(seconds=30), topics=tuple(
+            make(mod.ReassignableTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+        failed = [(t.name, p.partition_index, p.error_code, p.error_message)
+                  for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.none]
+        for t, p, code, message in failed:
+            console.print(f"[red]{t}-{p}: {code.name}[/red] {message or ''}")
+        if failed:
+            raise SystemExit(1)
+        console.print(f"accepted {len(targets)} partition move(s)")
+        if not wait:
+            return
+        wanted = set(targets)
+        deadline = time.monotonic() + timeout_s
+        with Progress(TextColumn("moving partitions"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console) as progress:
+            task = progress.add_task("move", total=len(wanted))
+            while True:
+                left = ongoing(c, wanted)
+                progress.update(task, completed=len(wanted) - len(left))
+                if not left:
+                    break
+                if time.monotonic() > deadline:
+                    fail(f"still moving after {timeout_s:.0f}s: "
+                         + ", ".join(f"{t}-{p} (adding {list(x.adding_replicas)})" for (t, p), x in left.items()))
+                time.sleep(0.5)
+    console.print("[green]done[/green]: every partition is on its new replicas")
+
+
+@app.command("elect-leaders")
+def elect_leaders(
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="only this topic")] = None,
+    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Move leadership back to each partition's preferred (first) replica."""
+    mod = _module(43, 2)
+    parts = None
+    if topic is not None:
+        with _client(bootstrap_server) as c:
+            md = c.request(make(request_class(3, 12), topics=(make(
+                _module(3, 12).MetadataRequestTopic, name=topic, topic_id=None),),
+                allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False))
+        found = [p.partition_index for t in md.topics for p in t.partitions]
+        if not found:
+            fail(f"topic {topic} does not exist")
+        chosen = [partition] if partition is not None else found
+        parts = (make(mod.TopicPartitions, topic=topic, partitions=tuple(chosen)),)
+    with _client(bootstrap_server) as c:
+        resp = c.request(make(request_class(43, 2), election_type=0, timeout=timedelta(seconds=30),
+                              topic_partitions=parts))
+    table_rows = sorted((r.topic, p.partition_id, p.error_code) for r in resp.replica_election_results
+                        for p in r.partition_result)
+    elected = [r for r in table_rows if r[2] == ErrorCode.none]
+    failed = [r for r in table_rows if r[2] not in (ErrorCode.none, ErrorCode.election_not_needed)]
+    for t, p, _ in elected:
+        console.print(f"{t}-{p}: preferred leader elected")
+    for t, p, code in failed:
+        console.print(f"[red]{t}-{p}: {code.name}[/red]")
+    console.print(f"{len(elected)} elected, {len(table_rows) - len(elected) - len(failed)} already "
+                  f"led by their preferred replica, {len(failed)} failed")
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,34 @@
+"""ListPartitionReassignments (46): reassignments in progress, with adding and removing replicas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+
+API_KEY = 46
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    ongoing = services.metadata.ongoing_reassignments()
+    wanted = None if request.topics is None else {
+        (t.name, p) for t in request.topics for p in t.partition_indexes}
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, p), (adding, removing) in sorted(ongoing.items()):
+        if wanted is not None and (topic, p) not in wanted:
+            continue
+        meta = services.metadata.topic(topic)
+        replicas = meta.partitions[p].replicas if meta and p in meta.partitions else []
+        by_topic.setdefault(topic, []).append(make(
+            schema.OngoingPartitionReassignment, partition_index=p, replicas=tuple(replicas),
+            adding_replicas=tuple(adding), removing_replicas=tuple(removing)))
+    topics = tuple(make(schema.OngoingTopicReassignment, name=name, partitions=tuple(parts))
+                   for name, parts in by_topic.items())
+    return make(schema.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.none, error_message=None, topics=topics)

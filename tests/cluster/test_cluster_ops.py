@@ -1,0 +1,132 @@
+"""Cluster operations: reassignment, controlled shutdown, preferred election and the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from support.broker import free_port
+from support.cluster import Cluster
+from support.zookeeper import available
+from test_replication import BackgroundProducer, check_exactly_once_in_order, wait_acked_growth
+
+
+def dmq(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dmq", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "200"})
+
+
+def test_reassignment_moves_a_partition_while_producing(cluster: Cluster) -> None:
+    topic = "moving"
+    cluster.create_topic(topic, partitions=1, rf=2)
+    before = cluster.partition(topic)
+    spare = next(b for b in cluster.brokers if b not in before.replicas)
+    target = [spare, before.replicas[1]]
+    removed = before.replicas[0]
+    prod = BackgroundProducer(cluster.bootstrap, topic, 1, rate=300).start()
+    wait_acked_growth(prod, 600)
+    out = dmq("partitions", "reassign", "--topic", topic, "--partition", "0",
+              "--replicas", ",".join(map(str, target)), "-b", cluster.bootstrap)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "done" in out.stdout
+    wait_acked_growth(prod, 300)
+    prod.finish()
+    after = cluster.partition(topic)
+    assert after.replicas == target and sorted(after.isrs) == sorted(target)
+    assert after.leader in target
+    check_exactly_once_in_order(cluster, topic, 1, prod)
+    # The old replica's log is gone from the broker that no longer hosts it.
+    cluster.wait_for(lambda: not (cluster.brokers[removed].data_dir / f"{topic}-0").exists(),
+                     "the removed replica's log deleted")
+    assert dmq("partitions", "reassign", "-t", topic, "-p", "0", "-r", "1,1",
+               "-b", cluster.bootstrap).returncode == 1
+
+
+def test_controlled_shutdown_moves_leadership_before_exit(cluster: Cluster) -> None:
+    topic = "graceful"
+    cluster.create_topic(topic, partitions=3, rf=3, config={"min.insync.replicas": "2"})
+    prod = BackgroundProducer(cluster.bootstrap, topic, 3).start()
+    wait_acked_growth(prod, 500)
+    victim = cluster.partition(topic, 0).leader
+    started = time.monotonic()
+    assert cluster.brokers[victim].stop(timeout=60) == 0
+    took = time.monotonic() - started
+    log_text = cluster.brokers[victim].log_path.read_text()
+    assert "controlled shutdown: leadership moved away" in log_text
+    md = cluster.metadata(topic).topics[topic]
+    assert all(p.leader not in (-1, victim) for p in md.partitions.values())
+    assert took < 30
+    wait_acked_growth(prod, 300)
+    # It returns, catches up, and leadership goes back on request (preferred leader election).
+    cluster.brokers[victim].start(timeout=60)
+    cluster.wait_for(lambda: all(len(p.isrs) == 3 for p in cluster.metadata(topic).topics[topic].partitions.values()),
+                     "the broker back in every ISR", timeout=60)
+    out = dmq("partitions", "elect-leaders", "--topic", topic, "-b", cluster.bootstrap)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "elected" in out.stdout
+    md = cluster.metadata(topic).topics[topic]
+    assert all(p.leader == p.replicas[0] for p in md.partitions.values())
+    prod.finish()
+    assert not prod.errors, prod.errors[:3]
+    check_exactly_once_in_order(cluster, topic, 3, prod)
+
+
+def test_cluster_status_shows_controller_and_under_replicated(cluster: Cluster) -> None:
+    cluster.create_topic("watched", partitions=2, rf=3)
+    out = dmq("cluster", "status", "-b", cluster.bootstrap)
+    assert out.returncode == 0, out.stderr
+    assert "controller" in out.stdout and "watched" in out.stdout
+    assert "0 under-replicated, 0 offline" in out.stdout
+    victim = next(b for b in cluster.brokers if b != cluster.controller_id())
+    cluster.brokers[victim].kill()
+    cluster.wait_for(lambda: all(len(p.isrs) == 2 for p in cluster.metadata("watched").topics["watched"].partitions.values()),
+                     "the dead broker out of every ISR", timeout=30)
+    out = dmq("cluster", "status", "-b", cluster.bootstrap)
+    assert "under-replicated" in out.stdout and f"(down: {victim})" in out.stdout
+    assert "2 under-replicated" in out.stdout
+
+
+@pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
+def test_cluster_start_runs_a_local_cluster(tmp_path: Path) -> None:
+    base = free_port()
+    while any(_busy(base + i) for i in range(2)):
+        base = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "dmq", "cluster", "start", "--brokers", "2",
+                             "--data-dir", str(tmp_path / "c"), "--base-port", str(base),
+                             "--zookeeper-port", str(free_port()),
+                             "--override", "zookeeper.session.timeout.ms=4000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 90
+        seen = ""
+        while "bootstrap servers" not in seen and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "bootstrap servers" in seen, seen
+        bootstrap = f"127.0.0.1:{base},127.0.0.1:{base + 1}"
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+        p.produce("dev", b"hello")
+        assert p.flush(30) == 0
+        out = dmq("cluster", "status", "-b", bootstrap)
+        assert "dev" in out.stdout and "2 brokers" in out.stdout, out.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=90)
+    assert proc.returncode == 0, rest
+    assert "cluster stopped" in rest
+
+
+def _busy(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
