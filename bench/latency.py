@@ -43,11 +43,12 @@ def main() -> int:
     ap.add_argument("--acks", default="1")
     ap.add_argument("--fetch-wait-ms", type=int, default=500)
     ap.add_argument("--label", default="")
+    ap.add_argument("--replication-factor", type=int, default=1)
     args = ap.parse_args()
 
     topic = "lat-" + uuid.uuid4().hex[:8]
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, 1, args.replication_factor)])[topic].result(30)
     time.sleep(0.5)
     consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "lat-" + topic,
                          "enable.auto.commit": False, "fetch.wait.max.ms": args.fetch_wait_ms,

@@ -33,6 +33,8 @@ import logging
 import time
 from typing import Any
 
+from kazoo.exceptions import KazooException
+
 from dmq.cluster.metadata import MetadataError, PartitionState
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import BrokerConfig, LogConfig
@@ -75,6 +77,10 @@ class ClusterController:
                 continue
             try:
                 await asyncio.to_thread(self._handle, batch)
+            except KazooException as e:
+                log.warning("controller: ZooKeeper unavailable (%s); retrying", type(e).__name__)
+                await asyncio.sleep(0.5)
+                self.enqueue("controller")
             except Exception:
                 log.exception("controller event %s failed; will retry on the next event", sorted(batch))
                 await asyncio.sleep(0.5)

@@ -235,10 +235,12 @@ def test_paused_leader_is_fenced_then_truncates_and_follows(cluster: Cluster) ->
     finally:
         cluster.resume(old_leader)
     # The old leader comes back as a follower, truncates its divergent tail and catches up.
-    cluster.wait_for(lambda: sorted(cluster.partition(topic).isrs) == [1, 2, 3], "the old leader back in the ISR", timeout=40)
-    assert cluster.partition(topic).leader == new_leader
-    log_text = cluster.brokers[old_leader].log_path.read_text()
-    assert "truncating from" in log_text
+    # (Asked of the others: until its expired session is noticed, it still has its old view.)
+    cluster.wait_for(lambda: "truncating from" in cluster.brokers[old_leader].log_path.read_text(),
+                     "the old leader truncating", timeout=40)
+    cluster.wait_for(lambda: sorted(cluster.partition(topic, via=others).isrs) == [1, 2, 3],
+                     "the old leader back in the ISR", timeout=40)
+    assert cluster.partition(topic, via=others).leader == new_leader
     # Make the old leader lead again (the others die): it serves exactly the good records.
     for b in others:
         cluster.brokers[b].kill()

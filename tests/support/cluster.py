@@ -66,15 +66,17 @@ class Cluster:
                     pass
         self.zookeeper.stop()
 
-    def admin(self) -> AdminClient:
-        live = [b.bootstrap for b in self.brokers.values() if b.alive() and not b.paused]
+    def admin(self, via: list[int] | None = None) -> AdminClient:
+        live = [b.bootstrap for i, b in self.brokers.items()
+                if b.alive() and not b.paused and (via is None or i in via)]
         return AdminClient({"bootstrap.servers": ",".join(live)})
 
-    def metadata(self, topic: str | None = None) -> Any:
-        return self.admin().list_topics(topic, timeout=10)
+    def metadata(self, topic: str | None = None, via: list[int] | None = None) -> Any:
+        return self.admin(via).list_topics(topic, timeout=10)
 
-    def partition(self, topic: str, index: int = 0) -> Any:
-        return self.metadata(topic).topics[topic].partitions[index]
+    def partition(self, topic: str, index: int = 0, via: list[int] | None = None) -> Any:
+        """A partition's metadata, as the brokers in ``via`` (default: every live one) see it."""
+        return self.metadata(topic, via).topics[topic].partitions[index]
 
     def wait_for(self, cond: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
         deadline = time.monotonic() + timeout

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Replicated throughput, latency and failover time: 3 brokers with RF=3 next to one broker.
+
+In one run, on loopback: Debian's ZooKeeper plus three ``dmq server
+--zookeeper`` brokers (default timeouts unless --override), and one
+single-node ``dmq server``. For each it measures
+
+- produce throughput with acks=all (confluent-kafka, linger.ms=5), a
+  6-partition topic, RF=3 on the cluster and RF=1 on the single broker,
+  ``--repeats`` times, reporting medians and the cluster/single ratio;
+- end-to-end latency at 1000 records/s with acks=all (bench/latency.py);
+- failover time on the cluster: a producer sends one acks=all record at a
+  time to a RF=3 partition; its leader is SIGKILLed; the time from the kill
+  to the first acknowledged record sent after it. Repeated ``--failovers``
+  times, the killed broker restarting in between.
+
+Prints a JSON line per measurement and a summary table. Every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ZK_JAR = "/usr/share/java/zookeeper.jar"
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.5):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+class Proc:
+    def __init__(self, cmd: list[str], log: Path, port: int) -> None:
+        self.cmd, self.log, self.port = cmd, log, port
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=out)
+        wait_port(self.port)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+
+def broker_cmd(port: int, data: Path, broker_id: int, zk: str | None, overrides: list[str]) -> list[str]:
+    cmd = [sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data),
+           "--broker-id", str(broker_id)]
+    if zk:
+        cmd += ["--zookeeper", zk]
+    for o in overrides:
+        cmd += ["--override", o]
+    return cmd
+
+
+def produce_throughput(bootstrap: str, rf: int, records: int, size: int) -> float:
+    topic = "tp-" + uuid.uuid4().hex[:8]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 6, rf)])[topic].result(30)
+    time.sleep(1.0)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                  "batch.size": 262144, "queue.buffering.max.messages": 1000000})
+    payload = b"x" * size
+    p.produce(topic, payload)
+    p.flush(30)
+    start = time.monotonic()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, payload, partition=i % 6)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(120) == 0
+    return records / (time.monotonic() - start)
+
+
+def latency(bootstrap: str, rf: int) -> dict[str, float]:
+    out = subprocess.run([sys.executable, str(HERE / "latency.py"), bootstrap, "--acks", "all",
+                          "--seconds", "8", "--replication-factor", str(rf)],
+                         capture_output=True, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def leader_of(admin: AdminClient, topic: str) -> int:
+    return int(admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader)
+
+
+def failover_once(brokers: dict[int, Proc], topic: str) -> float:
+    live = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())
+    admin = AdminClient({"bootstrap.servers": live})
+    leader = leader_of(admin, topic)
+    p = Producer({"bootstrap.servers": live, "acks": "all", "linger.ms": 0, "enable.idempotence": True,
+                  "topic.metadata.refresh.interval.ms": 250, "retry.backoff.ms": 50,
+                  "retry.backoff.max.ms": 200, "message.timeout.ms": 60000})
+    for _ in range(20):
+        p.produce(topic, b"warm", partition=0)
+    p.flush(20)
+    acked_after: list[float] = []
+    killed_at = time.monotonic()
+
+    def delivered(err: object, msg: object) -> None:
+        if err is None and not acked_after:
+            acked_after.append(time.monotonic())
+
+    brokers[leader].kill()
+    killed_at = time.monotonic()
+    deadline = killed_at + 60
+    while not acked_after and time.monotonic() < deadline:
+        p.produce(topic, b"after-kill", partition=0, on_delivery=delivered)
+        p.poll(0.05)
+    p.flush(60)
+    took = (acked_after[0] if acked_after else float("nan")) - killed_at
+    brokers[leader].start()
+    survivors = ",".join(f"127.0.0.1:{b.port}" for i, b in brokers.items() if i != leader)
+    admin = AdminClient({"bootstrap.servers": survivors})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            md = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
+            if len(md.isrs) == 3:
+                break
+        except KafkaException:
+            pass
+        time.sleep(0.5)
+    return took
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--sizes", default="100,1000")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--failovers", type=int, default=3)
+    ap.add_argument("--override", action="append", default=[], help="key=value for every broker")
+    args = ap.parse_args()
+    if not os.path.exists(ZK_JAR):
+        print("ZooKeeper is not installed: apt-get install -y zookeeper", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="dmq-bench-cluster-"))
+    zk_port = free_port()
+    (work / "zk").mkdir()
+    (work / "zk" / "zoo.cfg").write_text(f"tickTime=2000\ndataDir={work / 'zk'}\nclientPort={zk_port}\n"
+                                         "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n")
+    zk = Proc(["java", "-Xmx256m", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}", f"-Dzookeeper.log.dir={work / 'zk'}",
+               "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(work / "zk" / "zoo.cfg")],
+              work / "zk.log", zk_port).start()
+    connect = f"127.0.0.1:{zk_port}/dmq"
+    brokers = {i: Proc(broker_cmd(port, work / f"b{i}", i, connect, args.override), work / f"b{i}.log", port)
+               for i, port in ((i, free_port()) for i in (1, 2, 3))}
+    single_port = free_port()
+    single = Proc(broker_cmd(single_port, work / "single", 0, None, args.override), work / "single.log", single_port)
+    results: list[dict[str, object]] = []
+    try:
+        for b in brokers.values():
+            b.start()
+        single.start()
+        cluster_bs = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())
+        single_bs = f"127.0.0.1:{single_port}"
+        time.sleep(2)
+        for size in (int(s) for s in args.sizes.split(",")):
+            for label, bs, rf in (("single", single_bs, 1), ("cluster-rf3", cluster_bs, 3)):
+                runs = [produce_throughput(bs, rf, args.records, size) for _ in range(args.repeats)]
+                row = {"metric": "produce_acks_all", "target": label, "size": size,
+                       "records_per_s_median": statistics.median(runs), "runs": runs}
+                print(json.dumps(row), flush=True)
+                results.append(row)
+        for label, bs, rf in (("single", single_bs, 1), ("cluster-rf3", cluster_bs, 3)):
+            lat = latency(bs, rf)
+            row = {"metric": "latency_acks_all_1000rps", "target": label, **lat}
+            print(json.dumps(row), flush=True)
+            results.append(row)
+        admin = AdminClient({"bootstrap.servers": cluster_bs})
+        admin.create_topics([NewTopic("failover", 1, 3)])["failover"].result(30)
+        time.sleep(2)
+        times = [failover_once(brokers, "failover") for _ in range(args.failovers)]
+        row = {"metric": "failover_s", "target": "cluster-rf3", "median": statistics.median(times), "runs": times}
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    finally:
+        for b in [*brokers.values(), single, zk]:
+            b.kill()
+    print("\nsummary")
+    for size in (int(s) for s in args.sizes.split(",")):
+        s = next(r for r in results if r["metric"] == "produce_acks_all" and r["size"] == size and r["target"] == "single")
+        c = next(r for r in results if r["metric"] == "produce_acks_all" and r["size"] == size and r["target"] == "cluster-rf3")
+        sv, cv = float(s["records_per_s_median"]), float(c["records_per_s_median"])  # type: ignore[arg-type]
+        print(f"  produce acks=all {size:>5} B  single {sv:>10,.0f}/s  RF=3 {cv:>10,.0f}/s  ratio {cv / sv:5.2f}")
+    for r in results:
+        if r["metric"] == "latency_acks_all_1000rps":
+            print(f"  latency acks=all {r['target']:>12}  p50 {r.get('p50_ms')} ms  p99 {r.get('p99_ms')} ms")
+        if r["metric"] == "failover_s":
+            print(f"  failover (leader SIGKILL -> first acks=all ack)  median {r['median']:.2f} s  runs {r['runs']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
