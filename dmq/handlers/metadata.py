@@ -24,11 +24,15 @@ log = logging.getLogger("dmq.handlers")
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(schema: Any, topic: TopicMetadata) -> Any:
+def _topic_entry(schema: Any, topic: TopicMetadata, live: set[int]) -> Any:
+    # A partition without a live leader answers LEADER_NOT_AVAILABLE so clients retry;
+    # replicas on brokers that are down are listed as offline.
     partitions = tuple(
-        make(schema.MetadataResponsePartition, error_code=ErrorCode.none, partition_index=p,
-             leader_id=s.leader, leader_epoch=s.leader_epoch, replica_nodes=tuple(s.replicas),
-             isr_nodes=tuple(s.isr), offline_replicas=())
+        make(schema.MetadataResponsePartition,
+             error_code=ErrorCode.none if s.leader in live else ErrorCode.leader_not_available,
+             partition_index=p, leader_id=s.leader if s.leader in live else -1,
+             leader_epoch=s.leader_epoch, replica_nodes=tuple(s.replicas),
+             isr_nodes=tuple(s.isr), offline_replicas=tuple(r for r in s.replicas if r not in live))
         for p, s in sorted(topic.partitions.items())
     )
     return make(schema.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
@@ -43,10 +47,11 @@ def _error_entry(schema: Any, name: str | None, topic_id: uuid.UUID | None, erro
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     store = services.metadata
+    live = {b.broker_id for b in store.brokers()}
     topics: list[Any] = []
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [_topic_entry(schema, t) for t in store.topics().values()]
+        topics = [_topic_entry(schema, t, live) for t in store.topics().values()]
     else:
         allow_create = bool(getattr(request, "allow_auto_topic_creation", True)) and bool(
             services.config["auto.create.topics.enable"])
@@ -58,7 +63,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 if found is None:
                     topics.append(_error_entry(schema, None, topic_id, ErrorCode.unknown_topic_id))
                 else:
-                    topics.append(_topic_entry(schema, found))
+                    topics.append(_topic_entry(schema, found, live))
                 continue
             if name is None:
                 topics.append(_error_entry(schema, None, None, ErrorCode.invalid_request))
@@ -82,7 +87,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                         continue
                     topic = store.topic(name)
                     assert topic is not None
-            topics.append(_topic_entry(schema, topic))
+            topics.append(_topic_entry(schema, topic, live))
     brokers = tuple(
         make(schema.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,
              rack=b.rack)

@@ -130,3 +130,40 @@ def _busy(port: int) -> bool:
 
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    cluster.create_topic("grow", partitions=1, rf=3)
+    admin = cluster.admin()
+    admin.create_partitions([NewPartitions("grow", 3)])["grow"].result(30)
+    cluster.wait_for(lambda: len(cluster.metadata("grow").topics["grow"].partitions) == 3
+                     and all(len(p.isrs) == 3 for p in cluster.metadata("grow").topics["grow"].partitions.values()),
+                     "the new partitions replicated")
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    p.produce("grow", b"x", partition=2)
+    assert p.flush(20) == 0
+    assert all((b.data_dir / "grow-2").exists() for b in cluster.brokers.values())
+    admin.delete_topics(["grow"])["grow"].result(30)
+    cluster.wait_for(lambda: not any((b.data_dir / f"grow-{i}").exists()
+                                     for b in cluster.brokers.values() for i in range(3)),
+                     "every replica's log deleted")
+    # Metadata marks a dead broker's replicas offline.
+    cluster.create_topic("marks", partitions=1, rf=3)
+    victim = next(b for b in cluster.brokers if b != cluster.partition("marks").leader)
+    cluster.brokers[victim].kill()
+    cluster.wait_for(lambda: victim not in cluster.partition("marks").isrs, "the dead replica out of the ISR")
+    from dmq.client.wire import WireClient
+    from dmq.protocol.codec import make, request_class
+
+    R = request_class(3, 12)
+    mod = __import__(R.__module__, fromlist=["x"])
+    survivor = next(b for i, b in cluster.brokers.items() if i != victim)
+    with WireClient("127.0.0.1", survivor.port) as c:
+        md = c.request(make(R, topics=(make(mod.MetadataRequestTopic, name="marks", topic_id=None),),
+                            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                            include_topic_authorized_operations=False))
+    part = md.topics[0].partitions[0]
+    assert list(part.offline_replicas) == [victim]
+    assert victim not in {b.node_id for b in md.brokers}
