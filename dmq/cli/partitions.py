@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from dmq.cli.common import Bootstrap, fail, make_console
 from dmq.client.wire import WireClient
-from dmq.protocol.codec import make, request_class
+from dmq.protocol.codec import make, request_class, request_module
 
 app = typer.Typer(help="Move partitions between brokers and elect leaders.", no_args_is_help=True)
 console = make_console()
@@ -31,10 +31,6 @@ def _client(bootstrap: str) -> WireClient:
         return WireClient(host or "127.0.0.1", int(port), client_id="dmq-partitions")
     except OSError as e:
         fail(f"cannot reach {bootstrap}: {e}")
-
-
-def _module(api_key: int, version: int) -> Any:
-    return __import__(request_class(api_key, version).__module__, fromlist=["x"])
 
 
 def ongoing(c: WireClient, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Any]:
@@ -70,7 +66,7 @@ def reassign(
             fail(f"--replicas expects broker ids like 2,3,4, got {replicas!r}", 2)
     else:
         fail("give --topic, --partition and --replicas, or --plan FILE", 2)
-    mod = _module(45, 0)
+    mod = request_module(45, 0)
     by_topic: dict[str, list[Any]] = {}
     for (t, p), r in targets.items():
         by_topic.setdefault(t, []).append(make(mod.ReassignablePartition, partition_index=p, replicas=tuple(r)))
@@ -110,12 +106,12 @@ def elect_leaders(
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Move leadership back to each partition's preferred (first) replica."""
-    mod = _module(43, 2)
+    mod = request_module(43, 2)
     parts = None
     if topic is not None:
         with _client(bootstrap_server) as c:
             md = c.request(make(request_class(3, 12), topics=(make(
-                _module(3, 12).MetadataRequestTopic, name=topic, topic_id=None),),
+                request_module(3, 12).MetadataRequestTopic, name=topic, topic_id=None),),
                 allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
                 include_topic_authorized_operations=False))
         found = [p.partition_index for t in md.topics for p in t.partitions]

@@ -55,7 +55,6 @@ class ClusterController:
         self.live: set[int] = set()
         self._last_rebalance = time.monotonic()
         self.rebalance_interval = int(config["leader.imbalance.check.interval.seconds"])
-        self.elections = 0
 
     def enqueue(self, event: str) -> None:
         self.events.put_nowait(event)
@@ -167,7 +166,6 @@ class ClusterController:
         except MetadataError as e:
             log.info("%s-%d: state changed under the controller (%s); re-reading", topic, partition, e)
             return False
-        self.elections += 1
         log.info("%s-%d: leader %d epoch %d isr %s (%s)", topic, partition, new.leader,
                  new.leader_epoch, new.isr, why)
         return True

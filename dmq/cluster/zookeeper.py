@@ -294,13 +294,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         return True
 
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
-        try:
-            data, _ = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
-        except NoNodeError:
-            return None
-        raw = _json(data)
-        replicas = self._replicas(topic, partition)
-        return PartitionState(replicas, int(raw["leader"]), int(raw["leader_epoch"]), list(raw["isr"]))
+        found = self.read_partition_state(topic, partition)
+        return found[0] if found is not None else None
 
     def _replicas(self, topic: str, partition: int) -> list[int]:
         try:
@@ -368,9 +363,6 @@ class ZooKeeperMetadataStore(MetadataStore):
             self.zk.create(f"/admin/controlled_shutdown/{self.broker_id}", b"", ephemeral=True)
         except NodeExistsError:
             pass
-
-    def broker_ids(self) -> list[int]:
-        return self._live_broker_ids()
 
     def read_admin(self, path: str) -> tuple[list[dict[str, Any]], int]:
         try:
@@ -456,7 +448,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str], assignment: dict[int, list[int]] | None = None
                      ) -> TopicMetadata:
-        live = self._live_broker_ids()
+        live = self.broker_ids()
         if assignment is None:
             assignment = assign_replicas(live, num_partitions, replication_factor, self._racks())
         topic_id = uuid.uuid4().hex
@@ -499,7 +491,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         raw = _json(data)
         current = len(raw["partitions"])
         rf = len(next(iter(raw["partitions"].values())))
-        live = self._live_broker_ids()
+        live = self.broker_ids()
         extra = assign_replicas(live, total, rf, self._racks())
         for p in range(current, total):
             raw["partitions"][str(p)] = extra[p]
@@ -519,7 +511,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _racks(self) -> dict[int, str]:
         return {b.broker_id: b.rack for b in self.brokers() if b.rack}
 
-    def _live_broker_ids(self) -> list[int]:
+    def broker_ids(self) -> list[int]:
         # Read through: the watch-fed cache may lag just after a registration.
         return sorted(int(c) for c in self.zk.get_children("/brokers/ids"))
 

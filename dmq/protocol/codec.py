@@ -69,6 +69,11 @@ def response_class(api_key: int, version: int) -> type[Any]:
 
 
 @cache
+def request_module(api_key: int, version: int) -> ModuleType:
+    return load_entity_module(api_key_map[api_key], version, EntityType.request)
+
+
+@cache
 def response_module(api_key: int, version: int) -> ModuleType:
     return load_entity_module(api_key_map[api_key], version, EntityType.response)
 

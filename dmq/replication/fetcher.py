@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.client.wire import AsyncWireClient
 from dmq.config import LONG_MAX, BrokerConfig
-from dmq.protocol.codec import make, request_class
+from dmq.protocol.codec import make, request_class, request_module
 from dmq.record.batch import InvalidRecordError
 from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager, TopicPartition
@@ -101,9 +101,6 @@ class ReplicaFetcherManager:
     def remove_partition(self, tp: TopicPartition) -> None:
         for fetcher in self.fetchers.values():
             fetcher.partitions.pop(tp, None)
-
-    def is_following(self, tp: TopicPartition) -> bool:
-        return any(tp in f.partitions for f in self.fetchers.values())
 
     async def shutdown(self) -> None:
         self._stopped = True
@@ -180,7 +177,7 @@ class ReplicaFetcherManager:
 
     async def _truncate(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
         R = request_class(23, EPOCH_VERSION)
-        mod = __import__(R.__module__, fromlist=["x"])
+        mod = request_module(23, EPOCH_VERSION)
         by_topic: dict[str, list[Any]] = {}
         asked: dict[TopicPartition, int] = {}
         for tp, state in states.items():
@@ -242,7 +239,7 @@ class ReplicaFetcherManager:
 
     async def _fetch(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
         R = request_class(1, FETCH_VERSION)
-        mod = __import__(R.__module__, fromlist=["x"])
+        mod = request_module(1, FETCH_VERSION)
         by_topic: dict[str, list[Any]] = {}
         throttle_open = self._throttle_allows()
         for tp, state in states.items():

@@ -84,9 +84,6 @@ class ReplicaManager:
         self._wake((topic, index))
         return partition
 
-    # Single-broker name kept for the embedded path and tests.
-    make_leader = become_leader
-
     def become_follower(self, topic: str, index: int, topic_id: str, leader_id: int,
                         leader_epoch: int, replicas: list[int], isr: list[int]) -> tuple[Partition, bool]:
         partition = self._get_or_create(topic, index, topic_id, replicas)

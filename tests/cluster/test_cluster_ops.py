@@ -155,10 +155,10 @@ def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> No
     cluster.brokers[victim].kill()
     cluster.wait_for(lambda: victim not in cluster.partition("marks").isrs, "the dead replica out of the ISR")
     from dmq.client.wire import WireClient
-    from dmq.protocol.codec import make, request_class
+    from dmq.protocol.codec import make, request_class, request_module
 
     R = request_class(3, 12)
-    mod = __import__(R.__module__, fromlist=["x"])
+    mod = request_module(3, 12)
     survivor = next(b for i, b in cluster.brokers.items() if i != victim)
     with WireClient("127.0.0.1", survivor.port) as c:
         md = c.request(make(R, topics=(make(mod.MetadataRequestTopic, name="marks", topic_id=None),),

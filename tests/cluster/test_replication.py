@@ -295,7 +295,8 @@ def test_consumer_group_survives_coordinator_failover(cluster: Cluster) -> None:
     check.close()
     assert all(after[p] >= committed_before[p] for p in range(3)), (committed_before, after)
     assert sum(after.values()) == 600
-    # Records committed before the failover were not delivered again.
+    # Redelivery after the failover is bounded: fewer duplicates than the 300 records
+    # consumed (and committed one by one) before it.
     assert len(seen) - len(set(seen)) < 300
 
 
