@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -160,10 +161,20 @@ def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> No
     R = request_class(3, 12)
     mod = request_module(3, 12)
     survivor = next(b for i, b in cluster.brokers.items() if i != victim)
-    with WireClient("127.0.0.1", survivor.port) as c:
-        md = c.request(make(R, topics=(make(mod.MetadataRequestTopic, name="marks", topic_id=None),),
-                            allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
-                            include_topic_authorized_operations=False))
+
+    def survivor_metadata() -> Any:
+        with WireClient("127.0.0.1", survivor.port) as c:
+            return c.request(make(R, topics=(make(mod.MetadataRequestTopic, name="marks", topic_id=None),),
+                                  allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                                  include_topic_authorized_operations=False))
+
+    # The leader may drop the dead follower from the ISR (replica.lag.time.max.ms) before its
+    # ZooKeeper session expires; the broker counts as down only once /brokers/ids/<id> is gone.
+    def without_victim() -> Any:
+        m = survivor_metadata()
+        return m if victim not in {b.node_id for b in m.brokers} else None
+
+    md = cluster.wait_for(without_victim, "the survivor to see the victim's registration gone")
     part = md.topics[0].partitions[0]
     assert list(part.offline_replicas) == [victim]
-    assert victim not in {b.node_id for b in md.brokers}
+    assert victim in part.replica_nodes and victim not in part.isr_nodes
