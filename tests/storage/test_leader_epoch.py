@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_log import append, make_log, read_offsets
 
 from dmq.record.batch import InvalidRecordError
 from dmq.storage.leader_epoch import UNDEFINED, LeaderEpochFileCache
-from tests.storage.test_log import append, make_log, read_offsets
 
 
 def brute_end_offset(entries: list[tuple[int, int]], requested: int, leo: int) -> tuple[int, int]:
