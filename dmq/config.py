@@ -189,8 +189,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("leader.imbalance.per.broker.percentage", ConfigType.INT, "10", "Imbalance per broker that triggers preferred elections.", _at_least(0)),
     ConfigDef("offsets.topic.replication.factor", ConfigType.SHORT, "3", "Replication factor of __consumer_offsets (capped at the live brokers).", _at_least(1)),
     ConfigDef("offsets.commit.timeout.ms", ConfigType.INT, "5000", "How long an offset commit waits for the ISR.", _at_least(1)),
-    ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, str(LONG_MAX), "Bytes/s a follower fetches for throttled (reassigning) replicas.", _at_least(1)),
+    ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, str(LONG_MAX), "Bytes/s a follower fetches for throttled (reassigning) replicas; dynamic.", _at_least(1)),
 )
+
+# Broker configs that AlterConfigs/IncrementalAlterConfigs may change at runtime, per
+# broker or as the cluster default, like Kafka's dynamic broker configs. Everything else
+# is read once at startup.
+DYNAMIC_BROKER_CONFIGS = frozenset({"follower.replication.throttled.rate"})
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact"), (("log.cleanup.policy", 1),)),
@@ -238,6 +243,9 @@ class BrokerConfig:
         self.explicit: dict[str, str] = {}
         self.values: dict[str, Any] = {}
         self.unknown: list[str] = []
+        # Dynamic layers (DYNAMIC_BROKER_CONFIGS only): this broker's, then the cluster default.
+        self.dynamic: dict[str, str] = {}
+        self.dynamic_default: dict[str, str] = {}
         for name, cdef in BROKER_CONFIGS.items():
             self.values[name] = None if cdef.default is None else parse_value(cdef, cdef.default)
         for key, raw in (props or {}).items():
@@ -256,6 +264,54 @@ class BrokerConfig:
 
     def get(self, key: str) -> Any:
         return self.values[key]
+
+    def apply_dynamic(self, per_broker: Mapping[str, str], default: Mapping[str, str]) -> list[str]:
+        """Overlay dynamic configs (this broker's over the cluster default over static).
+
+        Names outside DYNAMIC_BROKER_CONFIGS and bad values are skipped, so one bad
+        znode cannot stop a broker; returns the names whose effective value changed.
+        """
+        changed = []
+        self.dynamic = {k: v for k, v in per_broker.items() if k in DYNAMIC_BROKER_CONFIGS}
+        self.dynamic_default = {k: v for k, v in default.items() if k in DYNAMIC_BROKER_CONFIGS}
+        for name in DYNAMIC_BROKER_CONFIGS:
+            cdef = BROKER_CONFIGS[name]
+            value = None
+            for layer in (self.dynamic, self.dynamic_default, self.explicit, {name: cdef.default}):
+                raw = layer.get(name)
+                if raw is None:
+                    continue
+                try:
+                    value = parse_value(cdef, raw)
+                    break
+                except ConfigError:
+                    layer.pop(name, None)  # unusable: fall through to the next layer
+            if value != self.values[name]:
+                self.values[name] = value
+                changed.append(name)
+        return changed
+
+    def source(self, name: str) -> ConfigSource:
+        if name in self.dynamic:
+            return ConfigSource.DYNAMIC_BROKER_CONFIG
+        if name in self.dynamic_default:
+            return ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        if name in self.explicit:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        return ConfigSource.DEFAULT_CONFIG
+
+    def synonyms(self, name: str) -> list[tuple[str, str, ConfigSource]]:
+        """Every layer that sets ``name``, strongest first (DescribeConfigs synonyms)."""
+        cdef = BROKER_CONFIGS[name]
+        out = []
+        for layer, source in ((self.dynamic, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                              (self.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                              (self.explicit, ConfigSource.STATIC_BROKER_CONFIG)):
+            if name in layer:
+                out.append((name, layer[name], source))
+        if cdef.default is not None:
+            out.append((name, cdef.default, ConfigSource.DEFAULT_CONFIG))
+        return out
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -295,6 +351,23 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
         if raw is None:
             raise ConfigError(f"Null value not supported for topic config {key}")
         out[key] = parse_value(cdef, raw)
+    return out
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Validate dynamic broker config overrides; raise ConfigError naming the bad key."""
+    out: dict[str, Any] = {}
+    for key, raw in configs.items():
+        if key not in DYNAMIC_BROKER_CONFIGS:
+            if key in BROKER_CONFIGS:
+                raise ConfigError(
+                    f"Cannot update these configs dynamically: {key} is a static broker config in "
+                    f"dmq; set it in the --config file or with --override and restart the broker. "
+                    f"Dynamic broker configs: {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))}")
+            raise ConfigError(f"Unknown broker config name: {key}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for broker config {key}")
+        out[key] = parse_value(BROKER_CONFIGS[key], raw)
     return out
 
 

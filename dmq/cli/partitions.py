@@ -2,8 +2,11 @@
 kafka-reassign-partitions.sh and kafka-leader-election.sh).
 
 Both speak Kafka's admin APIs (AlterPartitionReassignments,
-ListPartitionReassignments, ElectLeaders) to any broker. New replicas copy
-data at ``follower.replication.throttled.rate`` bytes/s (a broker config).
+ListPartitionReassignments, ElectLeaders) to any broker. ``reassign
+--throttle`` limits how fast new replicas copy data by setting the dynamic
+broker config ``follower.replication.throttled.rate`` on the receiving brokers
+(IncrementalAlterConfigs) and removes it when the move is done, as
+kafka-reassign-partitions.sh does with ``--throttle`` and ``--verify``.
 """
 
 from __future__ import annotations
@@ -40,6 +43,33 @@ def ongoing(c: WireClient, wanted: set[tuple[str, int]]) -> dict[tuple[str, int]
             if (t.name, p.partition_index) in wanted}
 
 
+THROTTLE_CONFIG = "follower.replication.throttled.rate"
+SET, DELETE = 0, 1
+
+
+def set_throttle(c: WireClient, brokers: list[int], rate: int | None) -> None:
+    """SET (or, with ``rate`` None, DELETE) the follower throttle on each broker."""
+    mod = request_module(44, 0)
+    resources = tuple(make(mod.AlterConfigsResource, resource_type=4, resource_name=str(b), configs=(
+        make(mod.AlterableConfig, name=THROTTLE_CONFIG, config_operation=DELETE if rate is None else SET,
+             value=None if rate is None else str(rate)),)) for b in brokers)
+    resp = c.request(make(request_class(44, 0), resources=resources, validate_only=False))
+    failed = [f"broker {r.resource_name}: {r.error_code.name} {r.error_message or ''}"
+              for r in resp.responses if r.error_code != ErrorCode.none]
+    if failed:
+        fail("cannot change the replication throttle: " + "; ".join(failed))
+
+
+def _moving_to(c: WireClient, targets: dict[tuple[str, int], list[int]]) -> list[int]:
+    """Brokers that receive a new replica of some partition in ``targets``."""
+    md = c.request(make(request_class(3, 12), topics=tuple(
+        make(request_module(3, 12).MetadataRequestTopic, name=t, topic_id=None) for t in {t for t, _ in targets}),
+        allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False))
+    current = {(t.name, p.partition_index): set(p.replica_nodes) for t in md.topics for p in t.partitions}
+    return sorted({b for tp, r in targets.items() for b in r if b not in current.get(tp, set())})
+
+
 @app.command()
 def reassign(
     topic: Annotated[str | None, typer.Option("--topic", "-t")] = None,
@@ -48,6 +78,7 @@ def reassign(
     plan: Annotated[str | None, typer.Option("--plan", help='Kafka reassignment JSON: {"partitions":[{"topic","partition","replicas"}]}')] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="show progress until done")] = True,
     timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for completion")] = 600,
+    throttle: Annotated[int | None, typer.Option("--throttle", min=1, help="bytes/s each receiving broker may copy; removed when done")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Move partitions to other brokers while they keep serving."""
@@ -71,6 +102,11 @@ def reassign(
     for (t, p), r in targets.items():
         by_topic.setdefault(t, []).append(make(mod.ReassignablePartition, partition_index=p, replicas=tuple(r)))
     with _client(bootstrap_server) as c:
+        receiving = _moving_to(c, targets) if throttle is not None else []
+        if receiving:
+            set_throttle(c, receiving, throttle)
+            console.print(f"throttled replication to {throttle:,} B/s on broker(s) "
+                          f"{', '.join(map(str, receiving))}")
         resp = c.request(make(request_class(45, 0), timeout=timedelta(seconds=30), topics=tuple(
             make(mod.ReassignableTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
         failed = [(t.name, p.partition_index, p.error_code, p.error_message)
@@ -78,9 +114,14 @@ def reassign(
         for t, p, code, message in failed:
             console.print(f"[red]{t}-{p}: {code.name}[/red] {message or ''}")
         if failed:
+            if receiving:
+                set_throttle(c, receiving, None)
             raise SystemExit(1)
         console.print(f"accepted {len(targets)} partition move(s)")
         if not wait:
+            if receiving:
+                console.print("the throttle stays until you run: dmq partitions throttle --clear "
+                              f"--brokers {','.join(map(str, receiving))}")
             return
         wanted = set(targets)
         deadline = time.monotonic() + timeout_s
@@ -96,7 +137,29 @@ def reassign(
                     fail(f"still moving after {timeout_s:.0f}s: "
                          + ", ".join(f"{t}-{p} (adding {list(x.adding_replicas)})" for (t, p), x in left.items()))
                 time.sleep(0.5)
+        if receiving:
+            set_throttle(c, receiving, None)
+            console.print("removed the replication throttle")
     console.print("[green]done[/green]: every partition is on its new replicas")
+
+
+@app.command()
+def throttle(
+    brokers: Annotated[str, typer.Option("--brokers", help="broker ids, e.g. 2,3")],
+    rate: Annotated[int | None, typer.Option("--rate", min=1, help="bytes/s for replicas being added")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="remove the throttle")] = False,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Set or clear follower.replication.throttled.rate on brokers (a dynamic broker config)."""
+    if (rate is None) == (not clear):
+        fail("give either --rate BYTES_PER_SECOND or --clear", 2)
+    try:
+        ids = [int(b) for b in brokers.split(",")]
+    except ValueError:
+        fail(f"--brokers expects broker ids like 2,3, got {brokers!r}", 2)
+    with _client(bootstrap_server) as c:
+        set_throttle(c, ids, rate)
+    console.print(f"{'cleared' if clear else f'set {rate:,} B/s'} on broker(s) {', '.join(map(str, ids))}")
 
 
 @app.command("elect-leaders")

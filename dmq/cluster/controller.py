@@ -10,20 +10,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dmq.cluster.metadata import MetadataError, MetadataStore, TopicMetadata, validate_topic_name
-from dmq.config import BrokerConfig, ConfigError, validate_topic_configs
+from dmq.cluster.metadata import (
+    DEFAULT_BROKER_ENTITY,
+    MetadataError,
+    MetadataStore,
+    TopicMetadata,
+    validate_topic_name,
+)
+from dmq.config import (
+    BrokerConfig,
+    ConfigError,
+    validate_dynamic_broker_configs,
+    validate_topic_configs,
+)
 
 
 class Controller:
     def __init__(self, store: MetadataStore, config: BrokerConfig,
                  on_topic_change: Callable[[TopicMetadata], None],
                  on_topic_delete: Callable[[TopicMetadata], None],
-                 on_config_change: Callable[[str], None]) -> None:
+                 on_config_change: Callable[[str], None],
+                 on_broker_config_change: Callable[[], None] | None = None) -> None:
         self.store = store
         self.config = config
         self.on_topic_change = on_topic_change
         self.on_topic_delete = on_topic_delete
         self.on_config_change = on_config_change
+        self.on_broker_config_change = on_broker_config_change
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str | None],
@@ -155,6 +168,24 @@ class Controller:
         if wanted:
             self.store.request_preferred_elections(wanted)
         return results
+
+    def alter_broker_configs(self, entity: str, configs: dict[str, str],
+                             validate_only: bool = False) -> None:
+        """Replace the dynamic overrides of one broker (its id) or of all (``""``)."""
+        if entity in ("", DEFAULT_BROKER_ENTITY):
+            entity = DEFAULT_BROKER_ENTITY
+        elif not entity.isdigit():
+            raise MetadataError("invalid_request", f"Invalid broker id {entity!r}: give a broker id, "
+                                                   f"or an empty name for the cluster-wide default")
+        try:
+            validate_dynamic_broker_configs(configs)
+        except ConfigError as e:
+            raise MetadataError("invalid_config", str(e)) from None
+        if validate_only:
+            return
+        self.store.set_broker_configs(entity, configs)
+        if self.on_broker_config_change is not None:
+            self.on_broker_config_change()
 
     def alter_topic_configs(self, name: str, configs: dict[str, str],
                             validate_only: bool = False) -> None:

@@ -80,6 +80,10 @@ class BrokerInfo:
     rack: str | None = None
 
 
+# The entity name Kafka uses for cluster-wide dynamic broker configs.
+DEFAULT_BROKER_ENTITY = "<default>"
+
+
 class MetadataStore(ABC):
     cluster_id: str
 
@@ -126,6 +130,14 @@ class MetadataStore(ABC):
         """Ask the controller to move leadership back to the preferred replicas."""
         raise MetadataError("election_not_needed", "a single broker leads every partition it has")
 
+    @abstractmethod
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        """Dynamic config overrides of one broker (``"<id>"``) or of all (DEFAULT_BROKER_ENTITY)."""
+
+    @abstractmethod
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Replace the dynamic overrides of ``entity``; every broker it concerns applies them."""
+
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
 
@@ -152,12 +164,14 @@ class EmbeddedMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
+        self._broker_configs: dict[str, dict[str, str]] = {}
         os.makedirs(data_dir, exist_ok=True)
         if os.path.exists(self.path):
             with open(self.path) as f:
                 raw = json.load(f)
             self.cluster_id = raw["cluster_id"]
             self._next_producer_id = int(raw.get("next_producer_id", 0))
+            self._broker_configs = {str(k): dict(v) for k, v in raw.get("broker_configs", {}).items()}
             for t in raw["topics"]:
                 parts = {int(p): PartitionState(**s) for p, s in t["partitions"].items()}
                 self._topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], parts, t["configs"])
@@ -170,6 +184,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "version": 1,
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id,
+            "broker_configs": self._broker_configs,
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
                  "partitions": {str(p): asdict(s) for p, s in t.partitions.items()}}
@@ -236,6 +251,15 @@ class EmbeddedMetadataStore(MetadataStore):
         topic.configs = dict(configs)
         self._persist()
 
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        return dict(self._broker_configs.get(entity, {}))
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        if configs:
+            self._broker_configs[entity] = dict(configs)
+        else:
+            self._broker_configs.pop(entity, None)
+        self._persist()
 
     def allocate_producer_ids(self, count: int) -> int:
         start = self._next_producer_id

@@ -226,6 +226,8 @@ class ClusterController:
             off = [(t, p) for t, p in parts if metas.get(t) and p in metas[t].partitions
                    and metas[t].partitions[p].leader != broker]
             if parts and len(off) / len(parts) > threshold:
+                log.info("leader imbalance on broker %d: %d of its %d preferred partitions led "
+                         "elsewhere; electing preferred leaders", broker, len(off), len(parts))
                 for t, p in off:
                     self._elect_preferred(t, p)
 

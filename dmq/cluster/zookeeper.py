@@ -7,6 +7,7 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
     /brokers/topics/<topic>                       {"version":3,"topic_id","partitions":{"0":[1,2]}}
     /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch","leader","leader_epoch","isr","version":1}
     /config/topics/<topic>                        {"version":1,"config":{...}}
+    /config/brokers/<id> and /config/brokers/<default>   dynamic broker configs, same shape
     /controller                       ephemeral   {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                             "<epoch>"
     /latest_producer_id_block                     {"version":1,"broker","block_start","block_end"}
@@ -36,6 +37,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from dmq.cluster.metadata import (
+    DEFAULT_BROKER_ENTITY,
     BrokerInfo,
     MetadataError,
     MetadataStore,
@@ -83,8 +85,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.registration: BrokerInfo | None = None
         self.session_lost = False
         self.shutting_down: set[int] = set()
-        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/admin/delete_topics",
-                     "/admin/controlled_shutdown"):
+        self._broker_configs: dict[str, dict[str, str]] = {}
+        for path in ("/brokers/ids", "/brokers/topics", "/config/topics", "/config/brokers",
+                     "/admin/delete_topics", "/admin/controlled_shutdown"):
             self.zk.ensure_path(path)
         self.cluster_id = self._cluster_id()
         self.zk.add_listener(self._session_state)
@@ -94,6 +97,17 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.zk.ChildrenWatch("/admin/controlled_shutdown", self._shutdown_requests_changed)
         self.zk.DataWatch("/admin/reassign_partitions", lambda d, s: self._notify("admin"))
         self.zk.DataWatch("/admin/preferred_replica_election", lambda d, s: self._notify("admin"))
+        for entity in (DEFAULT_BROKER_ENTITY, str(broker_id)):
+            self.zk.DataWatch(f"/config/brokers/{entity}", self._broker_config_watch(entity))
+
+    def _broker_config_watch(self, entity: str) -> Callable[[bytes | None, Any], None]:
+        def changed(data: bytes | None, stat: Any) -> None:
+            raw = _json(data) if data else None
+            configs = {str(k): str(v) for k, v in (raw or {}).get("config", {}).items()}
+            with self._lock:
+                self._broker_configs[entity] = configs
+            self._notify("configs")
+        return changed
 
     def _session_state(self, state: str) -> None:
         # Runs on kazoo's thread and must not call ZooKeeper: only flag and notify.
@@ -143,6 +157,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             if topic is not None:
                 topics[name] = topic
                 self._watch(f"/brokers/topics/{name}", name)
+                self._watch(f"/config/topics/{name}", name)
                 for p in topic.partitions:
                     self._watch(f"/brokers/topics/{name}/partitions/{p}/state", name)
         with self._lock:
@@ -519,6 +534,22 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.zk.ensure_path(f"/config/topics/{name}")
         self.zk.set(f"/config/topics/{name}", _dump({"version": 1, "config": configs}))
         self.refresh_topic(name)
+
+    def broker_configs(self, entity: str) -> dict[str, str]:
+        with self._lock:
+            cached = self._broker_configs.get(entity)
+        if cached is not None:
+            return dict(cached)
+        try:
+            data, _ = self.zk.get(f"/config/brokers/{entity}")
+        except NoNodeError:
+            return {}
+        return {str(k): str(v) for k, v in (_json(data) or {}).get("config", {}).items()}
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        path = f"/config/brokers/{entity}"
+        self.zk.ensure_path(path)
+        self.zk.set(path, _dump({"version": 1, "config": configs}))
 
     def allocate_producer_ids(self, count: int) -> int:
         path = "/latest_producer_id_block"

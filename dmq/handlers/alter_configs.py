@@ -1,4 +1,4 @@
-"""AlterConfigs (33): replace a topic's config overrides. Broker configs are static."""
+"""AlterConfigs (33): replace a topic's config overrides, or a broker's dynamic configs."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ MIN_VERSION = 0
 MAX_VERSION = 2
 
 RESOURCE_TOPIC = 2
-BROKER_CONFIGS_STATIC = ("Broker configs are static in dmq: set them in the --config file or "
-                         "with --override and restart the broker.")
+RESOURCE_BROKER = 4
+
+
+def unsupported_resource(resource_type: int) -> str:
+    return (f"Resource type {resource_type} cannot be altered: dmq alters topics (2) and the "
+            f"dynamic configs of brokers (4).")
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -24,15 +28,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     results = []
     for res in request.resources:
         error, message = ErrorCode.none, None
-        if res.resource_type != RESOURCE_TOPIC:
-            error, message = ErrorCode.invalid_request, BROKER_CONFIGS_STATIC
-        else:
-            configs = {c.name: c.value for c in res.configs if c.value is not None}
-            try:
+        configs = {c.name: c.value for c in res.configs if c.value is not None}
+        try:
+            if res.resource_type == RESOURCE_TOPIC:
                 services.controller.alter_topic_configs(res.resource_name, configs,
                                                         request.validate_only)
-            except MetadataError as e:
-                error, message = ErrorCode[e.error], str(e)
+            elif res.resource_type == RESOURCE_BROKER:
+                services.controller.alter_broker_configs(res.resource_name, configs,
+                                                         request.validate_only)
+            else:
+                raise MetadataError("invalid_request", unsupported_resource(res.resource_type))
+        except MetadataError as e:
+            error, message = ErrorCode[e.error], str(e)
         results.append(make(schema.AlterConfigsResourceResponse, error_code=error,
                             error_message=message, resource_type=res.resource_type,
                             resource_name=res.resource_name))

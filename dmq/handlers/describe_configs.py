@@ -1,4 +1,4 @@
-"""DescribeConfigs (32): topic configs (value, source, synonyms) and static broker configs."""
+"""DescribeConfigs (32): topic and broker configs with their source and synonyms."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigSource, LogConfig, format_value
+from dmq.config import (
+    BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigSource,
+    LogConfig,
+    format_value,
+)
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -53,12 +60,10 @@ def describe_broker(services: BrokerServices, schema: Any, request: Any, name: s
     for cname, cdef in BROKER_CONFIGS.items():
         if keys is not None and cname not in keys:
             continue
-        explicit = cname in config.explicit
-        source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
         value = config.values[cname]
         text = None if value is None else format_value(value)
-        synonyms = [(cname, text or "", source)] if text is not None else []
-        out.append(_entry(schema, request, cname, text, source, True, synonyms,
+        out.append(_entry(schema, request, cname, text, config.source(cname),
+                          cname not in DYNAMIC_BROKER_CONFIGS, config.synonyms(cname),
                           int(cdef.type), cdef.doc))
     return ErrorCode.none, None, out
 

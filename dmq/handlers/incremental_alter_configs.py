@@ -1,4 +1,5 @@
-"""IncrementalAlterConfigs (44): SET, DELETE, APPEND, SUBTRACT on a topic's config overrides."""
+"""IncrementalAlterConfigs (44): SET, DELETE, APPEND, SUBTRACT on a topic's config overrides
+or a broker's dynamic configs."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.cluster.metadata import MetadataError
-from dmq.config import TOPIC_CONFIGS, ConfigType, LogConfig
-from dmq.handlers.alter_configs import BROKER_CONFIGS_STATIC
+from dmq.cluster.metadata import DEFAULT_BROKER_ENTITY, MetadataError
+from dmq.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType, LogConfig
+from dmq.handlers.alter_configs import RESOURCE_BROKER, unsupported_resource
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -20,14 +21,18 @@ RESOURCE_TOPIC = 2
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def apply_operations(current: dict[str, str], effective: LogConfig, ops: Any) -> dict[str, str]:
-    """The new override map after applying ``ops`` (raises MetadataError on bad ops)."""
+def apply_operations(current: dict[str, str], effective: Any, ops: Any,
+                     defs: dict[str, ConfigDef] = TOPIC_CONFIGS, kind_name: str = "topic") -> dict[str, str]:
+    """The new override map after applying ``ops`` (raises MetadataError on bad ops).
+
+    ``effective[name]`` is the value in force, which APPEND and SUBTRACT start from.
+    """
     out = dict(current)
     for op in ops:
         name, kind, value = op.name, op.config_operation, op.value
-        cdef = TOPIC_CONFIGS.get(name)
+        cdef = defs.get(name)
         if cdef is None:
-            raise MetadataError("invalid_config", f"Unknown topic config name: {name}")
+            raise MetadataError("invalid_config", f"Unknown {kind_name} config name: {name}")
         if kind == SET:
             if value is None:
                 raise MetadataError("invalid_config", f"Null value not supported for {name}")
@@ -58,11 +63,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     results = []
     for res in request.resources:
         error, message = ErrorCode.none, None
-        if res.resource_type != RESOURCE_TOPIC:
-            error, message = ErrorCode.invalid_request, BROKER_CONFIGS_STATIC
-        else:
-            topic = services.metadata.topic(res.resource_name)
-            try:
+        try:
+            if res.resource_type == RESOURCE_TOPIC:
+                topic = services.metadata.topic(res.resource_name)
                 if topic is None:
                     raise MetadataError("unknown_topic_or_partition",
                                         f"Topic {res.resource_name} does not exist.")
@@ -70,8 +73,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 configs = apply_operations(topic.configs, effective, res.configs)
                 services.controller.alter_topic_configs(res.resource_name, configs,
                                                         request.validate_only)
-            except MetadataError as e:
-                error, message = ErrorCode[e.error], str(e)
+            elif res.resource_type == RESOURCE_BROKER:
+                entity = res.resource_name or DEFAULT_BROKER_ENTITY
+                current = services.metadata.broker_configs(entity) if entity.isdigit() \
+                    or entity == DEFAULT_BROKER_ENTITY else {}
+                configs = apply_operations(current, services.config, res.configs,
+                                           BROKER_CONFIGS, "broker")
+                services.controller.alter_broker_configs(res.resource_name, configs,
+                                                         request.validate_only)
+            else:
+                raise MetadataError("invalid_request", unsupported_resource(res.resource_type))
+        except MetadataError as e:
+            error, message = ErrorCode[e.error], str(e)
         results.append(make(schema.AlterConfigsResourceResponse, error_code=error,
                             error_message=message, resource_type=res.resource_type,
                             resource_name=res.resource_name))

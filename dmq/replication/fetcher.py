@@ -71,9 +71,11 @@ class ReplicaFetcherManager:
         self.response_max_bytes = int(config["replica.fetch.response.max.bytes"])
         self.backoff = int(config["replica.fetch.backoff.ms"]) / 1000
         self.socket_timeout = int(config["replica.socket.timeout.ms"]) / 1000
-        self.throttle_rate = int(config["follower.replication.throttled.rate"])
+        self.config = config  # follower.replication.throttled.rate is dynamic: read it live
         self.fetchers: dict[int, ReplicaFetcher] = {}
-        self._throttle_window = (0.0, 0)  # (window start, bytes fetched in it)
+        # Token bucket for throttled replicas: up to one second of rate, may go into debt.
+        self._throttle_tokens = 0.0
+        self._throttle_at = time.monotonic()
         self._stopped = False
 
     # ----------------------------------------------------------- assignment
@@ -227,15 +229,25 @@ class ReplicaFetcherManager:
         log.debug("%s-%d: %s from the leader; retrying in %.2fs", tp[0], tp[1], error.name, delay)
         state.retry_at = time.monotonic() + delay
 
+    @property
+    def throttle_rate(self) -> int:
+        return int(self.config["follower.replication.throttled.rate"])
+
     def _throttle_allows(self) -> bool:
-        if self.throttle_rate >= LONG_MAX:
-            return True
-        start, used = self._throttle_window
+        """Whether throttled replicas may fetch now: the bucket refills at the rate, holds one
+        second of it, and a fetch that overdraws it makes the next ones wait."""
+        rate = self.throttle_rate
         now = time.monotonic()
-        if now - start >= 1.0:
-            self._throttle_window = (now, 0)
+        elapsed, self._throttle_at = now - self._throttle_at, now
+        if rate >= LONG_MAX:
+            self._throttle_tokens = 0.0
             return True
-        return used < self.throttle_rate
+        self._throttle_tokens = min(float(rate), self._throttle_tokens + elapsed * rate)
+        return self._throttle_tokens > 0
+
+    def _throttle_charge(self, nbytes: int) -> None:
+        if self.throttle_rate < LONG_MAX:
+            self._throttle_tokens -= nbytes
 
     async def _fetch(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
         R = request_class(1, FETCH_VERSION)
@@ -246,10 +258,13 @@ class ReplicaFetcherManager:
             p = self._current(fetcher, tp, state)
             if p is None or (state.throttled and not throttle_open):
                 continue
+            # A throttled fetch asks for at most one second's worth, so one answer cannot
+            # overshoot the rate by a whole replica.fetch.max.bytes.
+            max_bytes = min(self.max_bytes, max(self.throttle_rate, 1)) if state.throttled else self.max_bytes
             by_topic.setdefault(tp[0], []).append(make(
                 mod.FetchPartition, partition=tp[1], current_leader_epoch=state.leader_epoch,
                 fetch_offset=p.log.log_end_offset, last_fetched_epoch=-1,
-                log_start_offset=p.log.log_start_offset, partition_max_bytes=self.max_bytes))
+                log_start_offset=p.log.log_start_offset, partition_max_bytes=max_bytes))
         if not by_topic:
             await asyncio.sleep(0.1)
             return
@@ -294,7 +309,6 @@ class ReplicaFetcherManager:
             self._back_off(tp, state, ErrorCode.corrupt_message)
             return
         if state.throttled and appended:
-            start, used = self._throttle_window
-            self._throttle_window = (start, used + appended)
+            self._throttle_charge(len(records))
         if p.log.log_start_offset < r.log_start_offset <= p.high_watermark:
             p.log.delete_records_before(r.log_start_offset)

@@ -30,11 +30,17 @@ from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.controller import Controller
-from dmq.cluster.metadata import BrokerInfo, EmbeddedMetadataStore, MetadataError, TopicMetadata
+from dmq.cluster.metadata import (
+    DEFAULT_BROKER_ENTITY,
+    BrokerInfo,
+    EmbeddedMetadataStore,
+    MetadataError,
+    TopicMetadata,
+)
 from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.cluster.zk_controller import ClusterController
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
-from dmq.config import LONG_MAX, BrokerConfig, LogConfig
+from dmq.config import LONG_MAX, BrokerConfig, ConfigError, LogConfig
 from dmq.group.coordinator import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
 from dmq.group.offsets_topic import Coordinators, OffsetsTopic
 from dmq.handlers import HANDLERS, api_versions, supported_apis
@@ -129,8 +135,10 @@ class Broker:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
                                                   self._broker_address)
             self.cluster_controller = ClusterController(self.zk, self.config)
+        self._apply_dynamic_configs()
         self.controller = Controller(self.store, self.config, self._apply_topic,
-                                     self._remove_topic, self.log_manager.update_config)
+                                     self._remove_topic, self.log_manager.update_config,
+                                     self._apply_dynamic_configs)
         self.producer_ids = ProducerIdManager(self.store)
         offsets_topic = self.store.topic(OFFSETS_TOPIC)
         group_config = GroupConfig(
@@ -281,7 +289,18 @@ class Broker:
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._metadata_event, what)
 
+    def _apply_dynamic_configs(self) -> None:
+        """Overlay the dynamic broker configs (AlterConfigs on a broker) over the static ones."""
+        changed = self.config.apply_dynamic(self.store.broker_configs(str(self.broker_id)),
+                                            self.store.broker_configs(DEFAULT_BROKER_ENTITY))
+        for name in changed:
+            log.info("dynamic broker config %s is now %s (%s)", name, self.config[name],
+                     self.config.source(name).name)
+
     def _metadata_event(self, what: str) -> None:
+        if what == "configs":
+            self._apply_dynamic_configs()
+            return
         if self.cluster_controller is not None:
             self.cluster_controller.enqueue(what)
         if what == "session":
@@ -328,7 +347,15 @@ class Broker:
                                                     throttled=self.broker_id in adding.get(index, []))
                     else:
                         self.fetchers.remove_partition(tp)
-        for tp in list(rm.partitions):
+        topics = self.store.topics()
+        for tp, part in list(rm.partitions.items()):
+            meta = topics.get(tp[0])
+            if meta is not None and part.log.config.overrides != meta.configs:
+                # Altered through another broker: the watch on /config/topics brought it here.
+                try:
+                    self.log_manager.update_config(tp[0])
+                except ConfigError as e:
+                    log.warning("%s: keeping the old topic config; the new one is invalid: %s", tp[0], e)
             if tp not in wanted:
                 log.info("%s-%d: no longer a replica here; removing the local log", *tp)
                 self.fetchers.remove_partition(tp)

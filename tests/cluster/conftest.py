@@ -9,10 +9,12 @@ from support.zookeeper import available
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Three brokers and ZooKeeper; ``@pytest.mark.cluster_config(key="value")`` overrides configs."""
     if not available():
         pytest.skip("Debian's zookeeper package is not installed (scripts/test.sh installs it)")
-    c = Cluster(tmp_path)
+    marker = request.node.get_closest_marker("cluster_config")
+    c = Cluster(tmp_path, overrides=dict(marker.kwargs) if marker else None)
     try:
         yield c.start()
     finally:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import ConfigSource
 from support.broker import free_port
 from support.cluster import Cluster
 from support.zookeeper import available
@@ -178,3 +179,117 @@ def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> No
     part = md.topics[0].partitions[0]
     assert list(part.offline_replicas) == [victim]
     assert victim in part.replica_nodes and victim not in part.isr_nodes
+
+
+def _broker_config(port: int, broker_id: int, name: str) -> tuple[str | None, int]:
+    """(value, config source) of one broker config, as that broker describes it."""
+    from dmq.client.wire import WireClient
+    from dmq.protocol.codec import make, request_class, request_module
+
+    mod = request_module(32, 4)
+    with WireClient("127.0.0.1", port) as c:
+        resp = c.request(make(request_class(32, 4), include_synonyms=False, include_documentation=False,
+                              resources=(make(mod.DescribeConfigsResource, resource_type=4,
+                                              resource_name=str(broker_id), configuration_keys=(name,)),)))
+    entry = resp.results[0].configs[0]
+    return entry.value, entry.config_source
+
+
+def test_throttled_reassignment_copies_at_the_rate_and_clears_the_throttle(cluster: Cluster) -> None:
+    topic, rate = "throttled", 500_000
+    cluster.create_topic(topic, partitions=1, rf=1)
+    source = cluster.partition(topic).leader
+    receiver = next(b for b in cluster.brokers if b != source)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
+    payload = os.urandom(1000)  # incompressible, and the producer does not compress
+    for _ in range(4000):
+        p.produce(topic, payload)
+        p.poll(0)
+    assert p.flush(30) == 0
+    data_bytes = sum(f.stat().st_size for f in (cluster.brokers[source].data_dir / f"{topic}-0").glob("*.log"))
+    assert data_bytes > 4_000_000
+
+    proc = subprocess.Popen([sys.executable, "-m", "dmq", "partitions", "reassign", "-t", topic, "-p", "0",
+                             "-r", f"{source},{receiver}", "--throttle", str(rate), "-b", cluster.bootstrap],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "200"})
+    started = time.monotonic()
+    try:
+        # While it copies, the receiving broker runs with the throttle as a dynamic config.
+        port = cluster.brokers[receiver].port
+        cluster.wait_for(lambda: _broker_config(port, receiver, "follower.replication.throttled.rate")
+                         == (str(rate), ConfigSource.DYNAMIC_BROKER_CONFIG.value), "the throttle set", timeout=15)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    took = time.monotonic() - started
+    assert proc.returncode == 0, out
+    assert f"throttled replication to {rate:,} B/s on broker(s) {receiver}" in out
+    assert "removed the replication throttle" in out and "done" in out
+    # One second's burst, then the rate: (bytes - rate) / rate seconds at the least.
+    assert took >= (data_bytes - rate) / rate * 0.8, f"{data_bytes} bytes copied in {took:.1f}s"
+    assert data_bytes / took < rate * 1.5
+    after = cluster.partition(topic)
+    assert after.replicas == [source, receiver] and sorted(after.isrs) == sorted([source, receiver])
+    moved = sum(f.stat().st_size for f in (cluster.brokers[receiver].data_dir / f"{topic}-0").glob("*.log"))
+    assert moved == data_bytes
+    # The throttle is gone again.
+    assert _broker_config(port, receiver, "follower.replication.throttled.rate")[1] == ConfigSource.DEFAULT_CONFIG.value
+    assert "dynamic broker config follower.replication.throttled.rate is now 500000" in \
+        cluster.brokers[receiver].log_path.read_text()
+    # The command to set and clear it by hand, for moves started with --no-wait.
+    assert dmq("partitions", "throttle", "--brokers", str(receiver), "--rate", "1000",
+               "-b", cluster.bootstrap).returncode == 0
+    assert _broker_config(port, receiver, "follower.replication.throttled.rate")[0] == "1000"
+    assert dmq("partitions", "throttle", "--brokers", str(receiver), "--clear", "-b", cluster.bootstrap).returncode == 0
+    assert dmq("partitions", "throttle", "--brokers", str(receiver), "-b", cluster.bootstrap).returncode == 2
+
+
+def test_topic_config_altered_through_any_broker_applies_on_the_leader(cluster: Cluster) -> None:
+    from confluent_kafka import KafkaError
+
+    from dmq.client.wire import WireClient
+    from dmq.protocol.codec import make, request_class, request_module
+
+    topic = "limited"
+    cluster.create_topic(topic, partitions=1, rf=1)
+    leader = cluster.partition(topic).leader
+    other = next(b for i, b in cluster.brokers.items() if i != leader)
+    mod = request_module(44, 1)
+    with WireClient("127.0.0.1", other.port) as c:
+        resp = c.request(make(request_class(44, 1), validate_only=False, resources=(make(
+            mod.AlterConfigsResource, resource_type=2, resource_name=topic, configs=(make(
+                mod.AlterableConfig, name="max.message.bytes", config_operation=0, value="2000"),)),)))
+    assert resp.responses[0].error_code == 0
+
+    def too_large_refused() -> bool:
+        errors: list[KafkaError] = []
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "retries": 0})
+        p.produce(topic, b"x" * 5000, on_delivery=lambda err, msg: errors.append(err))
+        p.flush(10)
+        return bool(errors) and errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+    cluster.wait_for(too_large_refused, "the leader to enforce max.message.bytes set through another broker")
+
+
+@pytest.mark.cluster_config(**{"leader.imbalance.check.interval.seconds": "2"})
+def test_automatic_preferred_leader_election_after_a_broker_returns(cluster: Cluster) -> None:
+    """auto.leader.rebalance.enable (the default): with no command, leadership goes back to the
+    preferred replicas once their broker is back in the ISR."""
+    topic = "rebalanced"
+    cluster.create_topic(topic, partitions=3, rf=3)
+    parts = cluster.metadata(topic).topics[topic].partitions
+    assert all(p.leader == p.replicas[0] for p in parts.values())
+    victim = parts[0].leader
+    cluster.brokers[victim].kill()
+    cluster.wait_for(lambda: all(p.leader not in (-1, victim)
+                                 for p in cluster.metadata(topic).topics[topic].partitions.values()),
+                     "leadership moved off the dead broker")
+    cluster.brokers[victim].start(timeout=60)
+    cluster.wait_for(lambda: all(len(p.isrs) == 3 for p in cluster.metadata(topic).topics[topic].partitions.values()),
+                     "the broker back in every ISR", timeout=60)
+    cluster.wait_for(lambda: all(p.leader == p.replicas[0]
+                                 for p in cluster.metadata(topic).topics[topic].partitions.values()),
+                     "leadership back on the preferred replicas", timeout=30)
+    controller = cluster.brokers[cluster.controller_id()].log_path.read_text()
+    assert f"leader imbalance on broker {victim}" in controller

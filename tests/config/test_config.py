@@ -46,3 +46,33 @@ def test_properties_parsing() -> None:
     assert props == {"num.partitions": "3", "log.dirs": "/tmp/x", "broker.id": "2"}
     with pytest.raises(ConfigError):
         parse_properties("novalue\n")
+
+
+def test_dynamic_broker_configs_layer_over_static() -> None:
+    name = "follower.replication.throttled.rate"
+    b = BrokerConfig({name: "500"})
+    assert b.source(name) == ConfigSource.STATIC_BROKER_CONFIG
+    assert b.apply_dynamic({}, {name: "700"}) == [name]
+    assert (b[name], b.source(name)) == (700, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert b.apply_dynamic({name: "900"}, {name: "700"}) == [name]
+    assert (b[name], b.source(name)) == (900, ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert [(v, s) for _, v, s in b.synonyms(name)][:3] == [
+        ("900", ConfigSource.DYNAMIC_BROKER_CONFIG), ("700", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("500", ConfigSource.STATIC_BROKER_CONFIG)]
+    # Static-only names and bad values in the dynamic layers are ignored, not fatal.
+    assert b.apply_dynamic({"num.partitions": "9", name: "-1"}, {}) == [name]
+    assert (b[name], b["num.partitions"]) == (500, 1)
+    assert b.apply_dynamic({}, {}) == []
+
+
+def test_dynamic_broker_config_validation_names_the_problem() -> None:
+    from dmq.config import validate_dynamic_broker_configs
+
+    assert validate_dynamic_broker_configs({"follower.replication.throttled.rate": "10"}) == {
+        "follower.replication.throttled.rate": 10}
+    with pytest.raises(ConfigError, match="static broker config"):
+        validate_dynamic_broker_configs({"num.partitions": "3"})
+    with pytest.raises(ConfigError, match="Unknown broker config"):
+        validate_dynamic_broker_configs({"nope": "3"})
+    with pytest.raises(ConfigError, match="follower.replication.throttled.rate"):
+        validate_dynamic_broker_configs({"follower.replication.throttled.rate": "0"})
