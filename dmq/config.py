@@ -189,6 +189,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("leader.imbalance.per.broker.percentage", ConfigType.INT, "10", "Imbalance per broker that triggers preferred elections.", _at_least(0)),
     ConfigDef("offsets.topic.replication.factor", ConfigType.SHORT, "3", "Replication factor of __consumer_offsets (capped at the live brokers).", _at_least(1)),
     ConfigDef("offsets.commit.timeout.ms", ConfigType.INT, "5000", "How long an offset commit waits for the ISR.", _at_least(1)),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", ConfigType.LONG, "5000", "How often high watermarks are saved to replication-offset-checkpoint.", _at_least(1)),
     ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, str(LONG_MAX), "Bytes/s a follower fetches for throttled (reassigning) replicas; dynamic.", _at_least(1)),
 )
 

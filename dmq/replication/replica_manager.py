@@ -9,12 +9,21 @@ the ISR. ISR changes are written through ``isr_writer`` (ZooKeeper
 compare-and-set) before they take effect; with the embedded store the ISR is
 this broker alone and never changes. The broker's metadata listener calls
 ``become_leader``/``become_follower``/``remove_partition``. Event-loop thread only.
+
+High watermarks are checkpointed (``checkpoint_high_watermarks``, every
+``replica.high.watermark.checkpoint.interval.ms`` and at shutdown) to
+``replication-offset-checkpoint`` in the data directory, Kafka's text format.
+A replicated partition opened after a restart starts from its checkpointed
+high watermark, clamped into [log start, log end]: those records were
+committed when it was written, so consumers see them at once instead of after
+the first fetch exchange with the other replicas.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -23,11 +32,12 @@ from kio.schema.errors import ErrorCode
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.replication.partition import Partition, PartitionError, ReadResult
 from dmq.replication.purgatory import DelayedOperationPurgatory
-from dmq.storage.log_manager import LogManager
+from dmq.storage.log_manager import LogManager, read_checkpoint, write_checkpoint
 
 log = logging.getLogger("dmq.replication")
 
 TopicPartition = tuple[str, int]
+HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 IsrWriter = Callable[[Partition, list[int]], Awaitable[bool]]
 
 
@@ -60,6 +70,15 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.isr_writer = isr_writer
         self._isr_tasks: set[asyncio.Task[None]] = set()
+        self._hw_path = os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE)
+        self._checkpointed_hw = read_checkpoint(self._hw_path)
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every hosted partition's high watermark (replaces the file atomically)."""
+        entries = {tp: p.high_watermark for tp, p in self.partitions.items()}
+        if entries != self._checkpointed_hw:
+            write_checkpoint(self._hw_path, entries)
+            self._checkpointed_hw = entries
 
     # ------------------------------------------------------------------- roles
 
@@ -69,9 +88,10 @@ class ReplicaManager:
             lg = self.log_manager.get_or_create(topic, index, topic_id)
             partition = Partition(topic, index, topic_id, lg, self.broker_id)
             if len(replicas) > 1:
-                # Without a checkpointed high watermark, assume nothing is committed yet:
+                # Only what the checkpoint says was committed; without one, nothing yet:
                 # the leader's fetch responses (or the followers' fetches) move it up.
-                partition.high_watermark = lg.log_start_offset
+                checkpointed = self._checkpointed_hw.get((topic, index), lg.log_start_offset)
+                partition.high_watermark = min(max(checkpointed, lg.log_start_offset), lg.log_end_offset)
             self.partitions[(topic, index)] = partition
         return partition
 

@@ -202,6 +202,8 @@ class Broker:
         self._spawn(self._every(1000, self._flush_rolled))
         self._spawn(self._every(int(self.config["log.flush.offset.checkpoint.interval.ms"]),
                                 self._checkpoint))
+        self._spawn(self._every(int(self.config["replica.high.watermark.checkpoint.interval.ms"]),
+                                self.replica_manager.checkpoint_high_watermarks))
         self._spawn(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
                                 self._expire_producers))
         if self.config["log.cleaner.enable"]:
@@ -508,6 +510,7 @@ class Broker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.log_manager.flush_pending()
+        self.replica_manager.checkpoint_high_watermarks()
         self.log_manager.shutdown()
         if self.zk is not None:
             await asyncio.to_thread(self.zk.close)
