@@ -54,7 +54,7 @@ def set_throttle(c: WireClient, brokers: list[int], rate: int | None) -> None:
         make(mod.AlterableConfig, name=THROTTLE_CONFIG, config_operation=DELETE if rate is None else SET,
              value=None if rate is None else str(rate)),)) for b in brokers)
     resp = c.request(make(request_class(44, 0), resources=resources, validate_only=False))
-    failed = [f"broker {r.resource_name}: {r.error_code.name} {r.error_message or ''}"
+    failed = [f"broker {r.resource_name}: {r.error_code.name.upper()} {r.error_message or ''}"
               for r in resp.responses if r.error_code != ErrorCode.none]
     if failed:
         fail("cannot change the replication throttle: " + "; ".join(failed))
@@ -79,30 +79,38 @@ def reassign(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="show progress until done")] = True,
     timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for completion")] = 600,
     throttle: Annotated[int | None, typer.Option("--throttle", min=1, help="bytes/s each receiving broker may copy; removed when done")] = None,
+    cancel: Annotated[bool, typer.Option("--cancel", help="stop the moves in progress of these partitions; they go back to their replicas before the move")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Move partitions to other brokers while they keep serving."""
-    targets: dict[tuple[str, int], list[int]] = {}
+    targets: dict[tuple[str, int], list[int] | None] = {}
     if plan:
         try:
             with open(plan) as f:
                 for e in json.load(f)["partitions"]:
-                    targets[(str(e["topic"]), int(e["partition"]))] = [int(r) for r in e["replicas"]]
+                    targets[(str(e["topic"]), int(e["partition"]))] = (
+                        None if cancel else [int(r) for r in e["replicas"]])
         except (OSError, ValueError, KeyError, TypeError) as e:
             fail(f"cannot read the plan {plan}: {e}", 2)
+    elif cancel and topic is not None and partition is not None:
+        if replicas or throttle is not None:
+            fail("--cancel takes no --replicas or --throttle: the partition goes back where it was", 2)
+        targets[(topic, partition)] = None
     elif topic is not None and partition is not None and replicas:
         try:
             targets[(topic, partition)] = [int(r) for r in replicas.split(",")]
         except ValueError:
             fail(f"--replicas expects broker ids like 2,3,4, got {replicas!r}", 2)
     else:
-        fail("give --topic, --partition and --replicas, or --plan FILE", 2)
+        fail("give --topic, --partition and --replicas (or --cancel), or --plan FILE", 2)
     mod = request_module(45, 0)
     by_topic: dict[str, list[Any]] = {}
     for (t, p), r in targets.items():
-        by_topic.setdefault(t, []).append(make(mod.ReassignablePartition, partition_index=p, replicas=tuple(r)))
+        by_topic.setdefault(t, []).append(make(mod.ReassignablePartition, partition_index=p,
+                                               replicas=None if r is None else tuple(r)))
     with _client(bootstrap_server) as c:
-        receiving = _moving_to(c, targets) if throttle is not None else []
+        moves = {tp: r for tp, r in targets.items() if r is not None}
+        receiving = _moving_to(c, moves) if throttle is not None and moves else []
         if receiving:
             set_throttle(c, receiving, throttle)
             console.print(f"throttled replication to {throttle:,} B/s on broker(s) "
@@ -112,12 +120,12 @@ def reassign(
         failed = [(t.name, p.partition_index, p.error_code, p.error_message)
                   for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.none]
         for t, p, code, message in failed:
-            console.print(f"[red]{t}-{p}: {code.name}[/red] {message or ''}")
+            console.print(f"[red]{t}-{p}: {code.name.upper()}[/red] {message or ''}")
         if failed:
             if receiving:
                 set_throttle(c, receiving, None)
             raise SystemExit(1)
-        console.print(f"accepted {len(targets)} partition move(s)")
+        console.print(f"accepted {len(targets)} partition {'cancellation' if cancel else 'move'}(s)")
         if not wait:
             if receiving:
                 console.print("the throttle stays until you run: dmq partitions throttle --clear "
@@ -140,7 +148,8 @@ def reassign(
         if receiving:
             set_throttle(c, receiving, None)
             console.print("removed the replication throttle")
-    console.print("[green]done[/green]: every partition is on its new replicas")
+    console.print("[green]done[/green]: " + ("every move is cancelled" if cancel else
+                                             "every partition is on its new replicas"))
 
 
 @app.command()
@@ -192,7 +201,7 @@ def elect_leaders(
     for t, p, _ in elected:
         console.print(f"{t}-{p}: preferred leader elected")
     for t, p, code in failed:
-        console.print(f"[red]{t}-{p}: {code.name}[/red]")
+        console.print(f"[red]{t}-{p}: {code.name.upper()}[/red]")
     console.print(f"{len(elected)} elected, {len(table_rows) - len(elected) - len(failed)} already "
                   f"led by their preferred replica, {len(failed)} failed")
     if failed:

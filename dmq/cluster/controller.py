@@ -121,16 +121,19 @@ class Controller:
         """Validate and submit reassignments; (error name, message) per partition."""
         results: dict[tuple[str, int], tuple[str, str | None]] = {}
         valid: dict[tuple[str, int], list[int]] = {}
+        cancelled: set[tuple[str, int]] = set()
         live = {b.broker_id for b in self.store.brokers()}
         ongoing = self.store.ongoing_reassignments()
         for (topic, p), replicas in targets.items():
             meta = self.store.topic(topic)
             if meta is None or p not in meta.partitions:
                 results[(topic, p)] = ("unknown_topic_or_partition", f"{topic}-{p} does not exist")
-            elif replicas is None:
-                results[(topic, p)] = (
-                    ("no_reassignment_in_progress", None) if (topic, p) not in ongoing else
-                    ("invalid_request", "cancelling a reassignment is not supported; submit the old replicas instead"))
+            elif replicas is None:  # KIP-455 cancellation: back to the replicas before the move
+                if (topic, p) in ongoing:
+                    cancelled.add((topic, p))
+                else:
+                    results[(topic, p)] = ("no_reassignment_in_progress",
+                                           f"no reassignment of {topic}-{p} is in progress")
             elif replicas == meta.partitions[p].replicas and (topic, p) not in ongoing:
                 results[(topic, p)] = ("none", None)  # already there
             elif not replicas or len(set(replicas)) != len(replicas) or set(replicas) - live:
@@ -138,12 +141,12 @@ class Controller:
                                        f"replicas {replicas} must be distinct live brokers of {sorted(live)}")
             else:
                 valid[(topic, p)] = list(replicas)
-        if valid:
+        if valid or cancelled:
             try:
-                self.store.request_reassignments(valid)
-                results.update({tp: ("none", None) for tp in valid})
+                self.store.request_reassignments(valid, frozenset(cancelled))
+                results.update({tp: ("none", None) for tp in [*valid, *cancelled]})
             except MetadataError as e:
-                results.update({tp: (e.error, str(e)) for tp in valid})
+                results.update({tp: (e.error, str(e)) for tp in [*valid, *cancelled]})
         return results
 
     def elect_preferred_leaders(self, partitions: list[tuple[str, int]]

@@ -117,8 +117,9 @@ class MetadataStore(ABC):
     def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids durably; return the first."""
 
-    def request_reassignments(self, targets: dict[tuple[str, int], list[int]]) -> None:
-        """Hand partition reassignments to the controller (a cluster only)."""
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int]],
+                              cancelled: frozenset[tuple[str, int]] = frozenset()) -> None:
+        """Hand partition reassignments (and cancellations of ongoing ones) to the controller."""
         raise MetadataError("invalid_replica_assignment",
                             "a single broker cannot move partitions: there is nowhere to move them")
 

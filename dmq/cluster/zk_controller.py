@@ -241,7 +241,7 @@ class ClusterController:
         for entry in wanted:
             topic, partition, target = str(entry["topic"]), int(entry["partition"]), list(entry["replicas"])
             try:
-                done = self._reassign(topic, partition, target)
+                done = self._reassign(topic, partition, target, bool(entry.get("cancel")))
             except MetadataError as e:
                 log.info("%s-%d: reassignment step retried: %s", topic, partition, e)
                 done = False
@@ -253,8 +253,12 @@ class ClusterController:
             except MetadataError:
                 pass
 
-    def _reassign(self, topic: str, partition: int, target: list[int]) -> bool:
-        """One step of KIP-455's reassignment; True once the partition is on ``target`` alone."""
+    def _reassign(self, topic: str, partition: int, target: list[int], cancel: bool = False) -> bool:
+        """One step of KIP-455's reassignment; True once the partition is on ``target`` alone.
+
+        A cancellation (``cancel``, target = the replicas before the move) does not wait for
+        the ISR: those replicas held the partition already; it only drops the added ones.
+        """
         found = self.store.read_assignment(topic)
         if found is None:
             return True  # topic deleted: nothing to do
@@ -263,12 +267,17 @@ class ClusterController:
         current = list(raw["partitions"].get(key, []))
         adding = dict(raw.get("adding_replicas") or {})
         removing = dict(raw.get("removing_replicas") or {})
-        if key not in adding and key not in removing:
+        in_flight = key in adding or key in removing
+        if cancel and not in_flight:
+            return True  # finished (or never started) before the cancellation arrived
+        if not cancel and (not in_flight or any(r not in current for r in target)):
             if current == target:
                 return True
-            # Phase 1: replicas = target + the old ones; the new ones start fetching.
+            # Phase 1: replicas = target + the others; the new ones start fetching. A new
+            # target for a move in flight keeps its replicas until the new move completes.
+            original = [r for r in current if r not in adding.get(key, [])]
             raw["partitions"][key] = target + [r for r in current if r not in target]
-            adding[key] = [r for r in target if r not in current]
+            adding[key] = [r for r in target if r not in original]
             removing[key] = [r for r in current if r not in target]
             raw["adding_replicas"], raw["removing_replicas"] = adding, removing
             self.store.write_assignment(topic, raw, version)
@@ -278,10 +287,13 @@ class ClusterController:
         if state_found is None:
             return True
         state, state_version = state_found
-        if not all(r in state.isr for r in target):
+        if not cancel and not all(r in state.isr for r in target):
             return False  # still catching up
         if state.leader not in target:
-            leader = next(r for r in target if r in self.live)
+            candidates = [r for r in target if r in self.live and r in state.isr]
+            if not candidates:
+                return False  # no replica of the target can lead yet
+            leader = candidates[0]
             new = PartitionState(state.replicas, leader, state.leader_epoch + 1,
                                  [r for r in state.isr if r in target])
             self._write(topic, partition, new, state_version, "reassignment")
@@ -296,5 +308,6 @@ class ClusterController:
         removing.pop(key, None)
         raw["adding_replicas"], raw["removing_replicas"] = adding, removing
         self.store.write_assignment(topic, raw, version)
-        log.info("%s-%d: reassignment to %s complete", topic, partition, target)
+        log.info("%s-%d: reassignment %s %s", topic, partition,
+                 "cancelled; back on" if cancel else "complete on", target)
         return True

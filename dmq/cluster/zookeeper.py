@@ -405,13 +405,29 @@ class ZooKeeperMetadataStore(MetadataStore):
         except (BadVersionError, NoNodeError):
             raise MetadataError("concurrent_transactions", f"{path} changed meanwhile") from None
 
-    def request_reassignments(self, targets: dict[tuple[str, int], list[int]]) -> None:
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int]],
+                              cancelled: frozenset[tuple[str, int]] = frozenset()) -> None:
+        """Merge into /admin/reassign_partitions. A cancelled move that the controller has
+        started becomes an entry back to the replicas before it, marked ``"cancel": true``
+        (dmq's addition to Kafka's format); one not yet started is simply dropped."""
         path = "/admin/reassign_partitions"
         for _ in range(5):
             current, version = self.read_admin(path)
-            merged = {(str(e["topic"]), int(e["partition"])): list(e["replicas"]) for e in current}
-            merged.update(targets)
-            entries = [{"topic": t, "partition": p, "replicas": r} for (t, p), r in sorted(merged.items())]
+            merged: dict[tuple[str, int], dict[str, Any]] = {
+                (str(e["topic"]), int(e["partition"])): e for e in current}
+            for (t, p), r in targets.items():
+                merged[(t, p)] = {"topic": t, "partition": p, "replicas": r}
+            for t, p in cancelled:
+                found = self.read_assignment(t)
+                raw = found[0] if found else {}
+                adding = (raw.get("adding_replicas") or {}).get(str(p))
+                removing = (raw.get("removing_replicas") or {}).get(str(p))
+                if adding is None and removing is None:
+                    merged.pop((t, p), None)
+                else:
+                    before = [r for r in raw["partitions"][str(p)] if r not in (adding or [])]
+                    merged[(t, p)] = {"topic": t, "partition": p, "replicas": before, "cancel": True}
+            entries = [merged[k] for k in sorted(merged)]
             try:
                 self.write_admin(path, entries, version)
                 return

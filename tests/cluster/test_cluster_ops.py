@@ -293,3 +293,53 @@ def test_automatic_preferred_leader_election_after_a_broker_returns(cluster: Clu
                      "leadership back on the preferred replicas", timeout=30)
     controller = cluster.brokers[cluster.controller_id()].log_path.read_text()
     assert f"leader imbalance on broker {victim}" in controller
+
+
+def test_cancelled_reassignment_goes_back_to_the_old_replicas(cluster: Cluster) -> None:
+    """KIP-455 cancellation (AlterPartitionReassignments with null replicas) of a slow move."""
+    topic = "cancelled"
+    cluster.create_topic(topic, partitions=1, rf=1)
+    source = cluster.partition(topic).leader
+    receiver = next(b for b in cluster.brokers if b != source)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
+    for i in range(1000):
+        p.produce(topic, os.urandom(1000), key=b"%d" % i)
+        p.poll(0)
+    assert p.flush(30) == 0
+    # 2 KB/s: the move cannot finish during the test.
+    out = dmq("partitions", "reassign", "-t", topic, "-p", "0", "-r", f"{source},{receiver}",
+              "--throttle", "2000", "--no-wait", "-b", cluster.bootstrap)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"dmq partitions throttle --clear --brokers {receiver}" in out.stdout
+    cluster.wait_for(lambda: (cluster.brokers[receiver].data_dir / f"{topic}-0").exists(),
+                     "the new replica started copying")
+    assert cluster.partition(topic).replicas == [source, receiver]
+
+    out = dmq("partitions", "reassign", "--cancel", "-t", topic, "-p", "0", "-b", cluster.bootstrap)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "every move is cancelled" in out.stdout
+    after = cluster.partition(topic)
+    assert (after.replicas, after.isrs, after.leader) == ([source], [source], source)
+    cluster.wait_for(lambda: not (cluster.brokers[receiver].data_dir / f"{topic}-0").exists(),
+                     "the half-copied replica deleted")
+    log_text = cluster.brokers[cluster.controller_id()].log_path.read_text()
+    assert f"{topic}-0: reassignment cancelled; back on [{source}]" in log_text
+    # Nothing to cancel any more: NO_REASSIGNMENT_IN_PROGRESS.
+    again = dmq("partitions", "reassign", "--cancel", "-t", topic, "-p", "0", "-b", cluster.bootstrap)
+    assert again.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in again.stdout
+    assert dmq("partitions", "throttle", "--clear", "--brokers", str(receiver),
+               "-b", cluster.bootstrap).returncode == 0
+    # Every record is still there, in order.
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "check-cancel",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    seen: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(seen) < 1000 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and not m.error():
+            seen.append(int(m.key()))
+    c.close()
+    assert seen == list(range(1000))
