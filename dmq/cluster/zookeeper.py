@@ -483,23 +483,32 @@ class ZooKeeperMetadataStore(MetadataStore):
         if assignment is None:
             assignment = assign_replicas(live, num_partitions, replication_factor, self._racks())
         topic_id = uuid.uuid4().hex
-        self.zk.ensure_path(f"/config/topics/{name}")
-        self.zk.set(f"/config/topics/{name}", _dump({"version": 1, "config": configs}))
-        tx = self.zk.transaction()
-        tx.create(f"/brokers/topics/{name}", _dump({
-            "version": 3, "topic_id": topic_id_to_kafka(topic_id),
-            "partitions": {str(p): r for p, r in assignment.items()},
-            "adding_replicas": {}, "removing_replicas": {}}))
-        tx.create(f"/brokers/topics/{name}/partitions")
-        for p, replicas in assignment.items():
-            tx.create(f"/brokers/topics/{name}/partitions/{p}")
-            tx.create(f"/brokers/topics/{name}/partitions/{p}/state", _dump({
-                "controller_epoch": self.controller_epoch, "leader": replicas[0], "version": 1,
-                "leader_epoch": 0, "isr": replicas}))
-        results = tx.commit()
-        if any(isinstance(r, NodeExistsError) for r in results):
-            raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
-        if any(isinstance(r, Exception) for r in results):
+        config_path, config = f"/config/topics/{name}", _dump({"version": 1, "config": configs})
+        for _ in range(3):
+            # The config goes in the same transaction as the topic: a losing concurrent create
+            # (say, a Metadata auto-create racing CreateTopics) must not overwrite the winner's.
+            config_exists = self.zk.exists(config_path) is not None
+            tx = self.zk.transaction()
+            if config_exists:
+                tx.set_data(config_path, config)
+            else:
+                tx.create(config_path, config)
+            tx.create(f"/brokers/topics/{name}", _dump({
+                "version": 3, "topic_id": topic_id_to_kafka(topic_id),
+                "partitions": {str(p): r for p, r in assignment.items()},
+                "adding_replicas": {}, "removing_replicas": {}}))
+            tx.create(f"/brokers/topics/{name}/partitions")
+            for p, replicas in assignment.items():
+                tx.create(f"/brokers/topics/{name}/partitions/{p}")
+                tx.create(f"/brokers/topics/{name}/partitions/{p}/state", _dump({
+                    "controller_epoch": self.controller_epoch, "leader": replicas[0], "version": 1,
+                    "leader_epoch": 0, "isr": replicas}))
+            results = tx.commit()
+            if not any(isinstance(r, Exception) for r in results):
+                break
+            if self.zk.exists(f"/brokers/topics/{name}") is not None:
+                raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
+        else:
             raise MetadataError("unknown_server_error", f"creating {name} in ZooKeeper failed: {results}")
         self.refresh_topic(name)
         topic = self.topics()[name]

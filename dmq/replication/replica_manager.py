@@ -62,8 +62,10 @@ class FetchRequestPartition:
 
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
-                 isr_writer: IsrWriter | None = None) -> None:
+                 isr_writer: IsrWriter | None = None,
+                 partition_exists: Callable[[str, int], bool] = lambda topic, index: False) -> None:
         self.broker_id = broker_id
+        self.partition_exists = partition_exists  # in the cluster's metadata, hosted here or not
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
@@ -99,8 +101,9 @@ class ReplicaManager:
                       replicas: list[int], isr: list[int]) -> Partition:
         partition = self._get_or_create(topic, index, topic_id, replicas)
         if partition.make_leader(leader_epoch, replicas, isr):
-            log.info("%s-%d: leader in epoch %d (replicas %s, isr %s, log end %d)", topic, index,
-                     leader_epoch, replicas, isr, partition.log.log_end_offset)
+            log.info("%s-%d: leader in epoch %d (replicas %s, isr %s, min.insync.replicas %d, "
+                     "log end %d)", topic, index, leader_epoch, replicas, isr,
+                     partition.min_insync_replicas, partition.log.log_end_offset)
         self._wake((topic, index))
         return partition
 
@@ -122,11 +125,18 @@ class ReplicaManager:
     def get_partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def _not_hosted(self, topic: str, index: int) -> tuple[ErrorCode, str]:
+        # As Kafka: a partition the cluster has, elsewhere, is NOT_LEADER_OR_FOLLOWER, so
+        # clients refresh their metadata and go to its leader.
+        if self.partition_exists(topic, index):
+            return (ErrorCode.not_leader_or_follower,
+                    f"broker {self.broker_id} is not a replica of {topic}-{index}")
+        return ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+
     def leader_partition(self, topic: str, index: int) -> Partition:
         partition = self.partitions.get((topic, index))
         if partition is None:
-            raise PartitionError(ErrorCode.unknown_topic_or_partition,
-                                 "This server does not host this topic-partition.")
+            raise PartitionError(*self._not_hosted(topic, index))
         if not partition.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower,
                                  f"broker {self.broker_id} is not the leader of {topic}-{index}")
@@ -142,8 +152,8 @@ class ReplicaManager:
                        required_acks: int) -> ProduceResult:
         partition = self.partitions.get((topic, index))
         if partition is None:
-            return ProduceResult(ErrorCode.unknown_topic_or_partition,
-                                 error_message="This server does not host this topic-partition.")
+            error, message = self._not_hosted(topic, index)
+            return ProduceResult(error, error_message=message)
         if records is None:
             return ProduceResult(ErrorCode.invalid_record, error_message="null record set")
         buf = bytearray(records)

@@ -130,7 +130,8 @@ class Broker:
         load_s = self.log_manager.load_logs(self._known_partition)
         self.cleaner = LogCleaner(self.data_dir)
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager,
-                                              self._write_isr if self.zk else None)
+                                              self._write_isr if self.zk else None,
+                                              self._partition_exists)
         if self.zk is not None:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
                                                   self._broker_address)

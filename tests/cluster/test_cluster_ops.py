@@ -343,3 +343,69 @@ def test_cancelled_reassignment_goes_back_to_the_old_replicas(cluster: Cluster) 
             seen.append(int(m.key()))
     c.close()
     assert seen == list(range(1000))
+
+
+def test_wrong_broker_and_stale_epoch_errors_make_clients_refresh(cluster: Cluster) -> None:
+    """Produce and fetch sent to a follower or a non-replica get NOT_LEADER_OR_FOLLOWER;
+    an unknown topic UNKNOWN_TOPIC_OR_PARTITION; a stale or future leader epoch
+    FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH (KIP-320), as Kafka answers."""
+    from datetime import timedelta
+
+    from dmq.client.wire import WireClient
+    from dmq.protocol.codec import make, request_class, request_module
+    from dmq.record.records import encode_batch
+
+    topic = "routed"
+    cluster.create_topic(topic, partitions=1, rf=2)
+    part = cluster.partition(topic)
+    leader, follower = part.leader, next(r for r in part.replicas if r != part.leader)
+    outsider = next(b for b in cluster.brokers if b not in part.replicas)
+    pmod, fmod, mmod = request_module(0, 9), request_module(1, 12), request_module(3, 12)
+
+    def leader_epoch(broker: int) -> tuple[int, int]:
+        with WireClient("127.0.0.1", cluster.brokers[broker].port) as c:
+            md = c.request(make(request_class(3, 12), topics=(make(mmod.MetadataRequestTopic, name=topic, topic_id=None),),
+                                allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+                                include_topic_authorized_operations=False))
+        p = md.topics[0].partitions[0]
+        return int(p.leader_id), int(p.leader_epoch)
+
+    def produce(broker: int, name: str = topic) -> int:
+        with WireClient("127.0.0.1", cluster.brokers[broker].port) as c:
+            r = c.request(make(request_class(0, 9), transactional_id=None, acks=-1, timeout=timedelta(seconds=5),
+                               topic_data=(make(pmod.TopicProduceData, name=name, partition_data=(
+                                   make(pmod.PartitionProduceData, index=0,
+                                        records=encode_batch([(b"k", b"v", [])])),)),)))
+        return int(r.responses[0].partition_responses[0].error_code)
+
+    def fetch(broker: int, leader_epoch: int = -1) -> int:
+        with WireClient("127.0.0.1", cluster.brokers[broker].port) as c:
+            r = c.request(make(request_class(1, 12), replica_id=-1, max_wait=timedelta(milliseconds=10),
+                               min_bytes=1, max_bytes=10**6, isolation_level=0, session_id=0, session_epoch=-1,
+                               rack_id="", forgotten_topics_data=(), cluster_id=None, topics=(make(
+                                   fmod.FetchTopic, topic=topic, partitions=(make(
+                                       fmod.FetchPartition, partition=0, fetch_offset=0, partition_max_bytes=10**6,
+                                       current_leader_epoch=leader_epoch, log_start_offset=-1,
+                                       last_fetched_epoch=-1),)),)))
+        return int(r.responses[0].partitions[0].error_code)
+
+    NOT_LEADER, UNKNOWN, FENCED, UNKNOWN_EPOCH = 6, 3, 74, 75
+    assert produce(leader) == 0
+    assert produce(follower) == NOT_LEADER
+    assert produce(outsider) == NOT_LEADER
+    assert produce(leader, "no-such-topic") == UNKNOWN
+    assert fetch(follower) == NOT_LEADER
+    assert fetch(outsider) == NOT_LEADER
+    # Leadership moves to the other replica (new preferred order, then a preferred election).
+    old_epoch = leader_epoch(leader)[1]
+    assert dmq("partitions", "reassign", "-t", topic, "-p", "0", "-r", f"{follower},{leader}",
+               "-b", cluster.bootstrap).returncode == 0
+    assert dmq("partitions", "elect-leaders", "-t", topic, "-b", cluster.bootstrap).returncode == 0
+    cluster.wait_for(lambda: all(leader_epoch(b)[0] == follower for b in cluster.brokers),
+                     "every broker to know the new leader")
+    new_epoch = leader_epoch(follower)[1]
+    assert new_epoch > old_epoch
+    assert produce(follower) == 0 and produce(leader) == NOT_LEADER
+    assert fetch(follower) == 0 and fetch(follower, new_epoch) == 0
+    assert fetch(follower, old_epoch) == FENCED
+    assert fetch(follower, new_epoch + 1) == UNKNOWN_EPOCH

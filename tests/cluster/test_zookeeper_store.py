@@ -84,6 +84,27 @@ def test_topics_in_kafka_layout_seen_by_every_broker(zookeeper: ZooKeeperProcess
             s.close()
 
 
+def test_losing_create_leaves_the_winners_configs(zookeeper: ZooKeeperProcess) -> None:
+    """A second create of the same topic (say a Metadata auto-create racing CreateTopics) fails
+    as a whole: it must not overwrite the first one's config overrides (min.insync.replicas!)."""
+    a, b = store(zookeeper, 1), store(zookeeper, 2)
+    try:
+        a.create_topic("raced", 1, 2, {"min.insync.replicas": "2"})
+        with pytest.raises(MetadataError) as e:
+            b.create_topic("raced", 1, 1, {})
+        assert e.value.error == "topic_already_exists"
+        data, _ = a.zk.get("/config/topics/raced")
+        assert json.loads(data)["config"] == {"min.insync.replicas": "2"}
+        wait_for(lambda: (t := b.topic("raced")) is not None and t.configs == {"min.insync.replicas": "2"})
+        # A config znode left behind without a topic does not block a new create.
+        a.zk.create("/config/topics/orphan", b'{"version":1,"config":{"retention.ms":"5"}}')
+        b.create_topic("orphan", 1, 1, {"retention.ms": "7"})
+        wait_for(lambda: (t := a.topic("orphan")) is not None and t.configs == {"retention.ms": "7"})
+    finally:
+        a.close()
+        b.close()
+
+
 def test_partition_state_changes_only_by_compare_and_set(zookeeper: ZooKeeperProcess) -> None:
     a, b = store(zookeeper, 1), store(zookeeper, 2)
     try:
