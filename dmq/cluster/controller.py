@@ -172,14 +172,20 @@ class Controller:
             self.store.request_preferred_elections(wanted)
         return results
 
-    def alter_broker_configs(self, entity: str, configs: dict[str, str],
+    @staticmethod
+    def broker_config_entity(resource_name: str) -> str:
+        """The store's entity for a BROKER config resource: a broker id, or the default for ``""``."""
+        if resource_name in ("", DEFAULT_BROKER_ENTITY):
+            return DEFAULT_BROKER_ENTITY
+        if not resource_name.isdigit():
+            raise MetadataError("invalid_request", f"Invalid broker id {resource_name!r}: give a broker "
+                                                   f"id, or an empty name for the cluster-wide default")
+        return resource_name
+
+    def alter_broker_configs(self, resource_name: str, configs: dict[str, str],
                              validate_only: bool = False) -> None:
         """Replace the dynamic overrides of one broker (its id) or of all (``""``)."""
-        if entity in ("", DEFAULT_BROKER_ENTITY):
-            entity = DEFAULT_BROKER_ENTITY
-        elif not entity.isdigit():
-            raise MetadataError("invalid_request", f"Invalid broker id {entity!r}: give a broker id, "
-                                                   f"or an empty name for the cluster-wide default")
+        entity = self.broker_config_entity(resource_name)
         try:
             validate_dynamic_broker_configs(configs)
         except ConfigError as e:

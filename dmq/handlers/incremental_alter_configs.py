@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.cluster.metadata import DEFAULT_BROKER_ENTITY, MetadataError
+from dmq.cluster.metadata import MetadataError
 from dmq.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType, LogConfig
 from dmq.handlers.alter_configs import RESOURCE_BROKER, unsupported_resource
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
@@ -74,11 +74,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 services.controller.alter_topic_configs(res.resource_name, configs,
                                                         request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
-                entity = res.resource_name or DEFAULT_BROKER_ENTITY
-                current = services.metadata.broker_configs(entity) if entity.isdigit() \
-                    or entity == DEFAULT_BROKER_ENTITY else {}
-                configs = apply_operations(current, services.config, res.configs,
-                                           BROKER_CONFIGS, "broker")
+                entity = services.controller.broker_config_entity(res.resource_name)
+                configs = apply_operations(services.metadata.broker_configs(entity), services.config,
+                                           res.configs, BROKER_CONFIGS, "broker")
                 services.controller.alter_broker_configs(res.resource_name, configs,
                                                          request.validate_only)
             else:

@@ -177,6 +177,15 @@ class ReplicaFetcherManager:
             return None
         return p
 
+    def _answered(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState],
+                  tp: TopicPartition) -> tuple[FetchState, Partition] | None:
+        """The state and partition an answer for ``tp`` applies to, if it still follows as asked."""
+        state = states.get(tp)
+        if state is None:
+            return None
+        p = self._current(fetcher, tp, state)
+        return None if p is None else (state, p)
+
     async def _truncate(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
         R = request_class(23, EPOCH_VERSION)
         mod = request_module(23, EPOCH_VERSION)
@@ -200,13 +209,10 @@ class ReplicaFetcherManager:
         for t in response.topics:
             for r in t.partitions:
                 tp = (t.topic, r.partition)
-                asked_state = states.get(tp)
-                if asked_state is None:
+                found = self._answered(fetcher, states, tp)
+                if found is None:
                     continue
-                state = asked_state
-                p = self._current(fetcher, tp, state)
-                if p is None:
-                    continue
+                state, p = found
                 if r.error_code != ErrorCode.none:
                     self._back_off(tp, state, r.error_code)
                     continue
@@ -279,14 +285,9 @@ class ReplicaFetcherManager:
         for t in response.responses:
             for r in t.partitions:
                 tp = (t.topic, r.partition_index)
-                fetched_state = states.get(tp)
-                if fetched_state is None:
-                    continue
-                state = fetched_state
-                p = self._current(fetcher, tp, state)
-                if p is None:
-                    continue
-                self._handle_partition(tp, state, p, r)
+                found = self._answered(fetcher, states, tp)
+                if found is not None:
+                    self._handle_partition(tp, *found, r)
 
     def _handle_partition(self, tp: TopicPartition, state: FetchState, p: Partition, r: Any) -> None:
         error = r.error_code

@@ -329,7 +329,8 @@ class Broker:
         rm = self.replica_manager
         wanted: set[tuple[str, int]] = set()
         offsets_led: set[int] = set()
-        for topic in self.store.topics().values():
+        topics = self.store.topics()
+        for topic in topics.values():
             adding = self.zk.adding_replicas.get(topic.name, {})
             for index, state in topic.partitions.items():
                 tp = (topic.name, index)
@@ -350,7 +351,6 @@ class Broker:
                                                     throttled=self.broker_id in adding.get(index, []))
                     else:
                         self.fetchers.remove_partition(tp)
-        topics = self.store.topics()
         for tp, part in list(rm.partitions.items()):
             meta = topics.get(tp[0])
             if meta is not None and part.log.config.overrides != meta.configs:
