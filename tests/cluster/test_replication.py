@@ -179,11 +179,12 @@ def test_isr_shrinks_and_expands_and_min_isr_refuses(cluster: Cluster) -> None:
     cluster.create_topic(topic, partitions=1, rf=3, config={"min.insync.replicas": "2"})
     leader = cluster.partition(topic).leader
     followers = [b for b in cluster.brokers if b != leader]
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 20000})
     cluster.pause(followers[0])
     try:
         cluster.wait_for(lambda: sorted(cluster.partition(topic).isrs) == sorted([leader, followers[1]]),
                          "the paused follower leaves the ISR", timeout=30)
+        producer = Producer({"bootstrap.servers": cluster.reachable_bootstrap(), "acks": "all",
+                             "message.timeout.ms": 20000})
         for i in range(50):
             producer.produce(topic, f"a{i}".encode(), partition=0)
         assert producer.flush(20) == 0  # ISR of 2 satisfies min.insync.replicas=2

@@ -66,10 +66,14 @@ class Cluster:
                     pass
         self.zookeeper.stop()
 
+    def reachable_bootstrap(self, via: list[int] | None = None) -> str:
+        """Brokers that are running and not paused: a SIGSTOPped broker still accepts TCP
+        connections (the kernel does), so a client bootstrapping there waits for its timeouts."""
+        return ",".join(b.bootstrap for i, b in self.brokers.items()
+                        if b.alive() and not b.paused and (via is None or i in via))
+
     def admin(self, via: list[int] | None = None) -> AdminClient:
-        live = [b.bootstrap for i, b in self.brokers.items()
-                if b.alive() and not b.paused and (via is None or i in via)]
-        return AdminClient({"bootstrap.servers": ",".join(live)})
+        return AdminClient({"bootstrap.servers": self.reachable_bootstrap(via)})
 
     def metadata(self, topic: str | None = None, via: list[int] | None = None) -> Any:
         return self.admin(via).list_topics(topic, timeout=10)
