@@ -50,10 +50,18 @@ def validate_topic_name(name: str) -> None:
 
 @dataclass(slots=True)
 class PartitionState:
+    """A partition's leader, leader epoch and ISR as the metadata store holds them.
+
+    ``version`` is the state's version in the store (the ZooKeeper znode version,
+    KRaft's partition epoch): a leader's ISR change is a compare-and-set against it.
+    -1 where the store has none (the embedded store). It is not part of equality.
+    """
+
     replicas: list[int]
     leader: int
     leader_epoch: int
     isr: list[int]
+    version: int = field(default=-1, compare=False)
 
 
 @dataclass(slots=True)

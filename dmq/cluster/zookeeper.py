@@ -178,20 +178,23 @@ class ZooKeeperMetadataStore(MetadataStore):
             if partition is None:
                 self.refresh_topic(topic)
             else:
-                self._state_changed(topic, partition, data)
+                self._state_changed(topic, partition, data, int(stat.version))
             return True
 
         self.zk.DataWatch(path, changed)
 
-    def _state_changed(self, topic: str, partition: int, data: bytes) -> None:
+    def _state_changed(self, topic: str, partition: int, data: bytes, version: int) -> None:
         raw = _json(data)
         with self._lock:
             meta = self._topics.get(topic)
             if meta is None or partition not in meta.partitions:
                 return
             old = meta.partitions[partition]
+            if 0 <= version < old.version:
+                return  # an older state than the one cached (a watch racing our own write)
             meta.partitions[partition] = PartitionState(old.replicas, int(raw["leader"]),
-                                                        int(raw["leader_epoch"]), list(raw["isr"]))
+                                                        int(raw["leader_epoch"]), list(raw["isr"]),
+                                                        version)
         self._notify("topics")
 
     def _read_topic(self, name: str) -> TopicMetadata | None:
@@ -350,28 +353,34 @@ class ZooKeeperMetadataStore(MetadataStore):
             return None
         raw = _json(data)
         return (PartitionState(self._replicas(topic, partition), int(raw["leader"]),
-                               int(raw["leader_epoch"]), list(raw["isr"])), int(stat.version))
+                               int(raw["leader_epoch"]), list(raw["isr"]), int(stat.version)),
+                int(stat.version))
 
     def update_isr(self, topic: str, partition: int, leader: int, leader_epoch: int,
-                   isr: list[int]) -> bool:
-        """A leader's ISR change: compare-and-set, refused once leader or epoch moved on."""
+                   isr: list[int], expected_version: int) -> int | None:
+        """A leader's ISR change (Kafka's AlterPartition in ZooKeeper mode).
+
+        A compare-and-set against the state version the leader last saw: it is
+        refused (None) when anyone changed the state since, say the controller
+        dropping a dead broker from the ISR, so a leader never overwrites a state
+        it has not seen; the watch then brings it the new one. Returns the new version.
+        """
         path = f"/brokers/topics/{topic}/partitions/{partition}/state"
-        for _ in range(3):
-            try:
-                data, stat = self.zk.get(path)
-            except NoNodeError:
-                return False
-            current = _json(data)
-            if int(current["leader"]) != leader or int(current["leader_epoch"]) != leader_epoch:
-                return False
-            body = _dump({**current, "isr": isr})
-            try:
-                self.zk.set(path, body, version=stat.version)
-                self._state_changed(topic, partition, body)
-                return True
-            except BadVersionError:
-                continue
-        return False
+        try:
+            data, stat = self.zk.get(path)
+        except NoNodeError:
+            return None
+        current = _json(data)
+        if int(stat.version) != expected_version or int(current["leader"]) != leader \
+                or int(current["leader_epoch"]) != leader_epoch:
+            return None
+        body = _dump({**current, "isr": isr})
+        try:
+            new_version = int(self.zk.set(path, body, version=expected_version).version)
+        except BadVersionError:
+            return None
+        self._state_changed(topic, partition, body, new_version)
+        return new_version
 
     def request_controlled_shutdown(self) -> None:
         try:

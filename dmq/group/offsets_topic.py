@@ -60,7 +60,7 @@ class OffsetsTopic:
         if not self.ensure_exists():
             return ErrorCode.coordinator_not_available
         batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))
-        result = self.replica_manager.append_records(OFFSETS_TOPIC, partition, batch, -1)
+        result = self.replica_manager.append_to_local_log(OFFSETS_TOPIC, partition, batch, -1)
         if result.error == ErrorCode.none:
             self.last_appended[partition] = result.last_offset
         return result.error

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, CloseConnection, RequestContext
 from dmq.protocol.codec import make
+from dmq.replication.replica_manager import ProduceResult, TopicPartition
 
 API_KEY = 0
 MIN_VERSION = 3
@@ -20,53 +20,41 @@ def _timestamp(ms: int) -> datetime | None:
     return None if ms < 0 else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+def _refused(request: Any) -> ProduceResult | None:
+    """The error every partition gets when the request as a whole cannot be taken."""
+    if request.acks not in (0, 1, -1):
+        return ProduceResult(ErrorCode.invalid_required_acks,
+                             error_message=f"acks={request.acks} is not 0, 1 or -1")
+    if request.transactional_id is not None:
+        return ProduceResult(ErrorCode.invalid_request,
+                             error_message="transactions are not supported by this broker yet")
+    return None
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    acks = request.acks
-    rm = services.replica_manager
-    timeout_s = max(request.timeout.total_seconds(), 0.0)
-    pending: list[tuple[str, list[Any]]] = []
-    waits: list[tuple[tuple[list[Any], int], Any]] = []  # (where the entry is, its wait) for acks=all
-    message: str | None
-    for topic_data in request.topic_data:
-        partitions: list[Any] = []
-        for pdata in topic_data.partition_data:
-            if acks not in (0, 1, -1):
-                error, base, append_time, start, message = (
-                    ErrorCode.invalid_required_acks, -1, -1, -1, f"acks={acks} is not 0, 1 or -1")
-            elif request.transactional_id is not None:
-                error, base, append_time, start, message = (
-                    ErrorCode.invalid_request, -1, -1, -1,
-                    "transactions are not supported by this broker yet")
-            else:
-                result = rm.append_records(topic_data.name, pdata.index, pdata.records, acks)
-                error, base, append_time, start, message = (
-                    result.error, result.base_offset, result.log_append_time,
-                    result.log_start_offset, result.error_message)
-                if acks == -1 and error == ErrorCode.none:
-                    waits.append(((partitions, len(partitions)), rm.wait_for_replication(
-                        topic_data.name, pdata.index, result.last_offset, timeout_s)))
-            partitions.append(make(
-                schema.PartitionProduceResponse, index=pdata.index, error_code=error,
-                base_offset=base, log_append_time=_timestamp(append_time),
-                log_start_offset=start, record_errors=(), error_message=message,
-            ))
-        pending.append((topic_data.name, partitions))
-    if waits:
-        # Kafka's DelayedProduce: answer once every partition is replicated, or fails.
-        outcomes = await asyncio.gather(*(w for _, w in waits))
-        for ((entries, i), _), (error, message) in zip(waits, outcomes, strict=True):
-            if error != ErrorCode.none:
-                entries[i] = make(schema.PartitionProduceResponse, index=entries[i].index,
-                                  error_code=error, base_offset=-1, log_append_time=None,
-                                  log_start_offset=-1, record_errors=(), error_message=message)
-    topics = [make(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))
-              for name, parts in pending]
-    if acks == 0:
-        failed = [p for t in topics for p in t.partition_responses if p.error_code != ErrorCode.none]
+    entries: dict[TopicPartition, bytes | None] = {
+        (t.name, p.index): p.records for t in request.topic_data for p in t.partition_data}
+    refused = _refused(request)
+    if refused is not None:
+        results = dict.fromkeys(entries, refused)
+    else:
+        # ReplicaManager decides whether the answer waits for replication (acks=all).
+        results = await services.replica_manager.append_records(
+            entries, request.acks, max(request.timeout.total_seconds(), 0.0))
+    if request.acks == 0:
+        failed = [r for r in results.values() if r.error != ErrorCode.none]
         if failed:
             # An acks=0 client reads no response; as in Kafka, closing the connection is
             # the signal that makes it refresh metadata and notice the failure.
-            raise CloseConnection(f"acks=0 produce failed with {failed[0].error_code.name}")
+            raise CloseConnection(f"acks=0 produce failed with {failed[0].error.name}")
         return None
-    return make(schema.ProduceResponse, responses=tuple(topics), throttle_time=NO_THROTTLE)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), r in results.items():
+        by_topic.setdefault(topic, []).append(make(
+            schema.PartitionProduceResponse, index=index, error_code=r.error,
+            base_offset=r.base_offset, log_append_time=_timestamp(r.log_append_time),
+            log_start_offset=r.log_start_offset, record_errors=(), error_message=r.error_message))
+    topics = tuple(make(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))
+                   for name, parts in by_topic.items())
+    return make(schema.ProduceResponse, responses=topics, throttle_time=NO_THROTTLE)

@@ -8,10 +8,17 @@ Invariants:
   reaches the high watermark and the start of this leader's epoch, and is
   dropped after ``replica.lag.time.max.ms`` without catching up;
 - as follower, the high watermark is ``min(leader's high watermark, log end offset)``;
-- the ISR here is what ZooKeeper (or the embedded store) holds: a change is
-  proposed by ``isr_after_expand``/``isr_after_shrink``, written by the
-  ReplicaManager with compare-and-set, and applied with ``apply_isr`` only
-  once written.
+- the ISR here (``isr``) is what the metadata store has confirmed, at state
+  version ``partition_version``; a leader proposes at most one change at a time
+  (``propose_isr``), the ReplicaManager writes it with compare-and-set against
+  that version, and only a confirmed write (``isr_written``) or a newer state
+  from the store (``make_leader``) changes ``isr`` (KIP-497);
+- while a change is in flight the high watermark is computed over the maximal
+  ISR, the confirmed ISR plus the replicas the change adds, so a joining
+  follower can never be confirmed into an ISR whose high watermark has
+  already passed its log end offset;
+- only eligible replicas (registered, not shutting down: KIP-841) join the ISR;
+- ``acks=all`` and ``min.insync.replicas`` count the confirmed ISR only.
 
 ``visible_bytes`` grows by the size of every batch that moves below the high
 watermark (consumers' delayed fetches wait on it); ``appended_bytes`` by every
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -75,11 +83,14 @@ class Partition:
         self.leader_epoch_start_offset = log.log_end_offset
         self.replicas: list[int] = []
         self.isr: list[int] = []
+        self.partition_version = -1
+        self.pending_isr: list[int] | None = None
+        self._stale_version: int | None = None  # a change was refused at this version
+        self._retry_at_ms = 0  # after a failed write, no new proposal before this
         self.followers: dict[int, ReplicaState] = {}
         self.high_watermark = log.log_end_offset
         self.visible_bytes = 0
         self.appended_bytes = 0
-        self.isr_change_pending = False
         self._marks: deque[tuple[int, int]] = deque()  # (end offset, appended_bytes after it)
 
     @property
@@ -92,18 +103,41 @@ class Partition:
 
     # ------------------------------------------------------------------ roles
 
-    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int]) -> bool:
-        """Take (or refresh) leadership; returns True when this is a new leader epoch."""
+    @property
+    def isr_change_pending(self) -> bool:
+        return self.pending_isr is not None
+
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The confirmed ISR plus any replica a change in flight adds (KIP-497)."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + [r for r in self.pending_isr if r not in self.isr]
+
+    def make_leader(self, leader_epoch: int, replicas: list[int], isr: list[int],
+                    version: int = -1) -> bool:
+        """Take (or refresh) leadership; returns True when this is a new leader epoch.
+
+        A refresh within the same epoch takes the store's ISR only when its version
+        is not older than the one held (a leader never goes back to a state it has
+        seen replaced); a change in flight stays in flight.
+        """
         new_epoch = not self.is_leader or leader_epoch != self.leader_epoch
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)
-        self.isr = list(isr)
         now = now_ms()
         if new_epoch:
+            self.isr = list(isr)
+            self.partition_version = version
+            self.pending_isr = None
+            self._stale_version = None
             self.leader_epoch_start_offset = self.log.log_end_offset
             self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
             self.followers = {}
+        elif version < 0 or version >= self.partition_version:
+            self.isr = list(isr)
+            self.partition_version = version
         for r in replicas:
             if r != self.broker_id and r not in self.followers:
                 # Followers in the ISR get a full lag period to show up.
@@ -117,19 +151,55 @@ class Partition:
         return new_epoch
 
     def make_follower(self, leader_id: int, leader_epoch: int, replicas: list[int],
-                      isr: list[int]) -> bool:
+                      isr: list[int], version: int = -1) -> bool:
         """Follow ``leader_id``; returns True when the leader or the epoch changed."""
         changed = leader_id != self.leader_id or leader_epoch != self.leader_epoch
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)
         self.isr = list(isr)
+        self.partition_version = version
+        self.pending_isr = None
+        self._stale_version = None
         self.followers = {}
         return changed
 
-    def apply_isr(self, isr: list[int]) -> None:
-        self.isr = list(isr)
+    def propose_isr(self, new_isr: list[int]) -> tuple[int, int] | None:
+        """Start an ISR change; returns (leader epoch, expected version) to write it with,
+        or None when another change is in flight or the last one was refused at the
+        version still held (a newer state must arrive first)."""
+        if not self.is_leader or self.pending_isr is not None \
+                or self._stale_version == self.partition_version or now_ms() < self._retry_at_ms:
+            return None
+        self.pending_isr = list(new_isr)
+        self._stale_version = None
+        return self.leader_epoch, self.partition_version
+
+    def isr_written(self, leader_epoch: int, new_isr: list[int], version: int | None) -> bool:
+        """The outcome of the change ``propose_isr`` started: the new state version, or
+        None when the store refused it (its state moved on) or could not be reached.
+        Returns True when the confirmed ISR changed."""
+        if leader_epoch != self.leader_epoch or not self.is_leader:
+            return False  # leadership moved on meanwhile: the change belongs to the old epoch
+        if self.pending_isr == new_isr:
+            self.pending_isr = None
+        changed = False
+        if version is None:
+            self._stale_version = self.partition_version
+        elif version > self.partition_version:
+            self.isr = list(new_isr)
+            self.partition_version = version
+            changed = True
         self.maybe_increment_high_watermark()
+        return changed
+
+    def isr_write_failed(self, leader_epoch: int, new_isr: list[int], retry_ms: int) -> None:
+        """The store could not be reached: drop the change; it may be proposed again
+        after ``retry_ms``."""
+        if leader_epoch == self.leader_epoch and self.pending_isr == new_isr:
+            self.pending_isr = None
+            self._retry_at_ms = now_ms() + retry_ms
+            self.maybe_increment_high_watermark()
 
     # ----------------------------------------------------------------- leader
 
@@ -166,11 +236,11 @@ class Partition:
         self._marks.append((self.log.log_end_offset, self.appended_bytes))
 
     def maybe_increment_high_watermark(self) -> bool:
-        """Move the high watermark to the smallest log end offset in the ISR."""
+        """Move the high watermark to the smallest log end offset in the maximal ISR."""
         if not self.is_leader:
             return False
         candidate = self.log.log_end_offset
-        for r in self.isr:
+        for r in self.maximal_isr:
             if r == self.broker_id:
                 continue
             state = self.followers.get(r)
@@ -202,14 +272,20 @@ class Partition:
         state.log_end_offset = fetch_offset
         return self.maybe_increment_high_watermark()
 
-    def isr_after_expand(self) -> list[int] | None:
-        """The ISR with every caught-up follower added, or None when nothing changes."""
+    def isr_after_expand(self, eligible: Callable[[int], bool] = lambda r: True) -> list[int] | None:
+        """The ISR with every caught-up, eligible follower added, or None when nothing changes.
+
+        ``eligible`` says whether a broker may join an ISR at all: registered and not
+        shutting down (KIP-841), so a leader never re-adds a replica the controller
+        has just dropped for being gone.
+        """
         if not self.is_leader:
             return None
         joining = [r for r, s in self.followers.items()
                    if r not in self.isr and r in self.replicas
                    and s.log_end_offset >= self.high_watermark
-                   and s.log_end_offset >= self.leader_epoch_start_offset]
+                   and s.log_end_offset >= self.leader_epoch_start_offset
+                   and eligible(r)]
         return self.isr + sorted(joining) if joining else None
 
     def isr_after_shrink(self, lag_max_ms: int) -> list[int] | None:

@@ -1,14 +1,24 @@
 """ReplicaManager: the partitions this broker hosts, as leader or follower.
 
-Produce goes through ``append_records`` and, for ``acks=all``,
-``wait_for_replication`` in the produce purgatory until the high watermark
-passes the batch. Fetch goes through ``fetch_messages``, which long-polls in
-the fetch purgatory; a follower's fetch (``replica_id >= 0``) also records
-the follower's log end offset, which moves the high watermark and may grow
-the ISR. ISR changes are written through ``isr_writer`` (ZooKeeper
-compare-and-set) before they take effect; with the embedded store the ISR is
-this broker alone and never changes. The broker's metadata listener calls
-``become_leader``/``become_follower``/``remove_partition``. Event-loop thread only.
+Produce goes through ``append_records``, which appends every partition's
+batches to the leader's log and decides itself whether the answer waits
+(Kafka's ``delayedProduceRequestRequired``): with ``acks=all`` it waits in the
+produce purgatory until the high watermark passes each batch, or the timeout.
+Internal writers (the group coordinator) use ``append_to_local_log`` and
+``wait_for_replication``. Fetch goes through ``fetch_messages``, which
+long-polls in the fetch purgatory; a follower's fetch (``replica_id >= 0``)
+also records the follower's log end offset, which moves the high watermark
+and may grow the ISR.
+
+ISR changes (KIP-497 over ZooKeeper): a Partition proposes one change at a
+time; ``isr_writer`` writes it with compare-and-set against the state version
+the leader holds and returns the new version, or None when the state moved on
+(the store's watch brings the new one). Until confirmed, the change has no
+effect but to hold the high watermark to the maximal ISR. Only replicas
+``replica_eligible`` accepts (registered, not shutting down: KIP-841) join.
+With the embedded store the ISR is this broker alone and never changes. The
+broker's metadata listener calls ``become_leader``/``become_follower``/
+``remove_partition``. Event-loop thread only.
 
 High watermarks are checkpointed (``checkpoint_high_watermarks``, every
 ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown) to
@@ -38,7 +48,10 @@ log = logging.getLogger("dmq.replication")
 
 TopicPartition = tuple[str, int]
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
-IsrWriter = Callable[[Partition, list[int]], Awaitable[bool]]
+# (partition, leader epoch, new ISR, expected state version) -> the new version, or None
+# when the store's state moved on; raises when the store cannot be reached.
+IsrWriter = Callable[[Partition, int, list[int], int], Awaitable[int | None]]
+ISR_RETRY_MS = 500  # after a failed ISR write, the next attempt waits this long
 
 
 @dataclass(slots=True)
@@ -63,9 +76,11 @@ class FetchRequestPartition:
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  isr_writer: IsrWriter | None = None,
-                 partition_exists: Callable[[str, int], bool] = lambda topic, index: False) -> None:
+                 partition_exists: Callable[[str, int], bool] = lambda topic, index: False,
+                 replica_eligible: Callable[[int], bool] = lambda broker_id: True) -> None:
         self.broker_id = broker_id
         self.partition_exists = partition_exists  # in the cluster's metadata, hosted here or not
+        self.replica_eligible = replica_eligible  # may join an ISR: registered, not shutting down
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
@@ -98,9 +113,9 @@ class ReplicaManager:
         return partition
 
     def become_leader(self, topic: str, index: int, topic_id: str, leader_epoch: int,
-                      replicas: list[int], isr: list[int]) -> Partition:
+                      replicas: list[int], isr: list[int], version: int = -1) -> Partition:
         partition = self._get_or_create(topic, index, topic_id, replicas)
-        if partition.make_leader(leader_epoch, replicas, isr):
+        if partition.make_leader(leader_epoch, replicas, isr, version):
             log.info("%s-%d: leader in epoch %d (replicas %s, isr %s, min.insync.replicas %d, "
                      "log end %d)", topic, index, leader_epoch, replicas, isr,
                      partition.min_insync_replicas, partition.log.log_end_offset)
@@ -108,9 +123,10 @@ class ReplicaManager:
         return partition
 
     def become_follower(self, topic: str, index: int, topic_id: str, leader_id: int,
-                        leader_epoch: int, replicas: list[int], isr: list[int]) -> tuple[Partition, bool]:
+                        leader_epoch: int, replicas: list[int], isr: list[int],
+                        version: int = -1) -> tuple[Partition, bool]:
         partition = self._get_or_create(topic, index, topic_id, replicas)
-        changed = partition.make_follower(leader_id, leader_epoch, replicas, isr)
+        changed = partition.make_follower(leader_id, leader_epoch, replicas, isr, version)
         if changed:
             log.info("%s-%d: follower of %d in epoch %d", topic, index, leader_id, leader_epoch)
         self._wake((topic, index))
@@ -148,8 +164,28 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ produce
 
-    def append_records(self, topic: str, index: int, records: bytes | None,
-                       required_acks: int) -> ProduceResult:
+    async def append_records(self, entries: dict[TopicPartition, bytes | None], required_acks: int,
+                             timeout_s: float) -> dict[TopicPartition, ProduceResult]:
+        """Append each partition's batches as leader and answer as ``required_acks`` asks:
+        at once for 0 and 1; for -1 (all) once the high watermark has passed every
+        appended batch (or the timeout, or a lost leadership, fails that partition)."""
+        results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks)
+                   for tp, records in entries.items()}
+        if required_acks != -1:
+            return results
+        waiting = [tp for tp, r in results.items() if r.error == ErrorCode.none]
+        if not waiting:
+            return results
+        outcomes = await asyncio.gather(*(
+            self.wait_for_replication(tp[0], tp[1], results[tp].last_offset, timeout_s)
+            for tp in waiting))
+        for tp, (error, message) in zip(waiting, outcomes, strict=True):
+            if error != ErrorCode.none:
+                results[tp] = ProduceResult(error, error_message=message)
+        return results
+
+    def append_to_local_log(self, topic: str, index: int, records: bytes | None,
+                            required_acks: int) -> ProduceResult:
         partition = self.partitions.get((topic, index))
         if partition is None:
             error, message = self._not_hosted(topic, index)
@@ -230,7 +266,7 @@ class ReplicaManager:
                 continue
             if moved:
                 self._wake((req.topic, req.partition))
-            expanded = partition.isr_after_expand()
+            expanded = partition.isr_after_expand(self.replica_eligible)
             if expanded is not None:
                 self._change_isr(partition, expanded, "caught up")
 
@@ -273,25 +309,33 @@ class ReplicaManager:
                 self._change_isr(partition, shrunk, "lagging")
 
     def _change_isr(self, partition: Partition, new_isr: list[int], reason: str) -> None:
-        if self.isr_writer is None or partition.isr_change_pending:
+        if self.isr_writer is None:
             return
-        partition.isr_change_pending = True
-        task = asyncio.ensure_future(self._write_isr(partition, new_isr, reason))
+        proposal = partition.propose_isr(new_isr)
+        if proposal is None:
+            return
+        leader_epoch, version = proposal
+        # The high watermark now counts the maximal ISR: nothing to wake until it is written.
+        task = asyncio.ensure_future(self._write_isr(partition, leader_epoch, version, new_isr, reason))
         self._isr_tasks.add(task)
         task.add_done_callback(self._isr_tasks.discard)
 
-    async def _write_isr(self, partition: Partition, new_isr: list[int], reason: str) -> None:
+    async def _write_isr(self, partition: Partition, leader_epoch: int, version: int,
+                         new_isr: list[int], reason: str) -> None:
         assert self.isr_writer is not None
         old = list(partition.isr)
+        tp = (partition.topic, partition.index)
         try:
-            written = await self.isr_writer(partition, new_isr)
-        except Exception:
-            log.exception("%s-%d: writing ISR %s failed", partition.topic, partition.index, new_isr)
-            written = False
-        finally:
-            partition.isr_change_pending = False
-        if written and self.partitions.get((partition.topic, partition.index)) is partition \
-                and partition.is_leader:
-            log.info("%s-%d: ISR %s -> %s (%s)", partition.topic, partition.index, old, new_isr, reason)
-            partition.apply_isr(new_isr)
-            self._wake((partition.topic, partition.index))
+            written = await self.isr_writer(partition, leader_epoch, new_isr, version)
+        except Exception as e:  # noqa: BLE001 - the store is unreachable: retried later
+            log.warning("%s-%d: cannot write ISR %s (%s); it stays %s", *tp, new_isr,
+                        str(e) or type(e).__name__, partition.isr)
+            partition.isr_write_failed(leader_epoch, new_isr, ISR_RETRY_MS)
+            self._wake(tp)
+            return
+        if partition.isr_written(leader_epoch, new_isr, written):
+            log.info("%s-%d: ISR %s -> %s (%s)", *tp, old, new_isr, reason)
+        elif written is None:
+            log.info("%s-%d: ISR change to %s refused: the partition state changed since "
+                     "version %d; waiting for the new state", *tp, new_isr, version)
+        self._wake(tp)

@@ -26,7 +26,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from kazoo.exceptions import KazooException
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.controller import Controller
@@ -131,7 +130,7 @@ class Broker:
         self.cleaner = LogCleaner(self.data_dir)
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager,
                                               self._write_isr if self.zk else None,
-                                              self._partition_exists)
+                                              self._partition_exists, self._replica_eligible)
         if self.zk is not None:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
                                                   self._broker_address)
@@ -276,15 +275,18 @@ class Broker:
                 return b.host, b.port
         return None
 
-    async def _write_isr(self, partition: Partition, isr: list[int]) -> bool:
+    async def _write_isr(self, partition: Partition, leader_epoch: int, isr: list[int],
+                         expected_version: int) -> int | None:
         assert self.zk is not None
-        try:
-            return await asyncio.to_thread(self.zk.update_isr, partition.topic, partition.index,
-                                           self.broker_id, partition.leader_epoch, isr)
-        except KazooException as e:
-            log.warning("%s-%d: cannot write ISR %s to ZooKeeper (%s); the ISR stays %s",
-                        partition.topic, partition.index, isr, type(e).__name__, partition.isr)
-            return False
+        return await asyncio.to_thread(self.zk.update_isr, partition.topic, partition.index,
+                                       self.broker_id, leader_epoch, isr, expected_version)
+
+    def _replica_eligible(self, broker_id: int) -> bool:
+        """KIP-841: only a registered broker that is not shutting down may join an ISR."""
+        if self.zk is None:
+            return True
+        return broker_id not in self.zk.shutting_down and \
+            any(b.broker_id == broker_id for b in self.store.brokers())
 
     def _on_metadata_change(self, what: str) -> None:
         """Called on kazoo's thread: hand the event to the event loop, nothing more."""
@@ -340,12 +342,12 @@ class Broker:
                 if state.leader == self.broker_id:
                     self.fetchers.remove_partition(tp)
                     rm.become_leader(topic.name, index, topic.topic_id, state.leader_epoch,
-                                     state.replicas, state.isr)
+                                     state.replicas, state.isr, state.version)
                     if topic.name == OFFSETS_TOPIC:
                         offsets_led.add(index)
                 else:
                     rm.become_follower(topic.name, index, topic.topic_id, state.leader,
-                                       state.leader_epoch, state.replicas, state.isr)
+                                       state.leader_epoch, state.replicas, state.isr, state.version)
                     if state.leader >= 0 and not self.shutting_down:
                         self.fetchers.add_partition(tp, state.leader, state.leader_epoch,
                                                     throttled=self.broker_id in adding.get(index, []))

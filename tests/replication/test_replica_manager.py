@@ -17,7 +17,7 @@ def _open(path: Path) -> tuple[LogManager, ReplicaManager]:
 
 
 def _produce(rm: ReplicaManager, n: int) -> None:
-    result = rm.append_records("t", 0, encode_batch([(None, b"v", [])] * n, timestamp=1), 1)
+    result = rm.append_to_local_log("t", 0, encode_batch([(None, b"v", [])] * n, timestamp=1), 1)
     assert result.error == 0
 
 
