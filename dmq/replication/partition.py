@@ -84,9 +84,11 @@ class Partition:
         self.replicas: list[int] = []
         self.isr: list[int] = []
         self.partition_version = -1
-        self.pending_isr: list[int] | None = None
-        self._stale_version: int | None = None  # a change was refused at this version
-        self._retry_at_ms = 0  # after a failed write, no new proposal before this
+        self.pending_isr: list[int] | None = None  # an ISR change not settled yet
+        self._isr_write_in_flight = False
+        self._write_version = -1  # the state version the change is written against
+        self._refused = False  # the store refused it: wait for its newer state
+        self._retry_at_ms = 0  # a write with an unknown outcome is retried after this
         self.followers: dict[int, ReplicaState] = {}
         self.high_watermark = log.log_end_offset
         self.visible_bytes = 0
@@ -120,7 +122,8 @@ class Partition:
 
         A refresh within the same epoch takes the store's ISR only when its version
         is not older than the one held (a leader never goes back to a state it has
-        seen replaced); a change in flight stays in flight.
+        seen replaced). A newer state settles a change whose write had an unknown
+        outcome: the store's ISR holds it or not.
         """
         new_epoch = not self.is_leader or leader_epoch != self.leader_epoch
         self.leader_id = self.broker_id
@@ -130,14 +133,14 @@ class Partition:
         if new_epoch:
             self.isr = list(isr)
             self.partition_version = version
-            self.pending_isr = None
-            self._stale_version = None
+            self._clear_isr_change()
             self.leader_epoch_start_offset = self.log.log_end_offset
             self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
             self.followers = {}
         elif version < 0 or version >= self.partition_version:
             self.isr = list(isr)
             self.partition_version = version
+            self._settle_if_superseded()
         for r in replicas:
             if r != self.broker_id and r not in self.followers:
                 # Followers in the ISR get a full lag period to show up.
@@ -159,46 +162,87 @@ class Partition:
         self.replicas = list(replicas)
         self.isr = list(isr)
         self.partition_version = version
-        self.pending_isr = None
-        self._stale_version = None
+        self._clear_isr_change()
         self.followers = {}
         return changed
 
+    # ------------------------------------------------------------- ISR changes
+    #
+    # One change at a time. ``pending_isr`` stays set, and keeps counting in the
+    # maximal ISR, for as long as the store might hold it without this leader
+    # knowing; only a confirmed write or a state newer than the one the write was
+    # made against settles it:
+    #   none --propose_isr--> in flight
+    #   in flight --isr_written(version)--> none (confirmed: ``isr`` is the change)
+    #   in flight --isr_written(None) or isr_write_failed--> awaiting: refused (the
+    #       state moved on) or unknown outcome (the write may have landed)
+    #   awaiting --make_leader(state newer than the write's)--> none (the store's
+    #       ISR, which holds the change or not, is the ISR)
+    #   awaiting, unknown outcome, no newer state --retry_isr_write--> in flight
+
+    def _clear_isr_change(self) -> None:
+        self.pending_isr = None
+        self._isr_write_in_flight = False
+        self._write_version = -1
+        self._refused = False
+        self._retry_at_ms = 0
+
+    def _settle_if_superseded(self) -> None:
+        """A held state newer than the one the write was made against is authoritative."""
+        if self.pending_isr is not None and not self._isr_write_in_flight \
+                and self.partition_version > self._write_version:
+            self._clear_isr_change()
+
     def propose_isr(self, new_isr: list[int]) -> tuple[int, int] | None:
         """Start an ISR change; returns (leader epoch, expected version) to write it with,
-        or None when another change is in flight or the last one was refused at the
-        version still held (a newer state must arrive first)."""
-        if not self.is_leader or self.pending_isr is not None \
-                or self._stale_version == self.partition_version or now_ms() < self._retry_at_ms:
+        or None while another change is not settled."""
+        if not self.is_leader or self.pending_isr is not None:
             return None
         self.pending_isr = list(new_isr)
-        self._stale_version = None
+        self._isr_write_in_flight = True
+        self._write_version = self.partition_version
+        self._refused = False
         return self.leader_epoch, self.partition_version
 
+    def retry_isr_write(self) -> tuple[int, int, list[int]] | None:
+        """After a write with an unknown outcome: (epoch, expected version, ISR) to write
+        again once the backoff has passed, else None."""
+        if self.pending_isr is None or self._isr_write_in_flight or self._refused \
+                or now_ms() < self._retry_at_ms:
+            return None
+        self._isr_write_in_flight = True
+        return self.leader_epoch, self._write_version, list(self.pending_isr)
+
     def isr_written(self, leader_epoch: int, new_isr: list[int], version: int | None) -> bool:
-        """The outcome of the change ``propose_isr`` started: the new state version, or
-        None when the store refused it (its state moved on) or could not be reached.
-        Returns True when the confirmed ISR changed."""
-        if leader_epoch != self.leader_epoch or not self.is_leader:
-            return False  # leadership moved on meanwhile: the change belongs to the old epoch
-        if self.pending_isr == new_isr:
-            self.pending_isr = None
-        changed = False
+        """The outcome of a write: the new state version, or None when the store refused
+        it because its state moved on. Returns True when the confirmed ISR changed."""
+        if leader_epoch != self.leader_epoch or not self.is_leader or self.pending_isr != new_isr \
+                or not self._isr_write_in_flight:
+            return False  # leadership moved on, or a newer state settled it meanwhile
+        self._isr_write_in_flight = False
         if version is None:
-            self._stale_version = self.partition_version
-        elif version > self.partition_version:
+            # Refused. An earlier attempt with an unknown outcome may still have landed,
+            # so the change counts until the newer state arrives.
+            self._refused = True
+            self._settle_if_superseded()
+            self.maybe_increment_high_watermark()
+            return False
+        changed = version > self.partition_version
+        if changed:
             self.isr = list(new_isr)
             self.partition_version = version
-            changed = True
+        self._clear_isr_change()
         self.maybe_increment_high_watermark()
         return changed
 
     def isr_write_failed(self, leader_epoch: int, new_isr: list[int], retry_ms: int) -> None:
-        """The store could not be reached: drop the change; it may be proposed again
-        after ``retry_ms``."""
-        if leader_epoch == self.leader_epoch and self.pending_isr == new_isr:
-            self.pending_isr = None
+        """The store could not be reached, so the write may or may not have landed: the
+        change stays in the maximal ISR and is written again after ``retry_ms``."""
+        if leader_epoch == self.leader_epoch and self.pending_isr == new_isr \
+                and self._isr_write_in_flight:
+            self._isr_write_in_flight = False
             self._retry_at_ms = now_ms() + retry_ms
+            self._settle_if_superseded()
             self.maybe_increment_high_watermark()
 
     # ----------------------------------------------------------------- leader

@@ -302,8 +302,14 @@ class ReplicaManager:
     # ---------------------------------------------------------------------- ISR
 
     def maybe_shrink_isr(self, lag_max_ms: int) -> None:
-        """Drop followers that have not caught up within ``replica.lag.time.max.ms``."""
+        """Drop followers that have not caught up within ``replica.lag.time.max.ms``;
+        write again the ISR changes whose last write had an unknown outcome."""
         for partition in list(self.partitions.values()):
+            retry = partition.retry_isr_write() if self.isr_writer is not None else None
+            if retry is not None:
+                epoch, version, isr = retry
+                self._start_isr_write(partition, epoch, version, isr, "retry")
+                continue
             shrunk = partition.isr_after_shrink(lag_max_ms)
             if shrunk is not None:
                 self._change_isr(partition, shrunk, "lagging")
@@ -315,7 +321,10 @@ class ReplicaManager:
         if proposal is None:
             return
         leader_epoch, version = proposal
-        # The high watermark now counts the maximal ISR: nothing to wake until it is written.
+        self._start_isr_write(partition, leader_epoch, version, new_isr, reason)
+
+    def _start_isr_write(self, partition: Partition, leader_epoch: int, version: int,
+                         new_isr: list[int], reason: str) -> None:
         task = asyncio.ensure_future(self._write_isr(partition, leader_epoch, version, new_isr, reason))
         self._isr_tasks.add(task)
         task.add_done_callback(self._isr_tasks.discard)
@@ -328,8 +337,8 @@ class ReplicaManager:
         try:
             written = await self.isr_writer(partition, leader_epoch, new_isr, version)
         except Exception as e:  # noqa: BLE001 - the store is unreachable: retried later
-            log.warning("%s-%d: cannot write ISR %s (%s); it stays %s", *tp, new_isr,
-                        str(e) or type(e).__name__, partition.isr)
+            log.warning("%s-%d: cannot write ISR %s (%s); retrying in %d ms", *tp, new_isr,
+                        str(e) or type(e).__name__, ISR_RETRY_MS)
             partition.isr_write_failed(leader_epoch, new_isr, ISR_RETRY_MS)
             self._wake(tp)
             return

@@ -1,0 +1,221 @@
+"""ISR changes against a ZooKeeper stand-in the test controls (KIP-497, KIP-841).
+
+Each test drives a ReplicaManager on real logs: producers append with
+``acks=all``, followers are simulated by their Fetch requests (``replica_id``),
+and the ISR writes go to an ``IsrStore`` that the test can hold (ZooKeeper
+paused), release, fail, or change behind the leader's back (the controller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kio.schema.errors import ErrorCode
+from support.replication import IsrStore, records, replica_manager, settle
+
+from dmq.replication.replica_manager import FetchRequestPartition, ReplicaManager
+
+TP = ("t", 0)
+MIN_ISR_2 = {"min.insync.replicas": "2"}
+
+
+async def follower_fetch(rm: ReplicaManager, replica: int, offset: int) -> None:
+    """A follower's Fetch from ``offset``: tells the leader it has everything before it."""
+    await rm.fetch_messages([FetchRequestPartition("t", 0, offset, 1 << 20)], max_wait_ms=0,
+                            min_bytes=1, max_bytes=1 << 20, replica_id=replica)
+
+
+def test_an_expansion_in_flight_holds_the_high_watermark_at_the_joiner(tmp_path: Path) -> None:
+    """Issue 9, finding 1, as a unit: the joiner F catches up, its expansion write hangs
+    (ZooKeeper paused), F stops fetching, the producer keeps going. Nothing may be
+    acknowledged beyond F's log end: when the write lands F is in the ISR, and if the
+    others die F is elected with what it has."""
+
+    async def scenario() -> None:
+        store = IsrStore(isr=[1, 2])
+        rm = replica_manager(tmp_path, store, topic_configs=MIN_ISR_2)
+        p = rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        first = asyncio.ensure_future(rm.append_records({TP: records(10)}, -1, 5.0))
+        await settle()
+        await follower_fetch(rm, 2, 10)
+        assert (await first)[TP].error == ErrorCode.none
+        assert p.high_watermark == 10
+
+        store.hold()  # ZooKeeper pauses
+        await follower_fetch(rm, 3, 10)  # F caught up: the leader proposes [1, 2, 3]
+        await settle()
+        assert p.pending_isr == [1, 2, 3] and p.isr == [1, 2]
+        # F pauses; the producer and follower 2 go on.
+        later = asyncio.ensure_future(rm.append_records({TP: records(20)}, -1, 0.5))
+        await settle()
+        await follower_fetch(rm, 2, 30)
+        assert p.high_watermark == 10  # held at F's log end by the maximal ISR
+        assert (await later)[TP].error == ErrorCode.request_timed_out  # never acknowledged
+
+        store.release()  # ZooKeeper returns: the expansion lands
+        await settle()
+        assert store.isr == [1, 2, 3] and p.isr == [1, 2, 3] and p.pending_isr is None
+        # Brokers 1 and 2 die; F (log end 10) is the only ISR member left and is elected:
+        # every acknowledged offset (< 10) is on it.
+        assert p.high_watermark <= p.followers[3].log_end_offset
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_min_insync_counts_the_confirmed_isr_not_the_pending_one(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = IsrStore(isr=[1])
+        rm = replica_manager(tmp_path, store, topic_configs=MIN_ISR_2)
+        p = rm.become_leader(*TP, "id", 0, [1, 2], store.isr, store.version)
+        store.hold()
+        await follower_fetch(rm, 2, 0)
+        await settle()
+        assert p.pending_isr == [1, 2]
+        result = await rm.append_records({TP: records(1)}, -1, 1.0)
+        assert result[TP].error == ErrorCode.not_enough_replicas
+        store.release()
+        await settle()
+        result = asyncio.ensure_future(rm.append_records({TP: records(1)}, -1, 5.0))
+        await settle()
+        await follower_fetch(rm, 2, 1)
+        assert (await result)[TP].error == ErrorCode.none
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_pending_shrink_keeps_counting_the_leaving_follower(tmp_path: Path) -> None:
+    """Until ZooKeeper confirms the shrink, the leaving follower may still be elected,
+    so the high watermark waits for it."""
+
+    async def scenario() -> None:
+        store = IsrStore(isr=[1, 2, 3])
+        rm = replica_manager(tmp_path, store)
+        p = rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        rm.append_to_local_log(*TP, records(5), 1)
+        await follower_fetch(rm, 2, 5)
+        await follower_fetch(rm, 3, 5)
+        assert p.high_watermark == 5
+        store.hold()
+        p.followers[3].last_caught_up_ms = 0  # follower 3 lags
+        rm.maybe_shrink_isr(lag_max_ms=1)
+        await settle()
+        assert p.pending_isr == [1, 2]
+        rm.append_to_local_log(*TP, records(5), 1)
+        await follower_fetch(rm, 2, 10)
+        assert p.high_watermark == 5  # 3 is still in the ISR ZooKeeper has
+        store.release()
+        await settle()
+        assert p.isr == [1, 2] and p.high_watermark == 10
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_change_waits_for_the_new_state_and_never_overwrites_it(tmp_path: Path) -> None:
+    """Finding 3: the controller drops a broker from the ISR (a new znode version); the
+    leader's change written against the old version is refused, and the leader proposes
+    nothing until it has seen the controller's state."""
+
+    async def scenario() -> None:
+        store = IsrStore(isr=[1, 2])
+        rm = replica_manager(tmp_path, store)
+        p = rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        store.shrink_by_controller(2)  # the watch has not delivered it yet
+        await follower_fetch(rm, 3, 0)  # 3 caught up: leader proposes [1, 2, 3] at version 0
+        await settle()
+        assert store.isr == [1] and store.writes == []  # refused: version moved on
+        for _ in range(20):
+            await follower_fetch(rm, 3, 0)
+        await settle()
+        # Nothing written, nothing proposed; the refused change still counts for the high
+        # watermark until the new state shows what the store holds.
+        assert store.writes == [] and p.pending_isr == [1, 2, 3]
+        # The watch delivers the controller's state; now the leader may expand.
+        rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        await follower_fetch(rm, 3, 0)
+        await settle()
+        assert store.isr == [1, 3] and p.isr == [1, 3]
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_replica_that_is_not_registered_never_joins(tmp_path: Path) -> None:
+    """Finding 3 / KIP-841: a follower whose registration is gone keeps fetching; the
+    leader must not add it back, however caught up it is (no ISR fight)."""
+
+    async def scenario() -> None:
+        registered = {1, 2}
+        store = IsrStore(isr=[1, 2])
+        rm = replica_manager(tmp_path, store, eligible=lambda b: b in registered)
+        p = rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        rm.append_to_local_log(*TP, records(3), 1)
+        for _ in range(50):
+            await follower_fetch(rm, 3, 3)
+            await settle()
+        assert store.writes == [] and p.isr == [1, 2]
+        registered.add(3)  # it registers again
+        await follower_fetch(rm, 3, 3)
+        await settle()
+        assert store.writes == [[1, 2, 3]]
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_write_with_an_unknown_outcome_keeps_counting_and_is_retried(tmp_path: Path) -> None:
+    """The connection drops after ZooKeeper applied the expansion: the leader cannot know
+    whether F is in the ISR, so F keeps bounding the high watermark until the store's
+    state settles it."""
+
+    async def scenario() -> None:
+        store = IsrStore(isr=[1, 2])
+        rm = replica_manager(tmp_path, store)
+        p = rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        store.fail(landed=True)
+        await follower_fetch(rm, 3, 0)
+        await settle()
+        assert store.isr == [1, 2, 3] and p.isr == [1, 2]  # landed, but the leader doesn't know
+        assert p.pending_isr == [1, 2, 3]
+        rm.append_to_local_log(*TP, records(4), 1)
+        await follower_fetch(rm, 2, 4)
+        assert p.high_watermark == 0  # 3 (log end 0) may be in the ISR
+        store.fail(False)
+        p._retry_at_ms = 0  # the backoff has passed
+        rm.maybe_shrink_isr(lag_max_ms=60_000)  # the periodic task retries the write
+        await settle()
+        # Refused (the first attempt had landed, the version moved): still unknown here,
+        # so 3 still counts.
+        assert store.writes == [[1, 2, 3]] and p.pending_isr == [1, 2, 3]
+        await follower_fetch(rm, 2, 4)
+        assert p.high_watermark == 0
+        rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)  # the watch
+        assert p.isr == [1, 2, 3] and p.pending_isr is None
+        await follower_fetch(rm, 3, 4)
+        assert p.high_watermark == 4
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_an_outcome_from_an_older_leader_epoch_is_ignored(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        store = IsrStore(isr=[1, 2])
+        rm = replica_manager(tmp_path, store)
+        p = rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        store.hold()
+        await follower_fetch(rm, 3, 0)
+        await settle()
+        # A new epoch (say re-elected after a controller move) while the write hangs.
+        store.leader_epoch, store.version = 1, 5
+        rm.become_leader(*TP, "id", 1, [1, 2, 3], [1, 2], 5)
+        assert p.pending_isr is None
+        store.release()
+        await settle()
+        assert p.isr == [1, 2] and store.writes == []
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
