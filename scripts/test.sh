@@ -20,11 +20,13 @@ fi
 echo "==> installing dmq with its test extras"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -i "warning" || true
-.venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis" 
+.venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis, importlinter"
 
 echo "==> ruff"
 .venv/bin/ruff check dmq tests bench
 echo "==> mypy"
 .venv/bin/mypy dmq
+echo "==> import layering (lint-imports)"
+.venv/bin/lint-imports
 echo "==> pytest"
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
