@@ -215,6 +215,10 @@ def test_paused_leader_is_fenced_then_truncates_and_follows(cluster: Cluster) ->
     # Followers pause; the leader takes acks=1 records only it has, then pauses too.
     for b in others:
         cluster.pause(b)
+    # A fetch the followers sent before the pause is still waiting at the leader for up to
+    # replica.fetch.wait.max.ms; answered after the pause, it would sit in the stopped
+    # follower's socket buffer and hand it the "divergent" records on resume. Let it expire.
+    time.sleep(1.5)
     lonely = Producer({"bootstrap.servers": cluster.brokers[old_leader].bootstrap, "acks": 1})
     for i in range(10):
         lonely.produce(topic, f"divergent-{i}".encode(), partition=0)
