@@ -35,7 +35,6 @@ from dmq.group.metadata import (
 
 log = logging.getLogger("dmq.group")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class GroupLog(Protocol):

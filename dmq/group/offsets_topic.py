@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.controller import Controller
-from dmq.cluster.metadata import BrokerInfo, MetadataError, MetadataStore
-from dmq.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from dmq.cluster.metadata import OFFSETS_TOPIC, BrokerInfo, MetadataError, MetadataStore
+from dmq.group.coordinator import GroupCoordinator
 from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.replica_manager import ReplicaManager
 

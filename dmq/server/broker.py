@@ -8,8 +8,9 @@ move leadership away, wait for it); then stop listening, flush every log,
 write checkpoints and the clean-shutdown marker.
 
 In a cluster, ZooKeeper watches (kazoo's thread) only post events to the event
-loop: ``_reconcile`` makes the ReplicaManager, the fetchers and the group
-coordinator follow the cached partition states, and the ClusterController
+loop: the ClusterBackend reconciles (the ReplicaManager, the fetchers and the
+group coordinator follow the cached partition states; the same reconcile
+serves the embedded store after a topic change), and the ClusterController
 handles the same events if this broker is the controller.
 Background tasks: retention, flushing rolled segments, flush.ms, checkpoints,
 ISR shrinking.
@@ -28,19 +29,20 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.backend import ClusterBackend
 from dmq.cluster.controller import Controller
 from dmq.cluster.metadata import (
     DEFAULT_BROKER_ENTITY,
+    OFFSETS_TOPIC,
     BrokerInfo,
     EmbeddedMetadataStore,
     MetadataError,
-    TopicMetadata,
 )
 from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.cluster.zk_controller import ClusterController
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
-from dmq.config import LONG_MAX, BrokerConfig, ConfigError, LogConfig
-from dmq.group.coordinator import OFFSETS_TOPIC, GroupConfig, GroupCoordinator
+from dmq.config import LONG_MAX, BrokerConfig, LogConfig
+from dmq.group.coordinator import GroupConfig, GroupCoordinator
 from dmq.group.offsets_topic import Coordinators, OffsetsTopic
 from dmq.handlers import HANDLERS, api_versions, supported_apis
 from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
@@ -52,7 +54,6 @@ from dmq.protocol.codec import (
     response_module,
 )
 from dmq.replication.fetcher import ReplicaFetcherManager
-from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.network import CLOSE, Listener
 from dmq.storage.cleaner import LogCleaner
@@ -89,8 +90,6 @@ class Broker:
         self.zk: ZooKeeperMetadataStore | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.cluster_controller: ClusterController | None = None
-        self.shutting_down = False
-        self._reconcile_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ----------------------------------------------------------------- startup
@@ -126,18 +125,21 @@ class Broker:
             self.store = EmbeddedMetadataStore(self.data_dir, self.broker_id)
         self._write_meta_properties()
         self.log_manager = LogManager(self.data_dir, self._log_config_for)
-        load_s = self.log_manager.load_logs(self._known_partition)
         self.cleaner = LogCleaner(self.data_dir)
+        backend = self.backend = ClusterBackend(self.broker_id, self.store, self.log_manager,
+                                                self.cleaner)
+        load_s = self.log_manager.load_logs(backend.known_partition)
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager,
-                                              self._write_isr if self.zk else None,
-                                              self._partition_exists, self._replica_eligible)
+                                              backend.write_isr if self.zk else None,
+                                              backend.partition_exists, backend.replica_eligible)
         if self.zk is not None:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
-                                                  self._broker_address)
+                                                  backend.broker_address)
             self.cluster_controller = ClusterController(self.zk, self.config)
         self._apply_dynamic_configs()
-        self.controller = Controller(self.store, self.config, self._apply_topic,
-                                     self._remove_topic, self.log_manager.update_config,
+        # Whatever a topic change made through this broker, the backend makes it good locally.
+        self.controller = Controller(self.store, self.config, lambda t: backend.reconcile(),
+                                     lambda t: backend.reconcile(), self.log_manager.update_config,
                                      self._apply_dynamic_configs)
         self.producer_ids = ProducerIdManager(self.store)
         offsets_topic = self.store.topic(OFFSETS_TOPIC)
@@ -156,9 +158,10 @@ class Broker:
                                           int(self.config["offsets.topic.replication.factor"]),
                                           int(self.config["offsets.commit.timeout.ms"]))
         self.group_coordinator = GroupCoordinator(group_config, self.offsets_topic,
-                                                  self._partition_exists)
+                                                  backend.partition_exists)
         self.coordinators = Coordinators(self.group_coordinator, self.offsets_topic, self.store,
                                          self.broker_id)
+        backend.attach(self.replica_manager, self.fetchers, self.coordinators.set_led_partitions)
         self.services = BrokerServices(
             broker_id=self.broker_id, config=self.config, metadata=self.store,
             controller=self.controller, replica_manager=self.replica_manager,
@@ -166,8 +169,7 @@ class Broker:
             coordinators=self.coordinators, supported_apis=supported_apis(),
         )
         if self.zk is None:
-            for topic in self.store.topics().values():
-                self._apply_topic(topic)
+            backend.reconcile()
             loaded = self.coordinators.load()
             if loaded:
                 log.info("loaded %d records of group state from %s", loaded, OFFSETS_TOPIC)
@@ -194,7 +196,7 @@ class Broker:
             lag = int(self.config["replica.lag.time.max.ms"])
             self._spawn(self._every(max(lag // 2, 10),
                                     lambda: self.replica_manager.maybe_shrink_isr(lag)))
-            self._reconcile()
+            backend.reconcile()
         else:
             self.store.register_broker(info)
         self._spawn(self._every(int(self.config["log.retention.check.interval.ms"]),
@@ -238,55 +240,7 @@ class Broker:
         meta = self.store.topic(topic)
         return LogConfig(self.config, meta.configs if meta else {})
 
-    def _known_partition(self, topic: str, partition: int) -> str | None:
-        meta = self.store.topic(topic)
-        if meta is None or partition not in meta.partitions:
-            return None
-        if self.zk is not None and self.broker_id not in meta.partitions[partition].replicas:
-            return None  # moved away (reassigned) while this broker was down
-        return meta.topic_id
-
-    def _partition_exists(self, topic: str, partition: int) -> bool:
-        meta = self.store.topic(topic)
-        return meta is not None and partition in meta.partitions
-
-    def _apply_topic(self, topic: TopicMetadata) -> None:
-        if self.zk is not None:
-            self._reconcile()
-            return
-        for index, state in topic.partitions.items():
-            if state.leader == self.broker_id:
-                self.replica_manager.become_leader(topic.name, index, topic.topic_id,
-                                                   state.leader_epoch, state.replicas, state.isr)
-
-    def _remove_topic(self, topic: TopicMetadata) -> None:
-        if self.zk is not None:
-            self._reconcile()
-            return
-        for index in topic.partitions:
-            self.replica_manager.remove_partition(topic.name, index, delete=True)
-            self.cleaner.forget(topic.name, index)
-
     # ------------------------------------------------------------- cluster mode
-
-    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
-        for b in self.store.brokers():
-            if b.broker_id == broker_id:
-                return b.host, b.port
-        return None
-
-    async def _write_isr(self, partition: Partition, leader_epoch: int, isr: list[int],
-                         expected_version: int) -> int | None:
-        assert self.zk is not None
-        return await asyncio.to_thread(self.zk.update_isr, partition.topic, partition.index,
-                                       self.broker_id, leader_epoch, isr, expected_version)
-
-    def _replica_eligible(self, broker_id: int) -> bool:
-        """KIP-841: only a registered broker that is not shutting down may join an ISR."""
-        if self.zk is None:
-            return True
-        return broker_id not in self.zk.shutting_down and \
-            any(b.broker_id == broker_id for b in self.store.brokers())
 
     def _on_metadata_change(self, what: str) -> None:
         """Called on kazoo's thread: hand the event to the event loop, nothing more."""
@@ -310,63 +264,16 @@ class Broker:
             self.cluster_controller.enqueue(what)
         if what == "session":
             self._spawn(self._reregister())
-        if not self._reconcile_scheduled:
-            self._reconcile_scheduled = True
-            asyncio.get_running_loop().call_soon(self._reconcile)
+        self.backend.schedule()
 
     async def _reregister(self) -> None:
         assert self.zk is not None
         try:
             await asyncio.to_thread(self.zk.reregister)
             log.info("registered again in ZooKeeper after the session expired")
-            self._reconcile()
+            self.backend.reconcile()
         except Exception:
             log.exception("registering again in ZooKeeper failed")
-
-    def _reconcile(self) -> None:
-        """Make local roles follow the cached partition states (leader, follower, gone)."""
-        self._reconcile_scheduled = False
-        if self.zk is None or self.zk.session_lost or self.fetchers is None:
-            return
-        rm = self.replica_manager
-        wanted: set[tuple[str, int]] = set()
-        offsets_led: set[int] = set()
-        topics = self.store.topics()
-        for topic in topics.values():
-            adding = self.zk.adding_replicas.get(topic.name, {})
-            for index, state in topic.partitions.items():
-                tp = (topic.name, index)
-                if self.broker_id not in state.replicas and state.leader != self.broker_id:
-                    continue
-                wanted.add(tp)
-                if state.leader == self.broker_id:
-                    self.fetchers.remove_partition(tp)
-                    rm.become_leader(topic.name, index, topic.topic_id, state.leader_epoch,
-                                     state.replicas, state.isr, state.version)
-                    if topic.name == OFFSETS_TOPIC:
-                        offsets_led.add(index)
-                else:
-                    rm.become_follower(topic.name, index, topic.topic_id, state.leader,
-                                       state.leader_epoch, state.replicas, state.isr, state.version)
-                    if state.leader >= 0 and not self.shutting_down:
-                        self.fetchers.add_partition(tp, state.leader, state.leader_epoch,
-                                                    throttled=self.broker_id in adding.get(index, []))
-                    else:
-                        self.fetchers.remove_partition(tp)
-        for tp, part in list(rm.partitions.items()):
-            meta = topics.get(tp[0])
-            if meta is not None and part.log.config.overrides != meta.configs:
-                # Altered through another broker: the watch on /config/topics brought it here.
-                try:
-                    self.log_manager.update_config(tp[0])
-                except ConfigError as e:
-                    log.warning("%s: keeping the old topic config; the new one is invalid: %s", tp[0], e)
-            if tp not in wanted:
-                log.info("%s-%d: no longer a replica here; removing the local log", *tp)
-                self.fetchers.remove_partition(tp)
-                rm.remove_partition(tp[0], tp[1], delete=True)
-                self.cleaner.forget(*tp)
-        self.coordinators.set_led_partitions(offsets_led)
 
     # ---------------------------------------------------------------- dispatch
 
@@ -476,7 +383,7 @@ class Broker:
     async def controlled_shutdown(self) -> None:
         """Stop following, ask the controller to move leadership away, wait until it has."""
         assert self.zk is not None and self.fetchers is not None
-        self.shutting_down = True
+        self.backend.shutting_down = True  # reconciles from now on start no fetcher
         await self.fetchers.shutdown()
         started = time.monotonic()
         await asyncio.to_thread(self.zk.request_controlled_shutdown)

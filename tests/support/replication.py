@@ -20,8 +20,10 @@ def records(n: int, value: bytes = b"v") -> bytes:
     return encode_batch([(None, value, [])] * n, timestamp=1)
 
 
-def open_log_manager(path: Path, topic_configs: dict[str, str] | None = None) -> LogManager:
-    lm = LogManager(str(path), lambda t: LogConfig(BrokerConfig(), dict(topic_configs or {})))
+def open_log_manager(path: Path, topic_configs: dict[str, str] | None = None,
+                     config_for: Callable[[str], LogConfig] | None = None) -> LogManager:
+    lm = LogManager(str(path), config_for or (
+        lambda t: LogConfig(BrokerConfig(), dict(topic_configs or {}))))
     lm.load_logs(lambda t, p: "id")
     return lm
 

@@ -1,0 +1,160 @@
+"""ClusterBackend: this broker's replicas follow the published partition states.
+
+Kafka's ``becomeLeaderOrFollower`` and Redpanda's ``controller_backend``: one
+reconcile path for both modes. Whatever changed (a topic created or deleted
+through this broker, a ZooKeeper watch, a session re-established, a config
+altered elsewhere), ``reconcile()`` compares the metadata store's partition
+states with what this broker runs and makes the difference good:
+
+- a partition this broker leads: the ReplicaManager leads it in that epoch,
+  with that ISR and state version, and no fetcher follows it;
+- a partition it follows: the ReplicaManager follows, and a fetcher fetches it
+  from the leader (throttled while a reassignment adds it here), unless the
+  partition has no leader or this broker is shutting down;
+- a partition it no longer hosts (deleted, reassigned away): its fetcher
+  stops and its log is deleted;
+- topic configs altered through another broker reach the local logs;
+- the ``__consumer_offsets`` partitions it leads are handed to the group
+  coordinators (``on_offsets_leadership``), which load and unload groups.
+
+It also answers the replication layer's questions about the cluster: where a
+broker is (fetchers), whether a partition exists anywhere, whether a broker
+may join an ISR (KIP-841: registered, not shutting down), and writes a
+leader's ISR changes to the store.
+
+Invariants: ``reconcile()`` is idempotent and reads only cached metadata, so
+calling it on every event is safe and cheap; it never calls ZooKeeper (the
+ISR write is awaited by the ReplicaManager's own task). Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from dmq.cluster.metadata import OFFSETS_TOPIC, MetadataStore
+from dmq.cluster.zookeeper import ZooKeeperMetadataStore
+from dmq.config import ConfigError
+from dmq.replication.fetcher import ReplicaFetcherManager
+from dmq.replication.partition import Partition
+from dmq.replication.replica_manager import ReplicaManager, TopicPartition
+from dmq.storage.cleaner import LogCleaner
+from dmq.storage.log_manager import LogManager
+
+log = logging.getLogger("dmq.backend")
+
+
+class ClusterBackend:
+    def __init__(self, broker_id: int, store: MetadataStore, log_manager: LogManager,
+                 cleaner: LogCleaner) -> None:
+        self.broker_id = broker_id
+        self.store = store
+        self.zk = store if isinstance(store, ZooKeeperMetadataStore) else None
+        self.log_manager = log_manager
+        self.cleaner = cleaner
+        self.replica_manager: ReplicaManager | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.on_offsets_leadership: Callable[[set[int]], None] = lambda led: None
+        self.shutting_down = False
+        self._scheduled = False
+
+    def attach(self, replica_manager: ReplicaManager, fetchers: ReplicaFetcherManager | None,
+               on_offsets_leadership: Callable[[set[int]], None]) -> None:
+        """Wire the parts built after the backend (they take its callbacks)."""
+        self.replica_manager = replica_manager
+        self.fetchers = fetchers
+        self.on_offsets_leadership = on_offsets_leadership
+
+    # ------------------------------------------------------- what replication asks
+
+    def known_partition(self, topic: str, partition: int) -> str | None:
+        """The topic id of a partition this broker should host a log of, else None
+        (log loading at startup deletes the others)."""
+        meta = self.store.topic(topic)
+        if meta is None or partition not in meta.partitions:
+            return None
+        if self.zk is not None and self.broker_id not in meta.partitions[partition].replicas:
+            return None  # moved away (reassigned) while this broker was down
+        return meta.topic_id
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        meta = self.store.topic(topic)
+        return meta is not None and partition in meta.partitions
+
+    def broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        for b in self.store.brokers():
+            if b.broker_id == broker_id:
+                return b.host, b.port
+        return None
+
+    def replica_eligible(self, broker_id: int) -> bool:
+        """KIP-841: only a registered broker that is not shutting down may join an ISR."""
+        if self.zk is None:
+            return True
+        return broker_id not in self.zk.shutting_down and \
+            any(b.broker_id == broker_id for b in self.store.brokers())
+
+    async def write_isr(self, partition: Partition, leader_epoch: int, isr: list[int],
+                        expected_version: int) -> int | None:
+        """A leader's ISR change, compare-and-set against ``expected_version``."""
+        assert self.zk is not None
+        return await asyncio.to_thread(self.zk.update_isr, partition.topic, partition.index,
+                                       self.broker_id, leader_epoch, isr, expected_version)
+
+    # ------------------------------------------------------------------ reconcile
+
+    def schedule(self) -> None:
+        """Reconcile soon, once for any number of events that arrive meanwhile."""
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.reconcile)
+
+    def reconcile(self) -> None:
+        """Make local roles follow the cached partition states (leader, follower, gone)."""
+        self._scheduled = False
+        rm = self.replica_manager
+        if rm is None or (self.zk is not None and self.zk.session_lost):
+            return  # not started, or the cache is stale until the session is back
+        wanted: set[TopicPartition] = set()
+        offsets_led: set[int] = set()
+        topics = self.store.topics()
+        for topic in topics.values():
+            adding = self.zk.adding_replicas.get(topic.name, {}) if self.zk is not None else {}
+            for index, state in topic.partitions.items():
+                tp = (topic.name, index)
+                if self.broker_id not in state.replicas and state.leader != self.broker_id:
+                    continue
+                wanted.add(tp)
+                if state.leader == self.broker_id:
+                    if self.fetchers is not None:
+                        self.fetchers.remove_partition(tp)
+                    rm.become_leader(topic.name, index, topic.topic_id, state.leader_epoch,
+                                     state.replicas, state.isr, state.version)
+                    if topic.name == OFFSETS_TOPIC:
+                        offsets_led.add(index)
+                    continue
+                rm.become_follower(topic.name, index, topic.topic_id, state.leader,
+                                   state.leader_epoch, state.replicas, state.isr, state.version)
+                if self.fetchers is None:
+                    continue
+                if state.leader >= 0 and not self.shutting_down:
+                    self.fetchers.add_partition(tp, state.leader, state.leader_epoch,
+                                                throttled=self.broker_id in adding.get(index, []))
+                else:
+                    self.fetchers.remove_partition(tp)
+        for tp, part in list(rm.partitions.items()):
+            meta = topics.get(tp[0])
+            if meta is not None and part.log.config.overrides != meta.configs:
+                # Altered through another broker: the watch on /config/topics brought it here.
+                try:
+                    self.log_manager.update_config(tp[0])
+                except ConfigError as e:
+                    log.warning("%s: keeping the old topic config; the new one is invalid: %s", tp[0], e)
+            if tp not in wanted:
+                log.info("%s-%d: no longer a replica here; removing the local log", *tp)
+                if self.fetchers is not None:
+                    self.fetchers.remove_partition(tp)
+                rm.remove_partition(tp[0], tp[1], delete=True)
+                self.cleaner.forget(*tp)
+        self.on_offsets_leadership(offsets_led)
