@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from dmq.cluster.metadata import (
@@ -44,6 +44,7 @@ from dmq.cluster.metadata import (
     PartitionState,
     TopicMetadata,
 )
+from dmq.cluster.zk.client import new_kazoo_client
 
 log = logging.getLogger("dmq.zookeeper")
 
@@ -71,7 +72,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.broker_id = broker_id
         self.on_change = on_change
         self.session_timeout_ms = session_timeout_ms
-        self.zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self.zk = new_kazoo_client(connect, session_timeout_ms)
         self.zk.start(timeout=max(10.0, session_timeout_ms / 1000))
         self._lock = threading.Lock()
         self._topics: dict[str, TopicMetadata] = {}
