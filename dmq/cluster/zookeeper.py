@@ -123,9 +123,28 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.shutting_down = {int(c) for c in children if c.isdigit()}
         self._notify("admin")
 
-    def close(self) -> None:
-        self.zk.stop()
-        self.zk.close()
+    def close(self, timeout: float = 10.0) -> bool:
+        """End the session (its ephemeral znodes go), waiting at most ``timeout`` seconds.
+
+        kazoo's stop joins its callback thread, which can sit in a ZooKeeper call while the
+        server is unreachable: the close runs on a daemon thread so that a broker shutting
+        down during an outage is never held by it. False when it did not finish in time.
+        """
+        def stop() -> None:
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception as e:  # noqa: BLE001 - closing anyway
+                log.warning("closing the ZooKeeper session: %s", e)
+
+        closer = threading.Thread(target=stop, name="zk-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        if closer.is_alive():
+            log.warning("the ZooKeeper session did not close within %.0fs; leaving it to expire",
+                        timeout)
+            return False
+        return True
 
     # ------------------------------------------------------------------ cache
 
@@ -383,9 +402,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._state_changed(topic, partition, body, new_version)
         return new_version
 
-    def request_controlled_shutdown(self) -> None:
+    def request_controlled_shutdown(self, timeout: float) -> None:
+        """Ask the controller to move this broker's leadership away; raises (kazoo's
+        timeout or connection errors) when ZooKeeper does not answer within ``timeout``."""
         try:
-            self.zk.create(f"/admin/controlled_shutdown/{self.broker_id}", b"", ephemeral=True)
+            self.zk.create_async(f"/admin/controlled_shutdown/{self.broker_id}", b"",
+                                 ephemeral=True).get(timeout=timeout)
         except NodeExistsError:
             pass
 
