@@ -32,3 +32,24 @@ def test_sigterm_during_a_zookeeper_outage_exits_within_the_controlled_shutdown_
         assert "ZooKeeper unreachable" in b.log_text()
     finally:
         c.stop()
+
+
+@pytest.mark.parametrize("first_session_ms", ["4000", "10000"])
+def test_broker_killed_and_restarted_at_once_waits_for_its_old_registration(
+        tmp_path: Path, first_session_ms: str) -> None:
+    """The restarted broker finds its id still registered by the crashed process's session
+    and waits for ZooKeeper to expire it, even when that session's timeout was longer than
+    the new process's (a config change across the restart)."""
+    c = Cluster(tmp_path, size=2,
+                per_broker={2: {"zookeeper.session.timeout.ms": first_session_ms}}).start()
+    try:
+        b = c.brokers[2]
+        b.kill()
+        b.overrides["zookeeper.session.timeout.ms"] = "4000"
+        b.start(timeout=60)
+        assert "is still registered by an earlier session" in b.log_text()
+        c.wait_for(lambda: len(c.metadata(via=[1]).brokers) == 2, "broker 2 registered again")
+        time.sleep(1)
+        assert b.alive()
+    finally:
+        c.stop()
