@@ -4,12 +4,19 @@ clients within bounds."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from support.cluster import Cluster
 from support.zookeeper import available
+
+from dmq.client.wire import WireClient
 
 pytestmark = pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
 
@@ -53,3 +60,39 @@ def test_broker_killed_and_restarted_at_once_waits_for_its_old_registration(
         assert b.alive()
     finally:
         c.stop()
+
+
+def test_concurrent_metadata_auto_creates_through_different_brokers(cluster: Cluster) -> None:
+    """Auto-creates of the same topics racing through every broker: each answer is the topic
+    or LEADER_NOT_AVAILABLE (created through another broker a moment ago), and no connection
+    is closed (a broker's cache lagging ZooKeeper tripped an assertion)."""
+    names = [f"auto-{i}" for i in range(30)]
+    request = MetadataRequest(topics=tuple(MetadataRequestTopic(topic_id=None, name=n)  # type: ignore[arg-type]
+                                           for n in names),
+                              allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+    barrier = threading.Barrier(len(cluster.brokers))
+    answers: dict[int, Any] = {}
+    errors: list[BaseException] = []
+
+    def create_via(broker_id: int) -> None:
+        try:
+            with WireClient("127.0.0.1", cluster.brokers[broker_id].port, timeout=30) as c:
+                c.request(ApiVersionsRequest(client_software_name="t",  # type: ignore[arg-type]
+                                             client_software_version="1"))
+                barrier.wait(10)
+                answers[broker_id] = c.request(request)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=create_via, args=(i,)) for i in cluster.brokers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for resp in answers.values():
+        assert {t.error_code for t in resp.topics} <= {ErrorCode.none, ErrorCode.leader_not_available}
+    assert len(answers) == len(cluster.brokers)
+    cluster.wait_for(lambda: set(names) <= set(cluster.metadata().topics), "every topic created")
+    for b in cluster.brokers.values():
+        assert "AssertionError" not in b.log_text()
