@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from dmq.cluster.metadata import (
@@ -44,6 +44,7 @@ from dmq.cluster.metadata import (
     PartitionState,
     TopicMetadata,
 )
+from dmq.cluster.zk.client import new_kazoo_client
 
 log = logging.getLogger("dmq.zookeeper")
 
@@ -71,7 +72,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.broker_id = broker_id
         self.on_change = on_change
         self.session_timeout_ms = session_timeout_ms
-        self.zk = KazooClient(hosts=connect, timeout=session_timeout_ms / 1000)
+        self.zk = new_kazoo_client(connect, session_timeout_ms)
         self.zk.start(timeout=max(10.0, session_timeout_ms / 1000))
         self._lock = threading.Lock()
         self._topics: dict[str, TopicMetadata] = {}
@@ -122,9 +123,28 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.shutting_down = {int(c) for c in children if c.isdigit()}
         self._notify("admin")
 
-    def close(self) -> None:
-        self.zk.stop()
-        self.zk.close()
+    def close(self, timeout: float = 10.0) -> bool:
+        """End the session (its ephemeral znodes go), waiting at most ``timeout`` seconds.
+
+        kazoo's stop joins its callback thread, which can sit in a ZooKeeper call while the
+        server is unreachable: the close runs on a daemon thread so that a broker shutting
+        down during an outage is never held by it. False when it did not finish in time.
+        """
+        def stop() -> None:
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception as e:  # noqa: BLE001 - closing anyway
+                log.warning("closing the ZooKeeper session: %s", e)
+
+        closer = threading.Thread(target=stop, name="zk-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        if closer.is_alive():
+            log.warning("the ZooKeeper session did not close within %.0fs; leaving it to expire",
+                        timeout)
+            return False
+        return True
 
     # ------------------------------------------------------------------ cache
 
@@ -252,29 +272,59 @@ class ZooKeeperMetadataStore(MetadataStore):
         with self._lock:
             return self._controller
 
-    def register_broker(self, info: BrokerInfo) -> None:
+    def register_broker(self, info: BrokerInfo, wait_s: float | None = None) -> None:
+        """Create this broker's ephemeral ``/brokers/ids/<id>``.
+
+        A registration left by an earlier session of this id (a broker restarted at once
+        after a crash) lingers until ZooKeeper expires that session, which can take longer
+        than this process's own session timeout: the earlier process may have asked for a
+        longer one (its registration says), ZooKeeper may have raised it to its
+        ``minSessionTimeout`` (two ticks) and expires sessions a tick late at most. So this
+        waits, watching the znode, up to ``stale_registration_wait_s`` (or ``wait_s``) and
+        logs one line saying so; a registration still held after that belongs to a live
+        session (another broker with this id, or a paused one renewing it): an error.
+        One held by this very session (a create that got through before a reconnect) is ours.
+        """
         endpoint = f"PLAINTEXT://{info.host}:{info.port}"
         body = {"version": 5, "host": info.host, "port": info.port, "endpoints": [endpoint],
                 "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}, "rack": info.rack,
-                "jmx_port": -1, "timestamp": str(int(time.time() * 1000)), "features": {}}
+                "jmx_port": -1, "timestamp": str(int(time.time() * 1000)), "features": {},
+                "session_timeout_ms": self.session_timeout_ms}
         path = f"/brokers/ids/{info.broker_id}"
-        try:
-            self.zk.create(path, _dump(body), ephemeral=True)
-        except NodeExistsError:
-            # Our own registration from a session that has not expired yet (a fast restart)
-            # is waited out; another live broker with this id is an error.
-            deadline = time.monotonic() + self.session_timeout_ms / 1000 + 2
-            while True:
-                try:
-                    self.zk.create(path, _dump(body), ephemeral=True)
-                    break
-                except NodeExistsError:
-                    if time.monotonic() > deadline:
-                        raise MetadataError(
-                            "broker_id_not_registered",
-                            f"broker id {info.broker_id} is already registered in ZooKeeper by a "
-                            f"live broker; give this broker another --broker-id") from None
-                    time.sleep(0.5)
+        deadline: float | None = None
+        while True:
+            try:
+                self.zk.create(path, _dump(body), ephemeral=True)
+                break
+            except NodeExistsError:
+                pass
+            try:
+                data, stat = self.zk.get(path)
+            except NoNodeError:
+                continue  # it expired meanwhile
+            owner = int(stat.ephemeralOwner)
+            if owner == self.zk.client_id[0]:
+                break
+            old = _json(data) or {}
+            if deadline is None:
+                earlier_ms = int(old.get("session_timeout_ms") or 0)
+                bound = wait_s if wait_s is not None else stale_registration_wait_s(
+                    max(earlier_ms, self.session_timeout_ms))
+                deadline = time.monotonic() + bound
+                log.warning("broker %d is still registered by an earlier session (0x%x, at %s:%s); "
+                            "waiting up to %.0f s for it to expire", info.broker_id, owner,
+                            old.get("host"), old.get("port"), bound)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MetadataError(
+                    "broker_id_not_registered",
+                    f"broker id {info.broker_id} is registered in ZooKeeper by a live session "
+                    f"(0x{owner:x}, at {old.get('host')}:{old.get('port')}) that did not expire: "
+                    f"another broker with this id is running; stop it or give this broker "
+                    f"another --broker-id")
+            gone = threading.Event()
+            if self.zk.exists(path, watch=lambda _event, gone=gone: gone.set()) is not None:
+                gone.wait(min(remaining, 1.0))
         _, stat = self.zk.get(path)
         self.broker_epoch = int(stat.czxid)
         self.registration = info
@@ -382,9 +432,12 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._state_changed(topic, partition, body, new_version)
         return new_version
 
-    def request_controlled_shutdown(self) -> None:
+    def request_controlled_shutdown(self, timeout: float) -> None:
+        """Ask the controller to move this broker's leadership away; raises (kazoo's
+        timeout or connection errors) when ZooKeeper does not answer within ``timeout``."""
         try:
-            self.zk.create(f"/admin/controlled_shutdown/{self.broker_id}", b"", ephemeral=True)
+            self.zk.create_async(f"/admin/controlled_shutdown/{self.broker_id}", b"",
+                                 ephemeral=True).get(timeout=timeout)
         except NodeExistsError:
             pass
 
@@ -605,6 +658,16 @@ class ZooKeeperMetadataStore(MetadataStore):
                 return start
             except BadVersionError:
                 continue
+
+
+def stale_registration_wait_s(session_timeout_ms: int) -> float:
+    """How long a broker waits for an earlier session's registration of its id to expire.
+
+    ZooKeeper expires a session between its negotiated timeout and one tick later, and
+    may negotiate up to its minSessionTimeout (two ticks) for a shorter request: 1.5 times
+    the timeout covers both; twice the timeout plus 2 s leaves room for a loaded server.
+    """
+    return 2 * session_timeout_ms / 1000 + 2
 
 
 def assign_replicas(brokers: list[int], partitions: int, replication_factor: int,

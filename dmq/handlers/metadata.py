@@ -1,7 +1,9 @@
 """Metadata (3): brokers, controller, topics with partitions, leaders, replicas and ISR.
 
 Unknown topics are created when both the request (v4+) and
-``auto.create.topics.enable`` allow it.
+``auto.create.topics.enable`` allow it. A topic another broker created a moment
+before (ZooKeeper has it, this broker's watch-fed cache not yet) answers
+LEADER_NOT_AVAILABLE, as Kafka does for a topic being created: the client retries.
 """
 
 from __future__ import annotations
@@ -86,7 +88,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                         topics.append(_error_entry(schema, name, None, ErrorCode[e.error]))
                         continue
                     topic = store.topic(name)
-                    assert topic is not None
+                    if topic is None:
+                        # Created meanwhile through another broker; the watch has not brought
+                        # it here yet. Kafka's answer for a topic just created: retry.
+                        topics.append(_error_entry(schema, name, None,
+                                                   ErrorCode.leader_not_available))
+                        continue
             topics.append(_topic_entry(schema, topic, live))
     brokers = tuple(
         make(schema.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,

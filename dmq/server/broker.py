@@ -61,6 +61,9 @@ from dmq.storage.log_manager import LogManager
 
 log = logging.getLogger("dmq.broker")
 
+# How long a shutdown waits for the ZooKeeper session to close.
+ZK_CLOSE_TIMEOUT_S = 5.0
+
 
 def parse_host_port(text: str, default_port: int = 9092) -> tuple[str, int]:
     text = text.strip()
@@ -381,16 +384,34 @@ class Broker:
         await self.shutdown()
 
     async def controlled_shutdown(self) -> None:
-        """Stop following, ask the controller to move leadership away, wait until it has."""
+        """Stop following, ask the controller to move leadership away, wait until it has.
+
+        Bounded like Kafka's: ``controlled.shutdown.max.retries`` attempts
+        ``controlled.shutdown.retry.backoff.ms`` apart; past that (say ZooKeeper is
+        unreachable) the broker shuts down anyway and its leadership moves when its
+        session expires.
+        """
         assert self.zk is not None and self.fetchers is not None
         self.backend.shutting_down = True  # reconciles from now on start no fetcher
         await self.fetchers.shutdown()
         started = time.monotonic()
-        await asyncio.to_thread(self.zk.request_controlled_shutdown)
-        budget = (int(self.config["controlled.shutdown.max.retries"])
-                  * int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000)
+        attempts = int(self.config["controlled.shutdown.max.retries"])
+        backoff = int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000
+        budget = attempts * backoff
+        deadline = started + budget
         remaining: list[str] = []
-        while time.monotonic() - started < budget:
+        requested = False
+        while time.monotonic() < deadline:
+            if not requested:
+                try:
+                    await asyncio.to_thread(self.zk.request_controlled_shutdown,
+                                            max(0.1, min(backoff, deadline - time.monotonic())))
+                    requested = True
+                except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: retried, bounded
+                    log.warning("controlled shutdown: cannot reach ZooKeeper (%s); retrying",
+                                type(e).__name__)
+                    await asyncio.sleep(max(0.0, min(backoff / 10, deadline - time.monotonic())))
+                    continue
             live = {b.broker_id for b in self.store.brokers()}
             remaining = [f"{t.name}-{p}" for t in self.store.topics().values()
                          for p, s in t.partitions.items()
@@ -401,8 +422,13 @@ class Broker:
                          time.monotonic() - started)
                 return
             await asyncio.sleep(0.1)
-        log.warning("controlled shutdown incomplete after %.0fs; still leading %s",
-                    budget, ", ".join(remaining[:10]))
+        if not requested:
+            log.warning("controlled shutdown: ZooKeeper unreachable for %.1fs "
+                        "(controlled.shutdown.max.retries=%d, controlled.shutdown.retry.backoff.ms"
+                        "=%d); shutting down without it", budget, attempts, int(backoff * 1000))
+        else:
+            log.warning("controlled shutdown incomplete after %.1fs; still leading %s",
+                        budget, ", ".join(remaining[:10]))
 
     async def shutdown(self) -> None:
         log.info("shutting down")
@@ -423,6 +449,6 @@ class Broker:
         self.replica_manager.checkpoint_high_watermarks()
         self.log_manager.shutdown()
         if self.zk is not None:
-            await asyncio.to_thread(self.zk.close)
+            await asyncio.to_thread(self.zk.close, ZK_CLOSE_TIMEOUT_S)
         log.info("shut down cleanly")
         print("dmq broker stopped cleanly", flush=True)

@@ -46,8 +46,13 @@ def test_registration_and_controller_failover(zookeeper: ZooKeeperProcess) -> No
         assert a.try_become_controller() and not b.try_become_controller()
         wait_for(lambda: b.controller_id() == 1)
         first_epoch = a.controller_epoch
-        with pytest.raises(MetadataError):
-            a.register_broker(BrokerInfo(1, "h", 1))  # one registration per id
+        a.register_broker(BrokerInfo(1, "127.0.0.1", 9091))  # its own registration: kept
+        other = ZooKeeperMetadataStore(zookeeper.connect + "/dmq", 1, session_timeout_ms=3000)
+        try:
+            with pytest.raises(MetadataError, match="registered in ZooKeeper by a live session"):
+                other.register_broker(BrokerInfo(1, "h", 1), wait_s=1)  # one registration per id
+        finally:
+            other.close()
         a.close()  # the controller's session ends: its ephemeral znodes go
         wait_for(lambda: [x.broker_id for x in b.brokers()] == [2] and b.controller_id() == -1)
         assert b.try_become_controller()

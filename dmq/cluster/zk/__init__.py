@@ -1,0 +1,1 @@
+"""ZooKeeper access: the kazoo client and its connection policy (``client``)."""
