@@ -99,8 +99,8 @@ class ClusterBackend:
                         expected_version: int) -> int | None:
         """A leader's ISR change, compare-and-set against ``expected_version``."""
         assert self.zk is not None
-        return await asyncio.to_thread(self.zk.update_isr, partition.topic, partition.index,
-                                       self.broker_id, leader_epoch, isr, expected_version)
+        return await self.zk.update_isr(partition.topic, partition.index, self.broker_id,
+                                        leader_epoch, isr, expected_version)
 
     # ------------------------------------------------------------------ reconcile
 

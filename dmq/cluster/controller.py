@@ -4,6 +4,10 @@ On a single broker this broker is the controller and the only replica: a
 change is written to the metadata store first (durable), then
 ``on_topic_change``/``on_topic_delete`` make the local ReplicaManager follow
 it. ``validate_only`` requests run every check and change nothing.
+
+Runs on the event loop; the changing methods are ``async`` because the store's
+writes are (ZooKeeper, or an fsync off the loop), and raise MetadataError
+(REQUEST_TIMED_OUT when the store cannot be reached in time).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ class Controller:
         self.on_config_change = on_config_change
         self.on_broker_config_change = on_broker_config_change
 
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str | None],
                      assignment: dict[int, list[int]] | None = None,
                      validate_only: bool = False) -> TopicMetadata:
@@ -83,21 +87,21 @@ class Controller:
             )
         if validate_only:
             return TopicMetadata(name, "0" * 32, {}, {k: v for k, v in configs.items() if v is not None})
-        topic = self.store.create_topic(
+        topic = await self.store.create_topic(
             name, num_partitions, replication_factor,
             {k: v for k, v in configs.items() if v is not None}, assignment,
         )
         self.on_topic_change(topic)
         return topic
 
-    def delete_topic(self, name: str) -> TopicMetadata:
+    async def delete_topic(self, name: str) -> TopicMetadata:
         if not self.config["delete.topic.enable"]:
             raise MetadataError("topic_deletion_disabled", "Topic deletion is disabled.")
-        topic = self.store.delete_topic(name)
+        topic = await self.store.delete_topic(name)
         self.on_topic_delete(topic)
         return topic
 
-    def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
         topic = self.store.topic(name)
         if topic is None:
             raise MetadataError("unknown_topic_or_partition",
@@ -112,18 +116,18 @@ class Controller:
             raise MetadataError("invalid_partitions", f"Topic already has {current} partitions.")
         if validate_only:
             return topic
-        topic = self.store.create_partitions(name, total)
+        topic = await self.store.create_partitions(name, total)
         self.on_topic_change(topic)
         return topic
 
-    def reassign_partitions(self, targets: dict[tuple[str, int], list[int] | None]
+    async def reassign_partitions(self, targets: dict[tuple[str, int], list[int] | None]
                             ) -> dict[tuple[str, int], tuple[str, str | None]]:
         """Validate and submit reassignments; (error name, message) per partition."""
         results: dict[tuple[str, int], tuple[str, str | None]] = {}
         valid: dict[tuple[str, int], list[int]] = {}
         cancelled: set[tuple[str, int]] = set()
         live = {b.broker_id for b in self.store.brokers()}
-        ongoing = self.store.ongoing_reassignments()
+        ongoing = await self.store.ongoing_reassignments()
         for (topic, p), replicas in targets.items():
             meta = self.store.topic(topic)
             if meta is None or p not in meta.partitions:
@@ -143,13 +147,13 @@ class Controller:
                 valid[(topic, p)] = list(replicas)
         if valid or cancelled:
             try:
-                self.store.request_reassignments(valid, frozenset(cancelled))
+                await self.store.request_reassignments(valid, frozenset(cancelled))
                 results.update({tp: ("none", None) for tp in [*valid, *cancelled]})
             except MetadataError as e:
                 results.update({tp: (e.error, str(e)) for tp in [*valid, *cancelled]})
         return results
 
-    def elect_preferred_leaders(self, partitions: list[tuple[str, int]]
+    async def elect_preferred_leaders(self, partitions: list[tuple[str, int]]
                                 ) -> dict[tuple[str, int], tuple[str, str | None]]:
         """Validate preferred leader elections and hand the eligible ones to the controller."""
         results: dict[tuple[str, int], tuple[str, str | None]] = {}
@@ -169,7 +173,10 @@ class Controller:
                 wanted.append((topic, p))
                 results[(topic, p)] = ("none", None)
         if wanted:
-            self.store.request_preferred_elections(wanted)
+            try:
+                await self.store.request_preferred_elections(wanted)
+            except MetadataError as e:
+                results.update({tp: (e.error, str(e)) for tp in wanted})
         return results
 
     @staticmethod
@@ -182,7 +189,7 @@ class Controller:
                                                    f"id, or an empty name for the cluster-wide default")
         return resource_name
 
-    def alter_broker_configs(self, resource_name: str, configs: dict[str, str],
+    async def alter_broker_configs(self, resource_name: str, configs: dict[str, str],
                              validate_only: bool = False) -> None:
         """Replace the dynamic overrides of one broker (its id) or of all (``""``)."""
         entity = self.broker_config_entity(resource_name)
@@ -192,11 +199,11 @@ class Controller:
             raise MetadataError("invalid_config", str(e)) from None
         if validate_only:
             return
-        self.store.set_broker_configs(entity, configs)
+        await self.store.set_broker_configs(entity, configs)
         if self.on_broker_config_change is not None:
             self.on_broker_config_change()
 
-    def alter_topic_configs(self, name: str, configs: dict[str, str],
+    async def alter_topic_configs(self, name: str, configs: dict[str, str],
                             validate_only: bool = False) -> None:
         """Replace the topic's config overrides with ``configs``."""
         if self.store.topic(name) is None:
@@ -208,5 +215,5 @@ class Controller:
             raise MetadataError("invalid_config", str(e)) from None
         if validate_only:
             return
-        self.store.set_topic_configs(name, configs)
+        await self.store.set_topic_configs(name, configs)
         self.on_config_change(name)

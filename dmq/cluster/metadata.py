@@ -6,11 +6,12 @@ model follows classic Kafka: a topic has an id, an assignment
 config overrides. ``EmbeddedMetadataStore`` keeps that model in one JSON file
 (``<data-dir>/__cluster_metadata.json``, written atomically and fsynced) for a
 single broker; a ZooKeeper-backed store implements the same interface for
-clusters. Callers run on the event-loop thread.
+clusters. Callers run on the event-loop thread; writes are ``async``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -94,6 +95,12 @@ DEFAULT_BROKER_ENTITY = "<default>"
 
 
 class MetadataStore(ABC):
+    """What the broker codes against. Reads (topics, brokers, controller, configs) are
+    synchronous and answer from memory; writes are ``async`` (they reach ZooKeeper or
+    fsync a file) and raise MetadataError, whose ``error`` names the Kafka error code
+    (REQUEST_TIMED_OUT when the store cannot be reached in time). Event-loop thread only.
+    """
+
     cluster_id: str
 
     @abstractmethod
@@ -106,37 +113,37 @@ class MetadataStore(ABC):
     def controller_id(self) -> int: ...
 
     @abstractmethod
-    def register_broker(self, info: BrokerInfo) -> None: ...
+    async def register_broker(self, info: BrokerInfo, wait_s: float | None = None) -> None: ...
 
     @abstractmethod
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str], assignment: dict[int, list[int]] | None = None
-                     ) -> TopicMetadata: ...
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           configs: dict[str, str], assignment: dict[int, list[int]] | None = None
+                           ) -> TopicMetadata: ...
 
     @abstractmethod
-    def delete_topic(self, name: str) -> TopicMetadata: ...
+    async def delete_topic(self, name: str) -> TopicMetadata: ...
 
     @abstractmethod
-    def create_partitions(self, name: str, total: int) -> TopicMetadata: ...
+    async def create_partitions(self, name: str, total: int) -> TopicMetadata: ...
 
     @abstractmethod
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
 
     @abstractmethod
-    def allocate_producer_ids(self, count: int) -> int:
+    async def allocate_producer_ids(self, count: int) -> int:
         """Reserve ``count`` producer ids durably; return the first."""
 
-    def request_reassignments(self, targets: dict[tuple[str, int], list[int]],
-                              cancelled: frozenset[tuple[str, int]] = frozenset()) -> None:
+    async def request_reassignments(self, targets: dict[tuple[str, int], list[int]],
+                                    cancelled: frozenset[tuple[str, int]] = frozenset()) -> None:
         """Hand partition reassignments (and cancellations of ongoing ones) to the controller."""
         raise MetadataError("invalid_replica_assignment",
                             "a single broker cannot move partitions: there is nowhere to move them")
 
-    def ongoing_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
+    async def ongoing_reassignments(self) -> dict[tuple[str, int], tuple[list[int], list[int]]]:
         """(adding, removing) replicas of every reassignment in progress."""
         return {}
 
-    def request_preferred_elections(self, partitions: list[tuple[str, int]]) -> None:
+    async def request_preferred_elections(self, partitions: list[tuple[str, int]]) -> None:
         """Ask the controller to move leadership back to the preferred replicas."""
         raise MetadataError("election_not_needed", "a single broker leads every partition it has")
 
@@ -144,8 +151,12 @@ class MetadataStore(ABC):
     def broker_configs(self, entity: str) -> dict[str, str]:
         """Dynamic config overrides of one broker (``"<id>"``) or of all (DEFAULT_BROKER_ENTITY)."""
 
+    async def current_broker_configs(self, entity: str) -> dict[str, str]:
+        """``broker_configs``, read through where the store does not cache ``entity``."""
+        return self.broker_configs(entity)
+
     @abstractmethod
-    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+    async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         """Replace the dynamic overrides of ``entity``; every broker it concerns applies them."""
 
     def topic(self, name: str) -> TopicMetadata | None:
@@ -162,8 +173,10 @@ class EmbeddedMetadataStore(MetadataStore):
     """Single-broker metadata, persisted in one JSON file.
 
     Invariant: the file on disk always holds a complete, valid state: every
-    change is written to a temporary file, fsynced and renamed over it
-    before the change is visible to callers.
+    change is written to a temporary file, fsynced (on a worker thread, off the
+    event loop) and renamed over it before the change is visible to callers.
+    Writers are serialized by one asyncio lock; each writes the state with its
+    change, then applies the change in memory.
     """
 
     FILE = "__cluster_metadata.json"
@@ -175,6 +188,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._write_lock = asyncio.Lock()
         os.makedirs(data_dir, exist_ok=True)
         if os.path.exists(self.path):
             with open(self.path) as f:
@@ -187,26 +201,34 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], parts, t["configs"])
         else:
             self.cluster_id = _new_cluster_id()
-            self._persist()
+            self._write(self._snapshot())
 
-    def _persist(self) -> None:
-        raw = {
+    def _snapshot(self, topics: dict[str, TopicMetadata] | None = None,
+                  broker_configs: dict[str, dict[str, str]] | None = None,
+                  next_producer_id: int | None = None) -> dict[str, object]:
+        """The file's content: the current state with the given parts replaced."""
+        return {
             "version": 1,
             "cluster_id": self.cluster_id,
-            "next_producer_id": self._next_producer_id,
-            "broker_configs": self._broker_configs,
+            "next_producer_id": self._next_producer_id if next_producer_id is None else next_producer_id,
+            "broker_configs": self._broker_configs if broker_configs is None else broker_configs,
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
                  "partitions": {str(p): asdict(s) for p, s in t.partitions.items()}}
-                for t in self._topics.values()
+                for t in (self._topics if topics is None else topics).values()
             ],
         }
+
+    def _write(self, raw: dict[str, object]) -> None:
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             json.dump(raw, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+    async def _persist(self, raw: dict[str, object]) -> None:
+        await asyncio.to_thread(self._write, raw)
 
     def topics(self) -> dict[str, TopicMetadata]:
         return self._topics
@@ -217,65 +239,77 @@ class EmbeddedMetadataStore(MetadataStore):
     def controller_id(self) -> int:
         return self.broker_id
 
-    def register_broker(self, info: BrokerInfo) -> None:
+    async def register_broker(self, info: BrokerInfo, wait_s: float | None = None) -> None:
         self._brokers[info.broker_id] = info
 
-    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str], assignment: dict[int, list[int]] | None = None
-                     ) -> TopicMetadata:
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                           configs: dict[str, str], assignment: dict[int, list[int]] | None = None
+                           ) -> TopicMetadata:
         # The Controller has validated the request; the store only records it.
-        if name in self._topics:
-            raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
-        parts = {}
-        for p in range(num_partitions):
-            replicas = (assignment or {}).get(p) or [self.broker_id]
-            parts[p] = PartitionState(replicas, self.broker_id, 0, [self.broker_id])
-        topic = TopicMetadata(name, uuid.uuid4().hex, parts, dict(configs))
-        self._topics[name] = topic
-        self._persist()
-        return topic
+        async with self._write_lock:
+            if name in self._topics:
+                raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
+            parts = {}
+            for p in range(num_partitions):
+                replicas = (assignment or {}).get(p) or [self.broker_id]
+                parts[p] = PartitionState(replicas, self.broker_id, 0, [self.broker_id])
+            topic = TopicMetadata(name, uuid.uuid4().hex, parts, dict(configs))
+            await self._persist(self._snapshot(topics={**self._topics, name: topic}))
+            self._topics[name] = topic
+            return topic
 
-    def delete_topic(self, name: str) -> TopicMetadata:
-        topic = self._topics.pop(name, None)
-        if topic is None:
-            raise MetadataError("unknown_topic_or_partition",
-                                "This server does not host this topic-partition.")
-        self._persist()
-        return topic
-
-    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+    def _existing(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name)
         if topic is None:
             raise MetadataError("unknown_topic_or_partition",
                                 "This server does not host this topic-partition.")
-        for p in range(len(topic.partitions), total):
-            topic.partitions[p] = PartitionState([self.broker_id], self.broker_id, 0, [self.broker_id])
-        self._persist()
         return topic
 
-    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        topic = self._topics.get(name)
-        if topic is None:
-            raise MetadataError("unknown_topic_or_partition",
-                                "This server does not host this topic-partition.")
-        topic.configs = dict(configs)
-        self._persist()
+    async def delete_topic(self, name: str) -> TopicMetadata:
+        async with self._write_lock:
+            topic = self._existing(name)
+            await self._persist(self._snapshot(
+                topics={k: v for k, v in self._topics.items() if k != name}))
+            del self._topics[name]
+            return topic
+
+    async def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        async with self._write_lock:
+            topic = self._existing(name)
+            parts = dict(topic.partitions)
+            for p in range(len(topic.partitions), total):
+                parts[p] = PartitionState([self.broker_id], self.broker_id, 0, [self.broker_id])
+            grown = TopicMetadata(topic.name, topic.topic_id, parts, topic.configs)
+            await self._persist(self._snapshot(topics={**self._topics, name: grown}))
+            topic.partitions = parts
+            return topic
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        async with self._write_lock:
+            topic = self._existing(name)
+            changed = TopicMetadata(topic.name, topic.topic_id, topic.partitions, dict(configs))
+            await self._persist(self._snapshot(topics={**self._topics, name: changed}))
+            topic.configs = dict(configs)
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         return dict(self._broker_configs.get(entity, {}))
 
-    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
-        if configs:
-            self._broker_configs[entity] = dict(configs)
-        else:
-            self._broker_configs.pop(entity, None)
-        self._persist()
+    async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        async with self._write_lock:
+            new = dict(self._broker_configs)
+            if configs:
+                new[entity] = dict(configs)
+            else:
+                new.pop(entity, None)
+            await self._persist(self._snapshot(broker_configs=new))
+            self._broker_configs = new
 
-    def allocate_producer_ids(self, count: int) -> int:
-        start = self._next_producer_id
-        self._next_producer_id += count
-        self._persist()
-        return start
+    async def allocate_producer_ids(self, count: int) -> int:
+        async with self._write_lock:
+            start = self._next_producer_id
+            await self._persist(self._snapshot(next_producer_id=start + count))
+            self._next_producer_id = start + count
+            return start
 
 
 def _new_cluster_id() -> str:

@@ -4,7 +4,8 @@ Every broker runs one; the one that wins the ephemeral ``/controller`` znode
 (and bumps ``/controller_epoch``) is active, the others only wait to take over.
 ZooKeeper watches never act: they enqueue an event name ("brokers",
 "controller", "topics", "admin", "session") and this loop handles events one
-batch at a time, on a worker thread because kazoo calls block.
+batch at a time, on the event loop: every ZooKeeper call goes through the store's
+async client, bounded by its timeout (ZooKeeperUnavailable: retried later).
 
 What the active controller does:
 - broker loss: partitions led by a dead broker get a new leader from the live
@@ -33,9 +34,8 @@ import logging
 import time
 from typing import Any
 
-from kazoo.exceptions import KazooException
-
 from dmq.cluster.metadata import MetadataError, PartitionState
+from dmq.cluster.zk.client import ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import BrokerConfig, LogConfig
 
@@ -75,9 +75,9 @@ class ClusterController:
             if not batch:
                 continue
             try:
-                await asyncio.to_thread(self._handle, batch)
-            except KazooException as e:
-                log.warning("controller: ZooKeeper unavailable (%s); retrying", type(e).__name__)
+                await self._handle(batch)
+            except ZooKeeperUnavailable as e:
+                log.warning("controller: ZooKeeper unavailable (%s); retrying", e)
                 await asyncio.sleep(0.5)
                 self.enqueue("controller")
             except Exception:
@@ -87,16 +87,16 @@ class ClusterController:
 
     # ----------------------------------------------------------- event handling
 
-    def _handle(self, events: set[str]) -> None:
+    async def _handle(self, events: set[str]) -> None:
         if self.store.session_lost:
             self.active = False
             return
         if "controller" in events or "session" in events or not self.active:
             if self.store.controller_id() in (-1, self.broker_id) or "session" in events:
-                self._elect_self()
+                await self._elect_self()
         if not self.active:
             return
-        live = set(self.store.broker_ids())
+        live = set(await self.store.broker_ids())
         changed_brokers = live != self.live
         if changed_brokers:
             gone, back = self.live - live, live - self.live
@@ -105,23 +105,23 @@ class ClusterController:
                          sorted(gone), sorted(back), sorted(live))
             self.live = live
         if changed_brokers or events & {"brokers", "topics", "admin", "became"}:
-            self._check_partitions()
-        self._progress_reassignments()
-        self._preferred_elections()
+            await self._check_partitions()
+        await self._progress_reassignments()
+        await self._preferred_elections()
         if self.config["auto.leader.rebalance.enable"] and \
                 time.monotonic() - self._last_rebalance >= self.rebalance_interval:
             self._last_rebalance = time.monotonic()
-            self._rebalance_leaders()
+            await self._rebalance_leaders()
 
-    def _elect_self(self) -> None:
+    async def _elect_self(self) -> None:
         if self.store.controller_id() == self.broker_id and self.active:
             return
-        if self.store.try_become_controller():
+        if await self.store.try_become_controller():
             self.active = True
-            self.live = set(self.store.broker_ids())
+            self.live = set(await self.store.broker_ids())
             log.info("broker %d became the controller (epoch %d); live brokers %s",
                      self.broker_id, self.store.controller_epoch, sorted(self.live))
-            self._check_partitions()
+            await self._check_partitions()
         elif self.store.controller_id() != self.broker_id:
             self.active = False
 
@@ -160,9 +160,11 @@ class ClusterController:
             isr = [state.leader]
         return PartitionState(state.replicas, state.leader, state.leader_epoch, isr)
 
-    def _write(self, topic: str, partition: int, new: PartitionState, version: int, why: str) -> bool:
+    async def _write(self, topic: str, partition: int, new: PartitionState, version: int, why: str) -> bool:
         try:
-            self.store.update_partition_state(topic, partition, new, version)
+            await self.store.update_partition_state(topic, partition, new, version)
+        except ZooKeeperUnavailable:
+            raise
         except MetadataError as e:
             log.info("%s-%d: state changed under the controller (%s); re-reading", topic, partition, e)
             return False
@@ -170,12 +172,12 @@ class ClusterController:
                  new.leader_epoch, new.isr, why)
         return True
 
-    def _check_partitions(self) -> None:
+    async def _check_partitions(self) -> None:
         excluded = self.store.shutting_down & self.live
         for name, meta in self.store.topics().items():
             for p in meta.partitions:
                 for _ in range(3):
-                    found = self.store.read_partition_state(name, p)
+                    found = await self.store.read_partition_state(name, p)
                     if found is None:
                         break
                     state, version = found
@@ -184,11 +186,11 @@ class ClusterController:
                         break
                     why = "controlled shutdown" if state.leader in excluded else (
                         "leader lost" if state.leader != new.leader else "replicas left the ISR")
-                    if self._write(name, p, new, version, why):
+                    if await self._write(name, p, new, version, why):
                         break
 
-    def _elect_preferred(self, topic: str, partition: int) -> bool:
-        found = self.store.read_partition_state(topic, partition)
+    async def _elect_preferred(self, topic: str, partition: int) -> bool:
+        found = await self.store.read_partition_state(topic, partition)
         if found is None:
             return False
         state, version = found
@@ -196,22 +198,22 @@ class ClusterController:
         if state.leader == preferred or preferred not in state.isr or preferred not in self.live \
                 or preferred in self.store.shutting_down:
             return False
-        return self._write(topic, partition,
+        return await self._write(topic, partition,
                            PartitionState(state.replicas, preferred, state.leader_epoch + 1, state.isr),
                            version, "preferred leader election")
 
-    def _preferred_elections(self) -> None:
-        wanted, version = self.store.read_admin(PREFERRED)
+    async def _preferred_elections(self) -> None:
+        wanted, version = await self.store.read_admin(PREFERRED)
         if version < 0:
             return
         for entry in wanted:
-            self._elect_preferred(str(entry["topic"]), int(entry["partition"]))
+            await self._elect_preferred(str(entry["topic"]), int(entry["partition"]))
         try:
-            self.store.write_admin(PREFERRED, [], version)
+            await self.store.write_admin(PREFERRED, [], version)
         except MetadataError:
             pass
 
-    def _rebalance_leaders(self) -> None:
+    async def _rebalance_leaders(self) -> None:
         """auto.leader.rebalance.enable: per broker, when too many of its preferred partitions are led elsewhere."""
         threshold = int(self.config["leader.imbalance.per.broker.percentage"]) / 100
         preferred_of: dict[int, list[tuple[str, int]]] = {}
@@ -229,19 +231,21 @@ class ClusterController:
                 log.info("leader imbalance on broker %d: %d of its %d preferred partitions led "
                          "elsewhere; electing preferred leaders", broker, len(off), len(parts))
                 for t, p in off:
-                    self._elect_preferred(t, p)
+                    await self._elect_preferred(t, p)
 
     # -------------------------------------------------------------- reassignment
 
-    def _progress_reassignments(self) -> None:
-        wanted, version = self.store.read_admin(REASSIGN)
+    async def _progress_reassignments(self) -> None:
+        wanted, version = await self.store.read_admin(REASSIGN)
         if version < 0:
             return
         remaining: list[dict[str, Any]] = []
         for entry in wanted:
             topic, partition, target = str(entry["topic"]), int(entry["partition"]), list(entry["replicas"])
             try:
-                done = self._reassign(topic, partition, target, bool(entry.get("cancel")))
+                done = await self._reassign(topic, partition, target, bool(entry.get("cancel")))
+            except ZooKeeperUnavailable:
+                raise
             except MetadataError as e:
                 log.info("%s-%d: reassignment step retried: %s", topic, partition, e)
                 done = False
@@ -249,17 +253,17 @@ class ClusterController:
                 remaining.append(entry)
         if remaining != wanted:
             try:
-                self.store.write_admin(REASSIGN, remaining, version)
+                await self.store.write_admin(REASSIGN, remaining, version)
             except MetadataError:
                 pass
 
-    def _reassign(self, topic: str, partition: int, target: list[int], cancel: bool = False) -> bool:
+    async def _reassign(self, topic: str, partition: int, target: list[int], cancel: bool = False) -> bool:
         """One step of KIP-455's reassignment; True once the partition is on ``target`` alone.
 
         A cancellation (``cancel``, target = the replicas before the move) does not wait for
         the ISR: those replicas held the partition already; it only drops the added ones.
         """
-        found = self.store.read_assignment(topic)
+        found = await self.store.read_assignment(topic)
         if found is None:
             return True  # topic deleted: nothing to do
         raw, version = found
@@ -280,10 +284,10 @@ class ClusterController:
             adding[key] = [r for r in target if r not in original]
             removing[key] = [r for r in current if r not in target]
             raw["adding_replicas"], raw["removing_replicas"] = adding, removing
-            self.store.write_assignment(topic, raw, version)
+            await self.store.write_assignment(topic, raw, version)
             log.info("%s-%d: reassigning %s -> %s", topic, partition, current, target)
             return False
-        state_found = self.store.read_partition_state(topic, partition)
+        state_found = await self.store.read_partition_state(topic, partition)
         if state_found is None:
             return True
         state, state_version = state_found
@@ -296,10 +300,10 @@ class ClusterController:
             leader = candidates[0]
             new = PartitionState(state.replicas, leader, state.leader_epoch + 1,
                                  [r for r in state.isr if r in target])
-            self._write(topic, partition, new, state_version, "reassignment")
+            await self._write(topic, partition, new, state_version, "reassignment")
             return False
         if any(r not in target for r in state.isr):
-            self._write(topic, partition,
+            await self._write(topic, partition,
                         PartitionState(state.replicas, state.leader, state.leader_epoch,
                                        [r for r in state.isr if r in target]),
                         state_version, "reassignment drops old replicas")
@@ -307,7 +311,7 @@ class ClusterController:
         adding.pop(key, None)
         removing.pop(key, None)
         raw["adding_replicas"], raw["removing_replicas"] = adding, removing
-        self.store.write_assignment(topic, raw, version)
+        await self.store.write_assignment(topic, raw, version)
         log.info("%s-%d: reassignment %s %s", topic, partition,
                  "cancelled; back on" if cancel else "complete on", target)
         return True

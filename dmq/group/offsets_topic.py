@@ -35,7 +35,7 @@ class OffsetsTopic:
         self.commit_timeout_ms = commit_timeout_ms
         self.last_appended: dict[int, int] = {}
 
-    def ensure_exists(self) -> bool:
+    async def ensure_exists(self) -> bool:
         if self.controller.store.topic(OFFSETS_TOPIC) is not None:
             return True
         live = len(self.controller.store.brokers()) or 1
@@ -45,7 +45,7 @@ class OffsetsTopic:
                         "(offsets.topic.replication.factor=%d)", OFFSETS_TOPIC, rf, live,
                         self.replication_factor)
         try:
-            self.controller.create_topic(OFFSETS_TOPIC, self.num_partitions, rf, {
+            await self.controller.create_topic(OFFSETS_TOPIC, self.num_partitions, rf, {
                 "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                 "compression.type": "producer"})
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
@@ -57,7 +57,8 @@ class OffsetsTopic:
             return False
 
     def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        if not self.ensure_exists():
+        if self.controller.store.topic(OFFSETS_TOPIC) is None:
+            # Created (async) by FindCoordinator or before a group write: Coordinators.
             return ErrorCode.coordinator_not_available
         batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))
         result = self.replica_manager.append_to_local_log(OFFSETS_TOPIC, partition, batch, -1)
@@ -104,8 +105,8 @@ class Coordinators:
         self.store = store
         self.broker_id = broker_id
 
-    def group_coordinator_node(self, group_id: str) -> BrokerInfo | None:
-        if not self.offsets.ensure_exists():
+    async def group_coordinator_node(self, group_id: str) -> BrokerInfo | None:
+        if not await self.offsets.ensure_exists():
             return None
         topic = self.store.topic(OFFSETS_TOPIC)
         if topic is None:
@@ -117,6 +118,11 @@ class Coordinators:
             if b.broker_id == state.leader:
                 return b
         return None
+
+    async def ensure_offsets_topic(self) -> bool:
+        """Create ``__consumer_offsets`` if it is missing (a group write without a
+        FindCoordinator first); False when it cannot be created now."""
+        return await self.offsets.ensure_exists()
 
     async def wait_replicated(self, group_id: str) -> ErrorCode:
         return await self.offsets.wait_replicated(self.group.partition_for(group_id))

@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.metadata import MetadataError
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -24,7 +25,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     targets = {(t.name, p.partition_index): (list(p.replicas) if p.replicas is not None else None)
                for t in request.topics for p in t.partitions}
-    results = services.controller.reassign_partitions(targets)
+    try:
+        results = await services.controller.reassign_partitions(targets)
+    except MetadataError as e:
+        results = {tp: (e.error, str(e)) for tp in targets}
     topics = tuple(
         make(schema.ReassignableTopicResponse, name=t.name, partitions=tuple(
             make(schema.ReassignablePartitionResponse, partition_index=p.partition_index,

@@ -16,13 +16,13 @@ MAX_VERSION = 4
 KEY_TYPE_GROUP = 0
 
 
-def _lookup(services: BrokerServices, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
+async def _lookup(services: BrokerServices, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
     if key_type != KEY_TYPE_GROUP:
         return (ErrorCode.coordinator_not_available,
                 "transaction coordinators are not supported by this broker yet", -1, "", -1)
     if not key:
         return ErrorCode.invalid_group_id, "empty group id", -1, "", -1
-    node = services.coordinators.group_coordinator_node(key)
+    node = await services.coordinators.group_coordinator_node(key)
     if node is None:
         return ErrorCode.coordinator_not_available, None, -1, "", -1
     return ErrorCode.none, None, node.broker_id, node.host, node.port
@@ -34,11 +34,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            error, message, node_id, host, port = _lookup(services, key, key_type)
+            error, message, node_id, host, port = await _lookup(services, key, key_type)
             coordinators.append(make(schema.Coordinator, key=key, node_id=node_id, host=host, port=port,
                                      error_code=error, error_message=message))
         return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
                     coordinators=tuple(coordinators))
-    error, message, node_id, host, port = _lookup(services, request.key, key_type)
+    error, message, node_id, host, port = await _lookup(services, request.key, key_type)
     return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
                 error_message=message, node_id=node_id, host=host, port=port)

@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.metadata import MetadataError
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -20,6 +21,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         # Transactions come with the transaction coordinator; refuse clearly until then.
         return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
+    try:
+        producer_id = await services.producer_ids.generate()
+    except MetadataError as e:  # the block could not be reserved in time
+        return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode[e.error], producer_id=-1, producer_epoch=-1)
     return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
-                error_code=ErrorCode.none, producer_id=services.producer_ids.generate(),
-                producer_epoch=0)
+                error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=0)

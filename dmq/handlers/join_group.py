@@ -14,6 +14,7 @@ MAX_VERSION = 9
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     session_ms = int(request.session_timeout.total_seconds() * 1000)
     rebalance = getattr(request, "rebalance_timeout", None)
     rebalance_ms = int(rebalance.total_seconds() * 1000) if rebalance is not None and ctx.api_version >= 1 else session_ms

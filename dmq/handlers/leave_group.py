@@ -14,6 +14,7 @@ MAX_VERSION = 5
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     if ctx.api_version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:

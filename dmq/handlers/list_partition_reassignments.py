@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.metadata import MetadataError
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -16,7 +17,11 @@ MAX_VERSION = 0
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    ongoing = services.metadata.ongoing_reassignments()
+    try:
+        ongoing = await services.metadata.ongoing_reassignments()
+    except MetadataError as e:
+        return make(schema.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode[e.error], error_message=str(e), topics=())
     wanted = None if request.topics is None else {
         (t.name, p) for t in request.topics for p in t.partition_indexes}
     by_topic: dict[str, list[Any]] = {}

@@ -16,6 +16,7 @@ MAX_VERSION = 9
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     entries = [
         (t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
          p.committed_metadata)

@@ -16,6 +16,7 @@ MAX_VERSION = 0
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     error, results = services.coordinators.group.delete_offsets(request.group_id, wanted)
     topics = tuple(

@@ -14,6 +14,7 @@ MAX_VERSION = 5
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     result = await services.coordinators.group.sync_group(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),

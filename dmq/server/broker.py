@@ -7,11 +7,13 @@ in a cluster, controlled shutdown first (stop following, ask the controller to
 move leadership away, wait for it); then stop listening, flush every log,
 write checkpoints and the clean-shutdown marker.
 
-In a cluster, ZooKeeper watches (kazoo's thread) only post events to the event
-loop: the ClusterBackend reconciles (the ReplicaManager, the fetchers and the
-group coordinator follow the cached partition states; the same reconcile
-serves the embedded store after a topic change), and the ClusterController
-handles the same events if this broker is the controller.
+In a cluster, the ZooKeeper store's watch-fed cache lives on the event loop
+and calls ``_on_metadata_change`` there when it changes: the ClusterBackend
+reconciles (the ReplicaManager, the fetchers and the group coordinator follow
+the cached partition states; the same reconcile serves the embedded store
+after a topic change), and the ClusterController handles the same events if
+this broker is the controller. No ZooKeeper call blocks the loop: the store's
+writes are async and bounded (REQUEST_TIMED_OUT when ZooKeeper is unreachable).
 Background tasks: retention, flushing rolled segments, flush.ms, checkpoints,
 ISR shrinking.
 """
@@ -115,9 +117,10 @@ class Broker:
         connect = self.config["zookeeper.connect"]
         if connect:
             try:
-                self.zk = await asyncio.to_thread(
-                    ZooKeeperMetadataStore, str(connect), self.broker_id,
-                    int(self.config["zookeeper.session.timeout.ms"]))
+                connection_timeout = self.config["zookeeper.connection.timeout.ms"]
+                self.zk = await ZooKeeperMetadataStore.connect(
+                    str(connect), self.broker_id, int(self.config["zookeeper.session.timeout.ms"]),
+                    connection_timeout_ms=int(connection_timeout) if connection_timeout else None)
             except Exception as e:
                 raise SystemExit(
                     f"error: cannot connect to ZooKeeper at {connect}: {e or type(e).__name__}. "
@@ -190,7 +193,7 @@ class Broker:
         info = BrokerInfo(self.broker_id, host, port, str(rack) if rack else None)
         if self.zk is not None:
             try:
-                await asyncio.to_thread(self.zk.register_broker, info)
+                await self.zk.register_broker(info)
             except MetadataError as e:
                 raise SystemExit(f"error: {e}") from None
             self.zk.on_change = self._on_metadata_change
@@ -201,7 +204,7 @@ class Broker:
                                     lambda: self.replica_manager.maybe_shrink_isr(lag)))
             backend.reconcile()
         else:
-            self.store.register_broker(info)
+            await self.store.register_broker(info)
         self._spawn(self._every(int(self.config["log.retention.check.interval.ms"]),
                                 self._retention))
         self._spawn(self._every(1000, self._flush_rolled))
@@ -246,10 +249,8 @@ class Broker:
     # ------------------------------------------------------------- cluster mode
 
     def _on_metadata_change(self, what: str) -> None:
-        """Called on kazoo's thread: hand the event to the event loop, nothing more."""
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._metadata_event, what)
+        """Called on the event loop by the store when its cache changed."""
+        self._metadata_event(what)
 
     def _apply_dynamic_configs(self) -> None:
         """Overlay the dynamic broker configs (AlterConfigs on a broker) over the static ones."""
@@ -272,7 +273,7 @@ class Broker:
     async def _reregister(self) -> None:
         assert self.zk is not None
         try:
-            await asyncio.to_thread(self.zk.reregister)
+            await self.zk.reregister()
             log.info("registered again in ZooKeeper after the session expired")
             self.backend.reconcile()
         except Exception:
@@ -404,8 +405,8 @@ class Broker:
         while time.monotonic() < deadline:
             if not requested:
                 try:
-                    await asyncio.to_thread(self.zk.request_controlled_shutdown,
-                                            max(0.1, min(backoff, deadline - time.monotonic())))
+                    await self.zk.request_controlled_shutdown(
+                        max(0.1, min(backoff, deadline - time.monotonic())))
                     requested = True
                 except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: retried, bounded
                     log.warning("controlled shutdown: cannot reach ZooKeeper (%s); retrying",
@@ -449,6 +450,6 @@ class Broker:
         self.replica_manager.checkpoint_high_watermarks()
         self.log_manager.shutdown()
         if self.zk is not None:
-            await asyncio.to_thread(self.zk.close, ZK_CLOSE_TIMEOUT_S)
+            await self.zk.stop(ZK_CLOSE_TIMEOUT_S)
         log.info("shut down cleanly")
         print("dmq broker stopped cleanly", flush=True)

@@ -3,20 +3,26 @@ clients within bounds."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from support.cluster import Cluster
 from support.zookeeper import available
 
 from dmq.client.wire import WireClient
+from dmq.record.records import encode_batch
 
 pytestmark = pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
 
@@ -96,3 +102,82 @@ def test_concurrent_metadata_auto_creates_through_different_brokers(cluster: Clu
     cluster.wait_for(lambda: set(names) <= set(cluster.metadata().topics), "every topic created")
     for b in cluster.brokers.values():
         assert "AssertionError" not in b.log_text()
+
+
+def test_a_paused_zookeeper_freezes_only_the_requests_that_need_it(tmp_path: Path) -> None:
+    """ZooKeeper SIGSTOPped: while a CreateTopics waits on it, the broker answers ApiVersions,
+    Metadata (from its cache), acks=1 Produce and Fetch of a partition it leads at once; the
+    CreateTopics answers REQUEST_TIMED_OUT within the ZooKeeper request bound."""
+    c = Cluster(tmp_path, size=2).start()
+    try:
+        c.create_topic("served", partitions=1, rf=2)
+        leader = c.partition("served").leader
+        port = c.brokers[leader].port
+        with WireClient("127.0.0.1", port, timeout=30) as admin, \
+                WireClient("127.0.0.1", port, timeout=30) as client:
+            create = CreateTopicsRequest(topics=(CreatableTopic(  # type: ignore[arg-type]
+                name="while-paused", num_partitions=1, replication_factor=1, assignments=(),
+                configs=()),), timeout=timedelta(seconds=30), validate_only=False)
+            created: dict[str, Any] = {}
+
+            def create_topic() -> None:
+                started = time.monotonic()
+                created["response"] = admin.request(create)
+                created["took"] = time.monotonic() - started
+
+            assert c.zookeeper.proc is not None
+            zk_pid = c.zookeeper.proc.pid
+            os.kill(zk_pid, signal.SIGSTOP)
+            try:
+                creator = threading.Thread(target=create_topic)
+                creator.start()
+                time.sleep(0.3)  # the CreateTopics is waiting on ZooKeeper now
+                for request in (
+                        ApiVersionsRequest(client_software_name="t",  # type: ignore[arg-type]
+                                           client_software_version="1"),
+                        MetadataRequest(topics=(MetadataRequestTopic(  # type: ignore[arg-type]
+                            topic_id=None, name="served"),), allow_auto_topic_creation=False,
+                            include_topic_authorized_operations=False),
+                        produce_request("served", acks=1),
+                        fetch_request("served")):
+                    started = time.monotonic()
+                    resp = client.request(request)
+                    took = time.monotonic() - started
+                    assert took < 1.0, f"{type(request).__name__} took {took:.2f}s"
+                    assert_no_error(resp)
+                assert creator.is_alive(), "CreateTopics did not wait on ZooKeeper"
+                creator.join(30)
+            finally:
+                os.kill(zk_pid, signal.SIGCONT)
+            result = created["response"].topics[0]
+            assert result.error_code == ErrorCode.request_timed_out
+            assert created["took"] < 4 + 2  # the session timeout bounds a ZooKeeper request
+    finally:
+        c.stop()
+
+
+def produce_request(topic: str, acks: int) -> ProduceRequest:
+    batch = encode_batch([(b"k", b"v", [])], timestamp=int(time.time() * 1000))
+    return ProduceRequest(transactional_id=None, acks=acks, timeout=timedelta(seconds=5),  # type: ignore[arg-type]
+                          topic_data=(TopicProduceData(name=topic, partition_data=(  # type: ignore[arg-type]
+                              PartitionProduceData(index=0, records=batch),),),))  # type: ignore[arg-type]
+
+
+def fetch_request(topic: str) -> FetchRequest:
+    return FetchRequest(max_wait=timedelta(milliseconds=10), min_bytes=1, topics=(  # type: ignore[arg-type]
+        FetchTopic(topic=topic, partitions=(FetchPartition(partition=0, fetch_offset=0,  # type: ignore[arg-type]
+                                                           partition_max_bytes=100000),)),),
+        forgotten_topics_data=())
+
+
+def assert_no_error(resp: Any) -> None:
+    """No error code anywhere in a response (top level, topics, partitions)."""
+    def walk(obj: Any) -> None:
+        if hasattr(obj, "error_code"):
+            assert obj.error_code == ErrorCode.none, obj
+        for name in getattr(obj, "__dataclass_fields__", {}):
+            value = getattr(obj, name)
+            if isinstance(value, tuple):
+                for item in value:
+                    walk(item)
+    walk(resp)

@@ -1,4 +1,14 @@
-"""The kazoo client dmq connects to ZooKeeper with, and its reconnect policy.
+"""dmq's ZooKeeper client: the one module that uses kazoo.
+
+``ZooKeeperClient`` offers ``async`` get/set/create/delete/children/exists and
+transactions. Each call runs kazoo on one executor and is bounded by a
+timeout: while ZooKeeper is unreachable a call fails with
+``ZooKeeperUnavailable`` (a MetadataError, REQUEST_TIMED_OUT) within the
+bound instead of hanging, and the event loop never waits on ZooKeeper.
+Watches and session-state changes arrive on kazoo's thread and are only
+posted to the event loop (``call_soon_threadsafe``): their callbacks run on
+the loop. Any task on the loop may call any method; ``start`` and ``close``
+are the broker's.
 
 Reconnection: kazoo's default connection retry doubles its pause up to an
 hour, so after an outage of a few tens of seconds a broker came back long
@@ -12,11 +22,33 @@ so a server that does not answer does not eat the session either.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import BadVersionError as BadVersionError
+from kazoo.exceptions import KazooException
+from kazoo.exceptions import NodeExistsError as NodeExistsError
+from kazoo.exceptions import NoNodeError as NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.states import ZnodeStat as Stat
 from kazoo.retry import KazooRetry
+
+from dmq.cluster.metadata import MetadataError
+
+log = logging.getLogger("dmq.zookeeper")
+
+
+class ZooKeeperUnavailable(MetadataError):
+    """ZooKeeper did not answer in time (or the connection is gone): Kafka's REQUEST_TIMED_OUT."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("request_timed_out", message)
 
 # Longest pause between two reconnect attempts, whatever the session timeout.
 MAX_RECONNECT_PAUSE_S = 0.5
@@ -59,3 +91,212 @@ def new_kazoo_client(connect: str, session_timeout_ms: int) -> KazooClient:
     return KazooClient(hosts=connect, timeout=session_s,
                        connection_retry=connection_retry(session_timeout_ms),
                        handler=_BoundedConnectHandler(max(0.5, session_s / 3)))
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation of a transaction: ``create`` (data), ``set`` (data, version),
+    ``delete`` (version) or ``check`` (version)."""
+
+    kind: str
+    path: str
+    data: bytes = b""
+    version: int = -1
+
+    @staticmethod
+    def create(path: str, data: bytes = b"") -> Op:
+        return Op("create", path, data)
+
+    @staticmethod
+    def set(path: str, data: bytes, version: int = -1) -> Op:
+        return Op("set", path, data, version)
+
+    @staticmethod
+    def delete(path: str, version: int = -1) -> Op:
+        return Op("delete", path, version=version)
+
+    @staticmethod
+    def check(path: str, version: int) -> Op:
+        return Op("check", path, version=version)
+
+
+class ZooKeeperClient:
+    """Async access to one ZooKeeper session.
+
+    Invariants: kazoo is called only on ``self.executor``'s threads (and kazoo's own);
+    every call returns or raises within ``timeout_s`` (plus scheduling); callbacks given
+    to ``watch_data``, ``watch_children`` and ``on_state`` run on the event loop.
+    """
+
+    def __init__(self, connect: str, session_timeout_ms: int, timeout_s: float | None = None) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.timeout_s = timeout_s if timeout_s is not None else session_timeout_ms / 1000
+        self.kazoo = new_kazoo_client(connect, session_timeout_ms)
+        self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zk")
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def start(self, timeout_s: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        await self._run(lambda: self.kazoo.start(timeout=timeout_s), timeout_s + 1, "connect")
+
+    @property
+    def session_id(self) -> int:
+        return int(self.kazoo.client_id[0]) if self.kazoo.client_id else 0
+
+    @property
+    def connected(self) -> bool:
+        return bool(self.kazoo.connected)
+
+    def close(self, timeout: float = 10.0) -> bool:
+        """End the session (its ephemeral znodes go), waiting at most ``timeout`` seconds.
+
+        kazoo's stop joins its callback thread, which may be blocked while the server is
+        unreachable: the close runs on a daemon thread so a broker shutting down during an
+        outage is never held by it. False when it did not finish in time. Blocking: call
+        it off the event loop.
+        """
+        def stop() -> None:
+            try:
+                self.kazoo.stop()
+                self.kazoo.close()
+            except Exception as e:  # noqa: BLE001 - closing anyway
+                log.warning("closing the ZooKeeper session: %s", e)
+
+        closer = threading.Thread(target=stop, name="zk-close", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        if closer.is_alive():
+            log.warning("the ZooKeeper session did not close within %.0fs; leaving it to expire",
+                        timeout)
+            return False
+        return True
+
+    # --------------------------------------------------------------- calls
+
+    async def _run(self, fn: Callable[[], Any], timeout: float, what: str) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(self.executor, fn), timeout + 0.5)
+        except TimeoutError:
+            raise ZooKeeperUnavailable(f"ZooKeeper did not answer {what} within {timeout:.1f}s") from None
+        except (NoNodeError, NodeExistsError, BadVersionError):
+            raise
+        except KazooException as e:
+            raise ZooKeeperUnavailable(f"ZooKeeper {what} failed: {type(e).__name__}") from None
+        except RuntimeError as e:  # the executor is shut down: the broker is stopping
+            raise ZooKeeperUnavailable(f"ZooKeeper {what}: {e}") from None
+
+    async def _call(self, what: str, start: Callable[[], Any], timeout: float | None) -> Any:
+        bound = self.timeout_s if timeout is None else timeout
+
+        def wait() -> Any:
+            try:
+                return start().get(timeout=bound)
+            except self.kazoo.handler.timeout_exception:
+                raise TimeoutError from None
+        return await self._run(wait, bound, what)
+
+    async def get(self, path: str, timeout: float | None = None) -> tuple[bytes, Stat]:
+        result: tuple[bytes, Stat] = await self._call(
+            f"get {path}", lambda: self.kazoo.get_async(path), timeout)
+        return result
+
+    async def get_or_none(self, path: str) -> tuple[bytes, Stat] | None:
+        try:
+            return await self.get(path)
+        except NoNodeError:
+            return None
+
+    async def exists(self, path: str, watch: Callable[[], None] | None = None) -> Stat | None:
+        """The znode's stat, or None; ``watch`` (on the loop) fires once when it changes."""
+        watcher = None if watch is None else (lambda _event: self._post(watch))
+        result: Stat | None = await self._call(
+            f"exists {path}", lambda: self.kazoo.exists_async(path, watch=watcher), None)
+        return result
+
+    async def children(self, path: str) -> list[str]:
+        result: list[str] = await self._call(
+            f"children {path}", lambda: self.kazoo.get_children_async(path), None)
+        return result
+
+    async def create(self, path: str, data: bytes = b"", ephemeral: bool = False,
+                     makepath: bool = False, timeout: float | None = None) -> str:
+        result: str = await self._call(
+            f"create {path}",
+            lambda: self.kazoo.create_async(path, data, ephemeral=ephemeral, makepath=makepath),
+            timeout)
+        return result
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        result: Stat = await self._call(
+            f"set {path}", lambda: self.kazoo.set_async(path, data, version=version), None)
+        return result
+
+    async def delete(self, path: str, version: int = -1, recursive: bool = False) -> None:
+        if recursive:
+            await self._run(lambda: self.kazoo.delete(path, recursive=True), self.timeout_s,
+                            f"delete {path}")
+            return
+        await self._call(f"delete {path}", lambda: self.kazoo.delete_async(path, version=version),
+                         None)
+
+    async def ensure_path(self, path: str) -> None:
+        await self._run(lambda: self.kazoo.ensure_path(path), self.timeout_s, f"ensure {path}")
+
+    async def transaction(self, ops: Sequence[Op]) -> list[Any]:
+        """Commit ``ops`` atomically; one result per op, exceptions for failed ones (all fail)."""
+        def start() -> Any:
+            tx = self.kazoo.transaction()
+            for op in ops:
+                if op.kind == "create":
+                    tx.create(op.path, op.data)
+                elif op.kind == "set":
+                    tx.set_data(op.path, op.data, version=op.version)
+                elif op.kind == "delete":
+                    tx.delete(op.path, version=op.version)
+                else:
+                    tx.check(op.path, op.version)
+            return tx.commit_async()
+        result: list[Any] = await self._call("transaction", start, None)
+        return result
+
+    # ------------------------------------------------------- watches, state
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(fn, *args)
+
+    async def watch_data(self, path: str, callback: Callable[[bytes | None, Stat | None], bool | None]
+                         ) -> None:
+        """Call ``callback(data, stat)`` on the loop now and on every change; data is None
+        once the znode is gone, and the watch ends then."""
+        def changed(data: bytes | None, stat: Stat | None) -> bool:
+            self._post(callback, data, stat)
+            return data is not None
+        await self._run(lambda: self.kazoo.DataWatch(path, changed), self.timeout_s, f"watch {path}")
+
+    async def watch_data_forever(self, path: str,
+                                 callback: Callable[[bytes | None, Stat | None], None]) -> None:
+        """As ``watch_data``, but the watch stays while the znode is absent."""
+        def changed(data: bytes | None, stat: Stat | None) -> None:
+            self._post(callback, data, stat)
+        await self._run(lambda: self.kazoo.DataWatch(path, changed), self.timeout_s, f"watch {path}")
+
+    async def watch_children(self, path: str, callback: Callable[[list[str]], None]) -> None:
+        def changed(children: list[str]) -> None:
+            self._post(callback, list(children))
+        await self._run(lambda: self.kazoo.ChildrenWatch(path, changed), self.timeout_s,
+                        f"watch {path}")
+
+    def on_state(self, callback: Callable[[str], None]) -> None:
+        """``callback`` gets "LOST", "SUSPENDED" or "CONNECTED" on the loop."""
+        def listener(state: str) -> None:
+            self._post(callback, str(state))
+        self.kazoo.add_listener(listener)
+
+
+LOST, SUSPENDED, CONNECTED = str(KazooState.LOST), str(KazooState.SUSPENDED), str(KazooState.CONNECTED)

@@ -3,6 +3,9 @@ a ZooKeeper restart."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -12,7 +15,12 @@ from kazoo.client import KazooState
 from support.zookeeper import ZooKeeperProcess, available
 
 from dmq.cluster.metadata import BrokerInfo
-from dmq.cluster.zk.client import connection_retry, new_kazoo_client
+from dmq.cluster.zk.client import (
+    ZooKeeperClient,
+    ZooKeeperUnavailable,
+    connection_retry,
+    new_kazoo_client,
+)
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 
 
@@ -35,29 +43,77 @@ def test_session_survives_a_zookeeper_restart(tmp_path: Path) -> None:
     """ZooKeeper down for 10 s, back on the same port and data: the client reconnects
     within about a second and keeps its session (and so its ephemeral registration)."""
     zk = ZooKeeperProcess(tmp_path / "zk").start()
-    store = ZooKeeperMetadataStore(zk.connect + "/dmq", 1, session_timeout_ms=3000)
+
+    async def body() -> None:
+        store = await ZooKeeperMetadataStore.connect(zk.connect + "/dmq", 1, session_timeout_ms=3000)
+        try:
+            await store.register_broker(BrokerInfo(1, "127.0.0.1", 9091))
+            session_id = store.client.session_id
+            connected = threading.Event()
+            states: list[str] = []
+
+            def listener(state: str) -> None:
+                states.append(state)
+                if state == KazooState.CONNECTED:
+                    connected.set()
+
+            store.client.kazoo.add_listener(listener)
+            await asyncio.to_thread(zk.stop)
+            await asyncio.sleep(10)
+            await asyncio.to_thread(zk.start)
+            back = time.monotonic()
+            assert await asyncio.to_thread(connected.wait, 15), f"no reconnect; states {states}"
+            took = time.monotonic() - back
+            assert store.client.session_id == session_id
+            assert KazooState.LOST not in states and not store.session_lost
+            assert await store.client.exists("/brokers/ids/1") is not None
+            assert took < 1.5, f"reconnected {took:.2f}s after ZooKeeper was back"
+        finally:
+            await store.stop()
+
     try:
-        store.register_broker(BrokerInfo(1, "127.0.0.1", 9091))
-        session_id = store.zk.client_id[0]
-        connected = threading.Event()
-        states: list[str] = []
-
-        def listener(state: str) -> None:
-            states.append(state)
-            if state == KazooState.CONNECTED:
-                connected.set()
-
-        store.zk.add_listener(listener)
-        zk.stop()
-        time.sleep(10)
-        zk.start()
-        back = time.monotonic()
-        assert connected.wait(15), f"no reconnect; states {states}"
-        took = time.monotonic() - back
-        assert store.zk.client_id[0] == session_id
-        assert KazooState.LOST not in states and not store.session_lost
-        assert store.zk.exists("/brokers/ids/1") is not None
-        assert took < 1.5, f"reconnected {took:.2f}s after ZooKeeper was back"
+        asyncio.run(body())
     finally:
-        store.close()
+        zk.stop()
+
+
+@pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
+def test_calls_fail_within_the_timeout_while_zookeeper_is_paused(tmp_path: Path) -> None:
+    """A SIGSTOPped ZooKeeper accepts nothing: a call raises ZooKeeperUnavailable
+    (REQUEST_TIMED_OUT) within its bound, and the event loop keeps running meanwhile."""
+    zk = ZooKeeperProcess(tmp_path / "zk").start()
+
+    async def body() -> None:
+        client = ZooKeeperClient(zk.connect, 6000, timeout_s=1.0)
+        await client.start(10)
+        try:
+            await client.create("/x", b"1")
+            assert zk.proc is not None
+            os.kill(zk.proc.pid, signal.SIGSTOP)
+            try:
+                ticks = 0
+
+                async def tick() -> None:
+                    nonlocal ticks
+                    while True:
+                        await asyncio.sleep(0.05)
+                        ticks += 1
+
+                ticker = asyncio.ensure_future(tick())
+                started = time.monotonic()
+                with pytest.raises(ZooKeeperUnavailable) as e:
+                    await client.get("/x")
+                took = time.monotonic() - started
+                ticker.cancel()
+                assert e.value.error == "request_timed_out"
+                assert took < 2.5, took
+                assert ticks >= took / 0.05 * 0.5  # the loop was not blocked
+            finally:
+                os.kill(zk.proc.pid, signal.SIGCONT)
+        finally:
+            await asyncio.to_thread(client.close, 5)
+
+    try:
+        asyncio.run(body())
+    finally:
         zk.stop()

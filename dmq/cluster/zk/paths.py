@@ -1,0 +1,61 @@
+"""Classic Kafka's znode paths (relative to the chroot of ``zookeeper.connect``). Pure."""
+
+from __future__ import annotations
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+BROKER_TOPICS = "/brokers/topics"
+CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+DELETE_TOPICS = "/admin/delete_topics"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+
+# Created at startup by every broker.
+PERSISTENT_PARENTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, DELETE_TOPICS,
+                      CONTROLLED_SHUTDOWN)
+
+
+def broker(broker_id: int | str) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic(name: str) -> str:
+    return f"{BROKER_TOPICS}/{name}"
+
+
+def partitions(name: str) -> str:
+    return f"{BROKER_TOPICS}/{name}/partitions"
+
+
+def partition(name: str, index: int) -> str:
+    return f"{BROKER_TOPICS}/{name}/partitions/{index}"
+
+
+def partition_state(name: str, index: int) -> str:
+    return f"{BROKER_TOPICS}/{name}/partitions/{index}/state"
+
+
+def topic_config(name: str) -> str:
+    return f"{CONFIG_TOPICS}/{name}"
+
+
+def broker_config(entity: str) -> str:
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
+def controlled_shutdown(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
+
+
+def parse_partition_state(path: str) -> tuple[str, int] | None:
+    """(topic, partition) of a partition state path; None for any other path."""
+    parts = path.split("/")
+    if len(parts) != 7 or parts[:3] != ["", "brokers", "topics"] or parts[4] != "partitions" \
+            or parts[6] != "state" or not parts[5].isdigit():
+        return None
+    return parts[3], int(parts[5])
