@@ -173,14 +173,19 @@ class ClusterController:
         return True
 
     async def _check_partitions(self) -> None:
+        """Decide every partition from the watch-fed cache (no ZooKeeper read per partition
+        per event); only a write refused because the cache lagged reads that one through."""
         excluded = self.store.shutting_down & self.live
         for name, meta in self.store.topics().items():
-            for p in meta.partitions:
-                for _ in range(3):
-                    found = await self.store.read_partition_state(name, p)
-                    if found is None:
-                        break
-                    state, version = found
+            for p, cached in meta.partitions.items():
+                for attempt in range(3):
+                    if attempt == 0 and cached.version >= 0:
+                        state, version = cached, cached.version
+                    else:
+                        found = await self.store.read_partition_state(name, p)
+                        if found is None:
+                            break
+                        state, version = found
                     new = self.decide(name, state, excluded)
                     if (new.leader, new.leader_epoch, new.isr) == (state.leader, state.leader_epoch, state.isr):
                         break

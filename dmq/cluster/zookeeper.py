@@ -434,9 +434,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         body = codecs.encode_state(codecs.LeaderAndIsr(self.controller_epoch, state.leader,
                                                        state.leader_epoch, state.isr))
         try:
-            return int((await self.client.set(path, body, version=expected_version)).version)
+            new_version = int((await self.client.set(path, body, version=expected_version)).version)
         except BadVersionError:
             raise MetadataError("not_controller", f"partition state of {topic}-{partition} changed") from None
+        self._state_changed(topic, partition, body, new_version)  # the watch may come later
+        return new_version
 
     async def partition_state_version(self, topic: str, partition: int) -> int:
         _, stat = await self.client.get(paths.partition_state(topic, partition))

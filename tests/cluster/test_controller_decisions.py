@@ -8,6 +8,7 @@ offline), so a deposed leader is fenced.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ def controller(tmp_path: Path) -> ClusterController:
 
 def _controller(path: Path, unclean: bool) -> ClusterController:
     store = EmbeddedMetadataStore(str(path), 1)
-    store.create_topic("t", 1, 1, {"unclean.leader.election.enable": str(unclean).lower()})
+    asyncio.run(store.create_topic("t", 1, 1, {"unclean.leader.election.enable": str(unclean).lower()}))
     c = ClusterController(store, BrokerConfig())  # type: ignore[arg-type]
     c.live = {1, 2, 3}
     return c
