@@ -1,219 +1,322 @@
-"""Controller: validates and applies topic changes, then tells the broker.
+"""Controller: the ZooKeeper-era Kafka controller, one event loop per cluster.
 
-On a single broker this broker is the controller and the only replica: a
-change is written to the metadata store first (durable), then
-``on_topic_change``/``on_topic_delete`` make the local ReplicaManager follow
-it. ``validate_only`` requests run every check and change nothing.
+Every broker runs one; the one that wins the ephemeral ``/controller`` znode
+(and bumps ``/controller_epoch``) is active, the others only wait to take over.
+ZooKeeper watches never act: they enqueue an event name ("brokers",
+"controller", "topics", "admin", "session") and this loop handles events one
+batch at a time, on the event loop: every ZooKeeper call goes through the store's
+async client, bounded by its timeout (ZooKeeperUnavailable: retried later).
 
-Runs on the event loop; the changing methods are ``async`` because the store's
-writes are (ZooKeeper, or an fsync off the loop), and raise MetadataError
-(REQUEST_TIMED_OUT when the store cannot be reached in time).
+What the active controller does:
+- broker loss: partitions led by a dead broker get a new leader from the live
+  ISR (the first in replica order), with the leader epoch bumped; dead
+  followers leave the ISR. With no live ISR member the partition goes offline
+  (leader -1, the ISR kept) unless the topic sets
+  ``unclean.leader.election.enable``;
+- broker return: offline partitions whose ISR holds it are led again;
+- controlled shutdown (``/admin/controlled_shutdown/<id>``): that broker's
+  leadership moves to other ISR members and it leaves every ISR it can;
+- preferred leader election (``/admin/preferred_replica_election``, and every
+  ``leader.imbalance.check.interval.seconds`` when
+  ``auto.leader.rebalance.enable``): the first replica leads again once in the ISR;
+- reassignment (``/admin/reassign_partitions``): the new replicas are added
+  (throttled), and once all of them are in the ISR, leadership moves into the
+  target set and the old replicas are dropped.
+
+Every partition-state write is a compare-and-set on the znode version that
+also stamps this controller's epoch, so a deposed controller's writes fail.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import logging
+import time
+from typing import Any
 
-from dmq.cluster.metadata import (
-    DEFAULT_BROKER_ENTITY,
-    MetadataError,
-    MetadataStore,
-    TopicMetadata,
-    validate_topic_name,
-)
-from dmq.config import (
-    BrokerConfig,
-    ConfigError,
-    validate_dynamic_broker_configs,
-    validate_topic_configs,
-)
+from dmq.cluster.metadata import MetadataError, PartitionState
+from dmq.cluster.zk.client import ZooKeeperUnavailable
+from dmq.cluster.zookeeper import ZooKeeperMetadataStore
+from dmq.config import BrokerConfig, LogConfig
+
+log = logging.getLogger("dmq.controller")
+
+REASSIGN = "/admin/reassign_partitions"
+PREFERRED = "/admin/preferred_replica_election"
 
 
 class Controller:
-    def __init__(self, store: MetadataStore, config: BrokerConfig,
-                 on_topic_change: Callable[[TopicMetadata], None],
-                 on_topic_delete: Callable[[TopicMetadata], None],
-                 on_config_change: Callable[[str], None],
-                 on_broker_config_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, store: ZooKeeperMetadataStore, config: BrokerConfig) -> None:
         self.store = store
         self.config = config
-        self.on_topic_change = on_topic_change
-        self.on_topic_delete = on_topic_delete
-        self.on_config_change = on_config_change
-        self.on_broker_config_change = on_broker_config_change
+        self.broker_id = store.broker_id
+        self.active = False
+        self.events: asyncio.Queue[str] = asyncio.Queue()
+        self.live: set[int] = set()
+        self._last_rebalance = time.monotonic()
+        self.rebalance_interval = int(config["leader.imbalance.check.interval.seconds"])
 
-    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
-                     configs: dict[str, str | None],
-                     assignment: dict[int, list[int]] | None = None,
-                     validate_only: bool = False) -> TopicMetadata:
-        """Create a topic; -1 partitions/replication factor mean the broker defaults."""
-        validate_topic_name(name)
-        if name in self.store.topics():
-            raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
-        if assignment:
-            if num_partitions != -1 or replication_factor != -1:
-                raise MetadataError(
-                    "invalid_request",
-                    "Both numPartitions or replicationFactor and replicasAssignments were set.",
-                )
-            num_partitions = len(assignment)
-            replication_factor = len(next(iter(assignment.values())))
-            live = {b.broker_id for b in self.store.brokers()}
-            for p, replicas in assignment.items():
-                if p not in range(num_partitions) or not replicas or set(replicas) - live \
-                        or len(set(replicas)) != len(replicas):
-                    raise MetadataError("invalid_replica_assignment",
-                                        f"Invalid replica assignment for partition {p}: {replicas}")
-        if num_partitions == -1:
-            num_partitions = int(self.config["num.partitions"])
-        if replication_factor == -1:
-            replication_factor = int(self.config["default.replication.factor"])
-        if num_partitions <= 0:
-            raise MetadataError("invalid_partitions", "Number of partitions must be larger than 0.")
-        if replication_factor <= 0:
-            raise MetadataError("invalid_replication_factor",
-                                "Replication factor must be larger than 0.")
-        try:
-            validate_topic_configs(configs)
-        except ConfigError as e:
-            raise MetadataError("invalid_config", str(e)) from None
-        live_count = len(self.store.brokers()) or 1
-        if replication_factor > live_count:
-            raise MetadataError(
-                "invalid_replication_factor",
-                f"Unable to replicate the partition {replication_factor} time(s): The target "
-                f"replication factor of {replication_factor} cannot be reached because only "
-                f"{live_count} broker(s) are registered.",
-            )
-        if validate_only:
-            return TopicMetadata(name, "0" * 32, {}, {k: v for k, v in configs.items() if v is not None})
-        topic = await self.store.create_topic(
-            name, num_partitions, replication_factor,
-            {k: v for k, v in configs.items() if v is not None}, assignment,
-        )
-        self.on_topic_change(topic)
-        return topic
+    def enqueue(self, event: str) -> None:
+        self.events.put_nowait(event)
 
-    async def delete_topic(self, name: str) -> TopicMetadata:
-        if not self.config["delete.topic.enable"]:
-            raise MetadataError("topic_deletion_disabled", "Topic deletion is disabled.")
-        topic = await self.store.delete_topic(name)
-        self.on_topic_delete(topic)
-        return topic
-
-    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
-        topic = self.store.topic(name)
-        if topic is None:
-            raise MetadataError("unknown_topic_or_partition",
-                                "This server does not host this topic-partition.")
-        current = len(topic.partitions)
-        if total < current:
-            raise MetadataError(
-                "invalid_partitions",
-                f"Topic currently has {current} partitions, which is higher than the requested {total}.",
-            )
-        if total == current:
-            raise MetadataError("invalid_partitions", f"Topic already has {current} partitions.")
-        if validate_only:
-            return topic
-        topic = await self.store.create_partitions(name, total)
-        self.on_topic_change(topic)
-        return topic
-
-    async def reassign_partitions(self, targets: dict[tuple[str, int], list[int] | None]
-                            ) -> dict[tuple[str, int], tuple[str, str | None]]:
-        """Validate and submit reassignments; (error name, message) per partition."""
-        results: dict[tuple[str, int], tuple[str, str | None]] = {}
-        valid: dict[tuple[str, int], list[int]] = {}
-        cancelled: set[tuple[str, int]] = set()
-        live = {b.broker_id for b in self.store.brokers()}
-        ongoing = await self.store.ongoing_reassignments()
-        for (topic, p), replicas in targets.items():
-            meta = self.store.topic(topic)
-            if meta is None or p not in meta.partitions:
-                results[(topic, p)] = ("unknown_topic_or_partition", f"{topic}-{p} does not exist")
-            elif replicas is None:  # KIP-455 cancellation: back to the replicas before the move
-                if (topic, p) in ongoing:
-                    cancelled.add((topic, p))
-                else:
-                    results[(topic, p)] = ("no_reassignment_in_progress",
-                                           f"no reassignment of {topic}-{p} is in progress")
-            elif replicas == meta.partitions[p].replicas and (topic, p) not in ongoing:
-                results[(topic, p)] = ("none", None)  # already there
-            elif not replicas or len(set(replicas)) != len(replicas) or set(replicas) - live:
-                results[(topic, p)] = ("invalid_replica_assignment",
-                                       f"replicas {replicas} must be distinct live brokers of {sorted(live)}")
-            else:
-                valid[(topic, p)] = list(replicas)
-        if valid or cancelled:
+    async def run(self, stopping: asyncio.Event) -> None:
+        self.enqueue("controller")
+        while not stopping.is_set():
             try:
-                await self.store.request_reassignments(valid, frozenset(cancelled))
-                results.update({tp: ("none", None) for tp in [*valid, *cancelled]})
-            except MetadataError as e:
-                results.update({tp: (e.error, str(e)) for tp in [*valid, *cancelled]})
-        return results
-
-    async def elect_preferred_leaders(self, partitions: list[tuple[str, int]]
-                                ) -> dict[tuple[str, int], tuple[str, str | None]]:
-        """Validate preferred leader elections and hand the eligible ones to the controller."""
-        results: dict[tuple[str, int], tuple[str, str | None]] = {}
-        live = {b.broker_id for b in self.store.brokers()}
-        wanted: list[tuple[str, int]] = []
-        for topic, p in partitions:
-            meta = self.store.topic(topic)
-            state = meta.partitions.get(p) if meta else None
-            if state is None:
-                results[(topic, p)] = ("unknown_topic_or_partition", f"{topic}-{p} does not exist")
-            elif state.replicas[0] == state.leader:
-                results[(topic, p)] = ("election_not_needed", "the preferred replica already leads")
-            elif state.replicas[0] not in live or state.replicas[0] not in state.isr:
-                results[(topic, p)] = ("preferred_leader_not_available",
-                                       f"preferred replica {state.replicas[0]} is not live and in the ISR")
-            else:
-                wanted.append((topic, p))
-                results[(topic, p)] = ("none", None)
-        if wanted:
+                first = await asyncio.wait_for(self.events.get(), 1.0)
+                batch = {first}
+                while not self.events.empty():
+                    batch.add(self.events.get_nowait())
+            except TimeoutError:
+                batch = {"tick"}
+            if "session_lost" in batch:
+                self.active = False
+                batch.discard("session_lost")
+            if not batch:
+                continue
             try:
-                await self.store.request_preferred_elections(wanted)
+                await self._handle(batch)
+            except ZooKeeperUnavailable as e:
+                log.warning("controller: ZooKeeper unavailable (%s); retrying", e)
+                await asyncio.sleep(0.5)
+                self.enqueue("controller")
+            except Exception:
+                log.exception("controller event %s failed; will retry on the next event", sorted(batch))
+                await asyncio.sleep(0.5)
+                self.enqueue("controller")
+
+    # ----------------------------------------------------------- event handling
+
+    async def _handle(self, events: set[str]) -> None:
+        if self.store.session_lost:
+            self.active = False
+            return
+        if "controller" in events or "session" in events or not self.active:
+            if self.store.controller_id() in (-1, self.broker_id) or "session" in events:
+                await self._elect_self()
+        if not self.active:
+            return
+        live = set(await self.store.broker_ids())
+        changed_brokers = live != self.live
+        if changed_brokers:
+            gone, back = self.live - live, live - self.live
+            if gone or back:
+                log.info("controller: brokers %s left, %s joined; live %s",
+                         sorted(gone), sorted(back), sorted(live))
+            self.live = live
+        if changed_brokers or events & {"brokers", "topics", "admin", "became"}:
+            await self._check_partitions()
+        await self._progress_reassignments()
+        await self._preferred_elections()
+        if self.config["auto.leader.rebalance.enable"] and \
+                time.monotonic() - self._last_rebalance >= self.rebalance_interval:
+            self._last_rebalance = time.monotonic()
+            await self._rebalance_leaders()
+
+    async def _elect_self(self) -> None:
+        if self.store.controller_id() == self.broker_id and self.active:
+            return
+        if await self.store.try_become_controller():
+            self.active = True
+            self.live = set(await self.store.broker_ids())
+            log.info("broker %d became the controller (epoch %d); live brokers %s",
+                     self.broker_id, self.store.controller_epoch, sorted(self.live))
+            await self._check_partitions()
+        elif self.store.controller_id() != self.broker_id:
+            self.active = False
+
+    # ---------------------------------------------------------------- elections
+
+    def _unclean_allowed(self, topic: str) -> bool:
+        meta = self.store.topic(topic)
+        return bool(LogConfig(self.config, meta.configs if meta else {})["unclean.leader.election.enable"])
+
+    def decide(self, topic: str, state: PartitionState, excluded: set[int]) -> PartitionState:
+        """The partition state the controller wants, given live brokers and shutting-down ones."""
+        eligible = self.live - excluded
+        isr_live = [r for r in state.isr if r in eligible]
+        if state.leader not in eligible:
+            candidates = [r for r in state.replicas if r in isr_live]
+            if candidates:
+                leader = candidates[0]
+                return PartitionState(state.replicas, leader, state.leader_epoch + 1, isr_live)
+            if state.leader in self.live and state.leader in excluded:
+                # The only ISR member is shutting down: it keeps leading until it goes.
+                return PartitionState(state.replicas, state.leader, state.leader_epoch,
+                                      [r for r in state.isr if r in self.live])
+            live_replicas = [r for r in state.replicas if r in eligible]
+            if live_replicas and self._unclean_allowed(topic):
+                log.warning("%s: unclean leader election of %d (ISR %s is gone)",
+                            topic, live_replicas[0], state.isr)
+                return PartitionState(state.replicas, live_replicas[0], state.leader_epoch + 1,
+                                      [live_replicas[0]])
+            if state.leader == -1:
+                return state
+            # Offline: no leader; the ISR keeps its last members so they can lead cleanly.
+            return PartitionState(state.replicas, -1, state.leader_epoch + 1,
+                                  isr_live or state.isr)
+        isr = [r for r in state.isr if r in eligible or r == state.leader]
+        if not isr:
+            isr = [state.leader]
+        return PartitionState(state.replicas, state.leader, state.leader_epoch, isr)
+
+    async def _write(self, topic: str, partition: int, new: PartitionState, version: int, why: str) -> bool:
+        try:
+            await self.store.update_partition_state(topic, partition, new, version)
+        except ZooKeeperUnavailable:
+            raise
+        except MetadataError as e:
+            log.info("%s-%d: state changed under the controller (%s); re-reading", topic, partition, e)
+            return False
+        log.info("%s-%d: leader %d epoch %d isr %s (%s)", topic, partition, new.leader,
+                 new.leader_epoch, new.isr, why)
+        return True
+
+    async def _check_partitions(self) -> None:
+        """Decide every partition from the watch-fed cache (no ZooKeeper read per partition
+        per event); only a write refused because the cache lagged reads that one through."""
+        excluded = self.store.shutting_down & self.live
+        for name, meta in self.store.topics().items():
+            for p, cached in meta.partitions.items():
+                for attempt in range(3):
+                    if attempt == 0 and cached.version >= 0:
+                        state, version = cached, cached.version
+                    else:
+                        found = await self.store.read_partition_state(name, p)
+                        if found is None:
+                            break
+                        state, version = found
+                    new = self.decide(name, state, excluded)
+                    if (new.leader, new.leader_epoch, new.isr) == (state.leader, state.leader_epoch, state.isr):
+                        break
+                    why = "controlled shutdown" if state.leader in excluded else (
+                        "leader lost" if state.leader != new.leader else "replicas left the ISR")
+                    if await self._write(name, p, new, version, why):
+                        break
+
+    async def _elect_preferred(self, topic: str, partition: int) -> bool:
+        found = await self.store.read_partition_state(topic, partition)
+        if found is None:
+            return False
+        state, version = found
+        preferred = state.replicas[0] if state.replicas else -1
+        if state.leader == preferred or preferred not in state.isr or preferred not in self.live \
+                or preferred in self.store.shutting_down:
+            return False
+        return await self._write(topic, partition,
+                           PartitionState(state.replicas, preferred, state.leader_epoch + 1, state.isr),
+                           version, "preferred leader election")
+
+    async def _preferred_elections(self) -> None:
+        wanted, version = await self.store.read_admin(PREFERRED)
+        if version < 0:
+            return
+        for entry in wanted:
+            await self._elect_preferred(str(entry["topic"]), int(entry["partition"]))
+        try:
+            await self.store.write_admin(PREFERRED, [], version)
+        except MetadataError:
+            pass
+
+    async def _rebalance_leaders(self) -> None:
+        """auto.leader.rebalance.enable: per broker, when too many of its preferred partitions are led elsewhere."""
+        threshold = int(self.config["leader.imbalance.per.broker.percentage"]) / 100
+        preferred_of: dict[int, list[tuple[str, int]]] = {}
+        for name, meta in self.store.topics().items():
+            for p, s in meta.partitions.items():
+                if s.replicas:
+                    preferred_of.setdefault(s.replicas[0], []).append((name, p))
+        for broker, parts in preferred_of.items():
+            if broker not in self.live:
+                continue
+            metas = self.store.topics()
+            off = [(t, p) for t, p in parts if metas.get(t) and p in metas[t].partitions
+                   and metas[t].partitions[p].leader != broker]
+            if parts and len(off) / len(parts) > threshold:
+                log.info("leader imbalance on broker %d: %d of its %d preferred partitions led "
+                         "elsewhere; electing preferred leaders", broker, len(off), len(parts))
+                for t, p in off:
+                    await self._elect_preferred(t, p)
+
+    # -------------------------------------------------------------- reassignment
+
+    async def _progress_reassignments(self) -> None:
+        wanted, version = await self.store.read_admin(REASSIGN)
+        if version < 0:
+            return
+        remaining: list[dict[str, Any]] = []
+        for entry in wanted:
+            topic, partition, target = str(entry["topic"]), int(entry["partition"]), list(entry["replicas"])
+            try:
+                done = await self._reassign(topic, partition, target, bool(entry.get("cancel")))
+            except ZooKeeperUnavailable:
+                raise
             except MetadataError as e:
-                results.update({tp: (e.error, str(e)) for tp in wanted})
-        return results
+                log.info("%s-%d: reassignment step retried: %s", topic, partition, e)
+                done = False
+            if not done:
+                remaining.append(entry)
+        if remaining != wanted:
+            try:
+                await self.store.write_admin(REASSIGN, remaining, version)
+            except MetadataError:
+                pass
 
-    @staticmethod
-    def broker_config_entity(resource_name: str) -> str:
-        """The store's entity for a BROKER config resource: a broker id, or the default for ``""``."""
-        if resource_name in ("", DEFAULT_BROKER_ENTITY):
-            return DEFAULT_BROKER_ENTITY
-        if not resource_name.isdigit():
-            raise MetadataError("invalid_request", f"Invalid broker id {resource_name!r}: give a broker "
-                                                   f"id, or an empty name for the cluster-wide default")
-        return resource_name
+    async def _reassign(self, topic: str, partition: int, target: list[int], cancel: bool = False) -> bool:
+        """One step of KIP-455's reassignment; True once the partition is on ``target`` alone.
 
-    async def alter_broker_configs(self, resource_name: str, configs: dict[str, str],
-                             validate_only: bool = False) -> None:
-        """Replace the dynamic overrides of one broker (its id) or of all (``""``)."""
-        entity = self.broker_config_entity(resource_name)
-        try:
-            validate_dynamic_broker_configs(configs)
-        except ConfigError as e:
-            raise MetadataError("invalid_config", str(e)) from None
-        if validate_only:
-            return
-        await self.store.set_broker_configs(entity, configs)
-        if self.on_broker_config_change is not None:
-            self.on_broker_config_change()
-
-    async def alter_topic_configs(self, name: str, configs: dict[str, str],
-                            validate_only: bool = False) -> None:
-        """Replace the topic's config overrides with ``configs``."""
-        if self.store.topic(name) is None:
-            raise MetadataError("unknown_topic_or_partition",
-                                f"Topic {name} does not exist.")
-        try:
-            validate_topic_configs(configs)
-        except ConfigError as e:
-            raise MetadataError("invalid_config", str(e)) from None
-        if validate_only:
-            return
-        await self.store.set_topic_configs(name, configs)
-        self.on_config_change(name)
+        A cancellation (``cancel``, target = the replicas before the move) does not wait for
+        the ISR: those replicas held the partition already; it only drops the added ones.
+        """
+        found = await self.store.read_assignment(topic)
+        if found is None:
+            return True  # topic deleted: nothing to do
+        raw, version = found
+        key = str(partition)
+        current = list(raw["partitions"].get(key, []))
+        adding = dict(raw.get("adding_replicas") or {})
+        removing = dict(raw.get("removing_replicas") or {})
+        in_flight = key in adding or key in removing
+        if cancel and not in_flight:
+            return True  # finished (or never started) before the cancellation arrived
+        if not cancel and (not in_flight or any(r not in current for r in target)):
+            if current == target:
+                return True
+            # Phase 1: replicas = target + the others; the new ones start fetching. A new
+            # target for a move in flight keeps its replicas until the new move completes.
+            original = [r for r in current if r not in adding.get(key, [])]
+            raw["partitions"][key] = target + [r for r in current if r not in target]
+            adding[key] = [r for r in target if r not in original]
+            removing[key] = [r for r in current if r not in target]
+            raw["adding_replicas"], raw["removing_replicas"] = adding, removing
+            await self.store.write_assignment(topic, raw, version)
+            log.info("%s-%d: reassigning %s -> %s", topic, partition, current, target)
+            return False
+        state_found = await self.store.read_partition_state(topic, partition)
+        if state_found is None:
+            return True
+        state, state_version = state_found
+        if not cancel and not all(r in state.isr for r in target):
+            return False  # still catching up
+        if state.leader not in target:
+            candidates = [r for r in target if r in self.live and r in state.isr]
+            if not candidates:
+                return False  # no replica of the target can lead yet
+            leader = candidates[0]
+            new = PartitionState(state.replicas, leader, state.leader_epoch + 1,
+                                 [r for r in state.isr if r in target])
+            await self._write(topic, partition, new, state_version, "reassignment")
+            return False
+        if any(r not in target for r in state.isr):
+            await self._write(topic, partition,
+                        PartitionState(state.replicas, state.leader, state.leader_epoch,
+                                       [r for r in state.isr if r in target]),
+                        state_version, "reassignment drops old replicas")
+        raw["partitions"][key] = target
+        adding.pop(key, None)
+        removing.pop(key, None)
+        raw["adding_replicas"], raw["removing_replicas"] = adding, removing
+        await self.store.write_assignment(topic, raw, version)
+        log.info("%s-%d: reassignment %s %s", topic, partition,
+                 "cancelled; back on" if cancel else "complete on", target)
+        return True

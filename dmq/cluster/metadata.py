@@ -245,7 +245,7 @@ class EmbeddedMetadataStore(MetadataStore):
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                            configs: dict[str, str], assignment: dict[int, list[int]] | None = None
                            ) -> TopicMetadata:
-        # The Controller has validated the request; the store only records it.
+        # The AdminManager has validated the request; the store only records it.
         async with self._write_lock:
             if name in self._topics:
                 raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from kio.schema.errors import ErrorCode
 
-from dmq.cluster.controller import Controller
+from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.metadata import OFFSETS_TOPIC, BrokerInfo, MetadataError, MetadataStore
 from dmq.group.coordinator import GroupCoordinator
 from dmq.record.records import decode_batch, encode_batch
@@ -24,11 +24,11 @@ log = logging.getLogger("dmq.group")
 
 
 class OffsetsTopic:
-    def __init__(self, replica_manager: ReplicaManager, controller: Controller,
+    def __init__(self, replica_manager: ReplicaManager, admin_manager: AdminManager,
                  num_partitions: int, segment_bytes: int, replication_factor: int = 1,
                  commit_timeout_ms: int = 5000) -> None:
         self.replica_manager = replica_manager
-        self.controller = controller
+        self.admin_manager = admin_manager
         self.num_partitions = num_partitions
         self.segment_bytes = segment_bytes
         self.replication_factor = replication_factor
@@ -36,16 +36,16 @@ class OffsetsTopic:
         self.last_appended: dict[int, int] = {}
 
     async def ensure_exists(self) -> bool:
-        if self.controller.store.topic(OFFSETS_TOPIC) is not None:
+        if self.admin_manager.store.topic(OFFSETS_TOPIC) is not None:
             return True
-        live = len(self.controller.store.brokers()) or 1
+        live = len(self.admin_manager.store.brokers()) or 1
         rf = min(self.replication_factor, live)
         if rf < self.replication_factor and live > 1:
             log.warning("creating %s with replication factor %d: only %d brokers are live "
                         "(offsets.topic.replication.factor=%d)", OFFSETS_TOPIC, rf, live,
                         self.replication_factor)
         try:
-            await self.controller.create_topic(OFFSETS_TOPIC, self.num_partitions, rf, {
+            await self.admin_manager.create_topic(OFFSETS_TOPIC, self.num_partitions, rf, {
                 "cleanup.policy": "compact", "segment.bytes": str(self.segment_bytes),
                 "compression.type": "producer"})
             log.info("created %s with %d partitions", OFFSETS_TOPIC, self.num_partitions)
@@ -57,7 +57,7 @@ class OffsetsTopic:
             return False
 
     def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        if self.controller.store.topic(OFFSETS_TOPIC) is None:
+        if self.admin_manager.store.topic(OFFSETS_TOPIC) is None:
             # Created (async) by FindCoordinator or before a group write: Coordinators.
             return ErrorCode.coordinator_not_available
         batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))

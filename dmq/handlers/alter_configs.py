@@ -31,10 +31,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         configs = {c.name: c.value for c in res.configs if c.value is not None}
         try:
             if res.resource_type == RESOURCE_TOPIC:
-                await services.controller.alter_topic_configs(res.resource_name, configs,
+                await services.admin_manager.alter_topic_configs(res.resource_name, configs,
                                                         request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
-                await services.controller.alter_broker_configs(res.resource_name, configs,
+                await services.admin_manager.alter_broker_configs(res.resource_name, configs,
                                                          request.validate_only)
             else:
                 raise MetadataError("invalid_request", unsupported_resource(res.resource_type))

@@ -26,7 +26,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     targets = {(t.name, p.partition_index): (list(p.replicas) if p.replicas is not None else None)
                for t in request.topics for p in t.partitions}
     try:
-        results = await services.controller.reassign_partitions(targets)
+        results = await services.admin_manager.reassign_partitions(targets)
     except MetadataError as e:
         results = {tp: (e.error, str(e)) for tp in targets}
     topics = tuple(

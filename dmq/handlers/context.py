@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from types import ModuleType
 
-from dmq.cluster.controller import Controller
+from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.metadata import MetadataStore
 from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
@@ -28,7 +28,7 @@ class BrokerServices:
     broker_id: int
     config: BrokerConfig
     metadata: MetadataStore
-    controller: Controller
+    admin_manager: AdminManager
     replica_manager: ReplicaManager
     log_manager: LogManager
     producer_ids: ProducerIdManager

@@ -26,7 +26,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             error, message = ErrorCode.invalid_replica_assignment, f"Invalid replica assignment {bad[0]}"
         else:
             try:
-                await services.controller.create_partitions(t.name, t.count, request.validate_only)
+                await services.admin_manager.create_partitions(t.name, t.count, request.validate_only)
             except MetadataError as e:
                 error, message = ErrorCode[e.error], str(e)
         results.append(make(schema.CreatePartitionsTopicResult, name=t.name, error_code=error,

@@ -32,7 +32,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
         configs = {c.name: c.value for c in t.configs}
         try:
-            topic = await services.controller.create_topic(
+            topic = await services.admin_manager.create_topic(
                 t.name, t.num_partitions, t.replication_factor, configs, assignment,
                 validate_only=request.validate_only)
         except MetadataError as e:

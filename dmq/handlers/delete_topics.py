@@ -38,7 +38,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                 error_code=ErrorCode.invalid_request, error_message="no topic name or id"))
             continue
         try:
-            topic = await services.controller.delete_topic(name)
+            topic = await services.admin_manager.delete_topic(name)
             results.append(make(schema.DeletableTopicResult, name=name, topic_id=topic.uuid,
                                 error_code=ErrorCode.none, error_message=None))
         except MetadataError as e:

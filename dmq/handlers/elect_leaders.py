@@ -35,7 +35,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         results = {tp: ("invalid_request", "unclean elections by request are not supported; set "
                         "unclean.leader.election.enable on the topic") for tp in partitions}
     else:
-        results = await services.controller.elect_preferred_leaders(partitions)
+        results = await services.admin_manager.elect_preferred_leaders(partitions)
         deadline = time.monotonic() + max(request.timeout.total_seconds(), 0.0)
         pending = [tp for tp, (error, _) in results.items() if error == "none"]
         while pending and time.monotonic() < deadline:

@@ -71,14 +71,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                         f"Topic {res.resource_name} does not exist.")
                 effective = LogConfig(services.config, topic.configs)
                 configs = apply_operations(topic.configs, effective, res.configs)
-                await services.controller.alter_topic_configs(res.resource_name, configs,
+                await services.admin_manager.alter_topic_configs(res.resource_name, configs,
                                                         request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
-                entity = services.controller.broker_config_entity(res.resource_name)
+                entity = services.admin_manager.broker_config_entity(res.resource_name)
                 configs = apply_operations(await services.metadata.current_broker_configs(entity),
                                            services.config,
                                            res.configs, BROKER_CONFIGS, "broker")
-                await services.controller.alter_broker_configs(res.resource_name, configs,
+                await services.admin_manager.alter_broker_configs(res.resource_name, configs,
                                                          request.validate_only)
             else:
                 raise MetadataError("invalid_request", unsupported_resource(res.resource_type))

@@ -81,7 +81,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     topics.append(_error_entry(schema, name, None, ErrorCode.unknown_topic_or_partition))
                     continue
                 try:
-                    topic = await services.controller.create_topic(name, -1, -1, {})
+                    topic = await services.admin_manager.create_topic(name, -1, -1, {})
                     log.info("auto-created topic %s for client %s", name, ctx.client_id)
                 except MetadataError as e:
                     if e.error != "topic_already_exists":

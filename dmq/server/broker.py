@@ -11,8 +11,8 @@ In a cluster, the ZooKeeper store's watch-fed cache lives on the event loop
 and calls ``_on_metadata_change`` there when it changes: the ClusterBackend
 reconciles (the ReplicaManager, the fetchers and the group coordinator follow
 the cached partition states; the same reconcile serves the embedded store
-after a topic change), and the ClusterController handles the same events if
-this broker is the controller. No ZooKeeper call blocks the loop: the store's
+after a topic change), and the Controller handles the same events if this
+broker is the elected controller. No ZooKeeper call blocks the loop: the store's
 writes are async and bounded (REQUEST_TIMED_OUT when ZooKeeper is unreachable).
 Background tasks: retention, flushing rolled segments, flush.ms, checkpoints,
 ISR shrinking.
@@ -31,6 +31,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.backend import ClusterBackend
 from dmq.cluster.controller import Controller
 from dmq.cluster.metadata import (
@@ -41,7 +42,6 @@ from dmq.cluster.metadata import (
     MetadataError,
 )
 from dmq.cluster.producer_ids import ProducerIdManager
-from dmq.cluster.zk_controller import ClusterController
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import LONG_MAX, BrokerConfig, LogConfig
 from dmq.group.coordinator import GroupConfig, GroupCoordinator
@@ -94,7 +94,7 @@ class Broker:
         self.bound: tuple[str, int] = (self.listen_host, self.listen_port)
         self.zk: ZooKeeperMetadataStore | None = None
         self.fetchers: ReplicaFetcherManager | None = None
-        self.cluster_controller: ClusterController | None = None
+        self.controller: Controller | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ----------------------------------------------------------------- startup
@@ -141,10 +141,10 @@ class Broker:
         if self.zk is not None:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
                                                   backend.broker_address)
-            self.cluster_controller = ClusterController(self.zk, self.config)
+            self.controller = Controller(self.zk, self.config)
         self._apply_dynamic_configs()
         # Whatever a topic change made through this broker, the backend makes it good locally.
-        self.controller = Controller(self.store, self.config, lambda t: backend.reconcile(),
+        self.admin_manager = AdminManager(self.store, self.config, lambda t: backend.reconcile(),
                                      lambda t: backend.reconcile(), self.log_manager.update_config,
                                      self._apply_dynamic_configs)
         self.producer_ids = ProducerIdManager(self.store)
@@ -158,7 +158,7 @@ class Broker:
             offsets_retention_ms=int(self.config["offsets.retention.minutes"]) * 60_000,
             max_group_size=int(self.config["group.max.size"]),
         )
-        self.offsets_topic = OffsetsTopic(self.replica_manager, self.controller,
+        self.offsets_topic = OffsetsTopic(self.replica_manager, self.admin_manager,
                                           group_config.num_partitions,
                                           int(self.config["offsets.topic.segment.bytes"]),
                                           int(self.config["offsets.topic.replication.factor"]),
@@ -170,7 +170,7 @@ class Broker:
         backend.attach(self.replica_manager, self.fetchers, self.coordinators.set_led_partitions)
         self.services = BrokerServices(
             broker_id=self.broker_id, config=self.config, metadata=self.store,
-            controller=self.controller, replica_manager=self.replica_manager,
+            admin_manager=self.admin_manager, replica_manager=self.replica_manager,
             log_manager=self.log_manager, producer_ids=self.producer_ids,
             coordinators=self.coordinators, supported_apis=supported_apis(),
         )
@@ -197,8 +197,8 @@ class Broker:
             except MetadataError as e:
                 raise SystemExit(f"error: {e}") from None
             self.zk.on_change = self._on_metadata_change
-            assert self.cluster_controller is not None
-            self._spawn(self.cluster_controller.run(self.stopping))
+            assert self.controller is not None
+            self._spawn(self.controller.run(self.stopping))
             lag = int(self.config["replica.lag.time.max.ms"])
             self._spawn(self._every(max(lag // 2, 10),
                                     lambda: self.replica_manager.maybe_shrink_isr(lag)))
@@ -264,8 +264,8 @@ class Broker:
         if what == "configs":
             self._apply_dynamic_configs()
             return
-        if self.cluster_controller is not None:
-            self.cluster_controller.enqueue(what)
+        if self.controller is not None:
+            self.controller.enqueue(what)
         if what == "session":
             self._spawn(self._reregister())
         self.backend.schedule()

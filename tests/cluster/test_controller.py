@@ -1,4 +1,4 @@
-"""The controller's leader and ISR decisions (``ClusterController.decide``), without ZooKeeper.
+"""The controller's leader and ISR decisions (``Controller.decide``), without ZooKeeper.
 
 The safety rules: a new leader comes from the ISR (unless the topic allows an
 unclean election), the controller never adds a replica to an ISR, and the
@@ -16,20 +16,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dmq.cluster.controller import Controller
 from dmq.cluster.metadata import EmbeddedMetadataStore, PartitionState
-from dmq.cluster.zk_controller import ClusterController
 from dmq.config import BrokerConfig
 
 
 @pytest.fixture
-def controller(tmp_path: Path) -> ClusterController:
+def controller(tmp_path: Path) -> Controller:
     return _controller(tmp_path, unclean=False)
 
 
-def _controller(path: Path, unclean: bool) -> ClusterController:
+def _controller(path: Path, unclean: bool) -> Controller:
     store = EmbeddedMetadataStore(str(path), 1)
     asyncio.run(store.create_topic("t", 1, 1, {"unclean.leader.election.enable": str(unclean).lower()}))
-    c = ClusterController(store, BrokerConfig())  # type: ignore[arg-type]
+    c = Controller(store, BrokerConfig())  # type: ignore[arg-type]
     c.live = {1, 2, 3}
     return c
 
@@ -38,20 +38,20 @@ def state(leader: int, epoch: int, isr: list[int], replicas: Any = (1, 2, 3)) ->
     return PartitionState(list(replicas), leader, epoch, isr)
 
 
-def test_live_leader_keeps_leading_and_dead_followers_leave_the_isr(controller: ClusterController) -> None:
+def test_live_leader_keeps_leading_and_dead_followers_leave_the_isr(controller: Controller) -> None:
     controller.live = {1, 2}
     assert controller.decide("t", state(1, 4, [1, 2, 3]), set()) == state(1, 4, [1, 2])
 
 
 def test_dead_leader_is_replaced_by_the_first_live_isr_member_in_replica_order(
-        controller: ClusterController) -> None:
+        controller: Controller) -> None:
     controller.live = {2, 3}
     assert controller.decide("t", state(1, 4, [3, 1, 2], replicas=(1, 2, 3)), set()) == \
         state(2, 5, [3, 2])
 
 
 def test_no_live_isr_member_takes_the_partition_offline_keeping_the_isr(
-        controller: ClusterController) -> None:
+        controller: Controller) -> None:
     controller.live = {3}  # 3 is a replica but not in the ISR: not eligible
     offline = controller.decide("t", state(1, 4, [1, 2]), set())
     assert offline == state(-1, 5, [1, 2])
@@ -69,7 +69,7 @@ def test_unclean_election_only_when_the_topic_allows_it(tmp_path: Path) -> None:
 
 
 def test_controlled_shutdown_moves_leadership_unless_it_is_the_last_isr_member(
-        controller: ClusterController) -> None:
+        controller: Controller) -> None:
     assert controller.decide("t", state(1, 4, [1, 2, 3]), {1}) == state(2, 5, [2, 3])
     assert controller.decide("t", state(1, 4, [1]), {1}) == state(1, 4, [1])
 

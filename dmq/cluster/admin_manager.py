@@ -1,0 +1,219 @@
+"""AdminManager: validates and applies admin requests (Kafka's ZkAdminManager), then tells the broker.
+
+On a single broker this broker is the controller and the only replica: a
+change is written to the metadata store first (durable), then
+``on_topic_change``/``on_topic_delete`` make the local ReplicaManager follow
+it. ``validate_only`` requests run every check and change nothing.
+
+Runs on the event loop; the changing methods are ``async`` because the store's
+writes are (ZooKeeper, or an fsync off the loop), and raise MetadataError
+(REQUEST_TIMED_OUT when the store cannot be reached in time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from dmq.cluster.metadata import (
+    DEFAULT_BROKER_ENTITY,
+    MetadataError,
+    MetadataStore,
+    TopicMetadata,
+    validate_topic_name,
+)
+from dmq.config import (
+    BrokerConfig,
+    ConfigError,
+    validate_dynamic_broker_configs,
+    validate_topic_configs,
+)
+
+
+class AdminManager:
+    def __init__(self, store: MetadataStore, config: BrokerConfig,
+                 on_topic_change: Callable[[TopicMetadata], None],
+                 on_topic_delete: Callable[[TopicMetadata], None],
+                 on_config_change: Callable[[str], None],
+                 on_broker_config_change: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.on_topic_change = on_topic_change
+        self.on_topic_delete = on_topic_delete
+        self.on_config_change = on_config_change
+        self.on_broker_config_change = on_broker_config_change
+
+    async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str | None],
+                     assignment: dict[int, list[int]] | None = None,
+                     validate_only: bool = False) -> TopicMetadata:
+        """Create a topic; -1 partitions/replication factor mean the broker defaults."""
+        validate_topic_name(name)
+        if name in self.store.topics():
+            raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
+        if assignment:
+            if num_partitions != -1 or replication_factor != -1:
+                raise MetadataError(
+                    "invalid_request",
+                    "Both numPartitions or replicationFactor and replicasAssignments were set.",
+                )
+            num_partitions = len(assignment)
+            replication_factor = len(next(iter(assignment.values())))
+            live = {b.broker_id for b in self.store.brokers()}
+            for p, replicas in assignment.items():
+                if p not in range(num_partitions) or not replicas or set(replicas) - live \
+                        or len(set(replicas)) != len(replicas):
+                    raise MetadataError("invalid_replica_assignment",
+                                        f"Invalid replica assignment for partition {p}: {replicas}")
+        if num_partitions == -1:
+            num_partitions = int(self.config["num.partitions"])
+        if replication_factor == -1:
+            replication_factor = int(self.config["default.replication.factor"])
+        if num_partitions <= 0:
+            raise MetadataError("invalid_partitions", "Number of partitions must be larger than 0.")
+        if replication_factor <= 0:
+            raise MetadataError("invalid_replication_factor",
+                                "Replication factor must be larger than 0.")
+        try:
+            validate_topic_configs(configs)
+        except ConfigError as e:
+            raise MetadataError("invalid_config", str(e)) from None
+        live_count = len(self.store.brokers()) or 1
+        if replication_factor > live_count:
+            raise MetadataError(
+                "invalid_replication_factor",
+                f"Unable to replicate the partition {replication_factor} time(s): The target "
+                f"replication factor of {replication_factor} cannot be reached because only "
+                f"{live_count} broker(s) are registered.",
+            )
+        if validate_only:
+            return TopicMetadata(name, "0" * 32, {}, {k: v for k, v in configs.items() if v is not None})
+        topic = await self.store.create_topic(
+            name, num_partitions, replication_factor,
+            {k: v for k, v in configs.items() if v is not None}, assignment,
+        )
+        self.on_topic_change(topic)
+        return topic
+
+    async def delete_topic(self, name: str) -> TopicMetadata:
+        if not self.config["delete.topic.enable"]:
+            raise MetadataError("topic_deletion_disabled", "Topic deletion is disabled.")
+        topic = await self.store.delete_topic(name)
+        self.on_topic_delete(topic)
+        return topic
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
+        topic = self.store.topic(name)
+        if topic is None:
+            raise MetadataError("unknown_topic_or_partition",
+                                "This server does not host this topic-partition.")
+        current = len(topic.partitions)
+        if total < current:
+            raise MetadataError(
+                "invalid_partitions",
+                f"Topic currently has {current} partitions, which is higher than the requested {total}.",
+            )
+        if total == current:
+            raise MetadataError("invalid_partitions", f"Topic already has {current} partitions.")
+        if validate_only:
+            return topic
+        topic = await self.store.create_partitions(name, total)
+        self.on_topic_change(topic)
+        return topic
+
+    async def reassign_partitions(self, targets: dict[tuple[str, int], list[int] | None]
+                            ) -> dict[tuple[str, int], tuple[str, str | None]]:
+        """Validate and submit reassignments; (error name, message) per partition."""
+        results: dict[tuple[str, int], tuple[str, str | None]] = {}
+        valid: dict[tuple[str, int], list[int]] = {}
+        cancelled: set[tuple[str, int]] = set()
+        live = {b.broker_id for b in self.store.brokers()}
+        ongoing = await self.store.ongoing_reassignments()
+        for (topic, p), replicas in targets.items():
+            meta = self.store.topic(topic)
+            if meta is None or p not in meta.partitions:
+                results[(topic, p)] = ("unknown_topic_or_partition", f"{topic}-{p} does not exist")
+            elif replicas is None:  # KIP-455 cancellation: back to the replicas before the move
+                if (topic, p) in ongoing:
+                    cancelled.add((topic, p))
+                else:
+                    results[(topic, p)] = ("no_reassignment_in_progress",
+                                           f"no reassignment of {topic}-{p} is in progress")
+            elif replicas == meta.partitions[p].replicas and (topic, p) not in ongoing:
+                results[(topic, p)] = ("none", None)  # already there
+            elif not replicas or len(set(replicas)) != len(replicas) or set(replicas) - live:
+                results[(topic, p)] = ("invalid_replica_assignment",
+                                       f"replicas {replicas} must be distinct live brokers of {sorted(live)}")
+            else:
+                valid[(topic, p)] = list(replicas)
+        if valid or cancelled:
+            try:
+                await self.store.request_reassignments(valid, frozenset(cancelled))
+                results.update({tp: ("none", None) for tp in [*valid, *cancelled]})
+            except MetadataError as e:
+                results.update({tp: (e.error, str(e)) for tp in [*valid, *cancelled]})
+        return results
+
+    async def elect_preferred_leaders(self, partitions: list[tuple[str, int]]
+                                ) -> dict[tuple[str, int], tuple[str, str | None]]:
+        """Validate preferred leader elections and hand the eligible ones to the controller."""
+        results: dict[tuple[str, int], tuple[str, str | None]] = {}
+        live = {b.broker_id for b in self.store.brokers()}
+        wanted: list[tuple[str, int]] = []
+        for topic, p in partitions:
+            meta = self.store.topic(topic)
+            state = meta.partitions.get(p) if meta else None
+            if state is None:
+                results[(topic, p)] = ("unknown_topic_or_partition", f"{topic}-{p} does not exist")
+            elif state.replicas[0] == state.leader:
+                results[(topic, p)] = ("election_not_needed", "the preferred replica already leads")
+            elif state.replicas[0] not in live or state.replicas[0] not in state.isr:
+                results[(topic, p)] = ("preferred_leader_not_available",
+                                       f"preferred replica {state.replicas[0]} is not live and in the ISR")
+            else:
+                wanted.append((topic, p))
+                results[(topic, p)] = ("none", None)
+        if wanted:
+            try:
+                await self.store.request_preferred_elections(wanted)
+            except MetadataError as e:
+                results.update({tp: (e.error, str(e)) for tp in wanted})
+        return results
+
+    @staticmethod
+    def broker_config_entity(resource_name: str) -> str:
+        """The store's entity for a BROKER config resource: a broker id, or the default for ``""``."""
+        if resource_name in ("", DEFAULT_BROKER_ENTITY):
+            return DEFAULT_BROKER_ENTITY
+        if not resource_name.isdigit():
+            raise MetadataError("invalid_request", f"Invalid broker id {resource_name!r}: give a broker "
+                                                   f"id, or an empty name for the cluster-wide default")
+        return resource_name
+
+    async def alter_broker_configs(self, resource_name: str, configs: dict[str, str],
+                             validate_only: bool = False) -> None:
+        """Replace the dynamic overrides of one broker (its id) or of all (``""``)."""
+        entity = self.broker_config_entity(resource_name)
+        try:
+            validate_dynamic_broker_configs(configs)
+        except ConfigError as e:
+            raise MetadataError("invalid_config", str(e)) from None
+        if validate_only:
+            return
+        await self.store.set_broker_configs(entity, configs)
+        if self.on_broker_config_change is not None:
+            self.on_broker_config_change()
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str],
+                            validate_only: bool = False) -> None:
+        """Replace the topic's config overrides with ``configs``."""
+        if self.store.topic(name) is None:
+            raise MetadataError("unknown_topic_or_partition",
+                                f"Topic {name} does not exist.")
+        try:
+            validate_topic_configs(configs)
+        except ConfigError as e:
+            raise MetadataError("invalid_config", str(e)) from None
+        if validate_only:
+            return
+        await self.store.set_topic_configs(name, configs)
+        self.on_config_change(name)
