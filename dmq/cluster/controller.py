@@ -2,10 +2,15 @@
 
 Every broker runs one; the one that wins the ephemeral ``/controller`` znode
 (and bumps ``/controller_epoch``) is active, the others only wait to take over.
-ZooKeeper watches never act: they enqueue an event name ("brokers",
-"controller", "topics", "admin", "session") and this loop handles events one
-batch at a time, on the event loop: every ZooKeeper call goes through the store's
-async client, bounded by its timeout (ZooKeeperUnavailable: retried later).
+ZooKeeper watches never act: they enqueue a ``ControllerEvent`` and this loop
+handles the events one batch at a time, on the event loop: every ZooKeeper call
+goes through the store's async client, bounded by its timeout
+(ZooKeeperUnavailable: retried later). The controller context is the store's
+watch-fed cache: decisions read no znode per partition; a compare-and-set
+refused because the cache lagged reads that one partition through.
+
+Leader and ISR decisions are the pure transitions of
+``dmq.cluster.partition_state_machine``; this class does their I/O.
 
 What the active controller does:
 - broker loss: partitions led by a dead broker get a new leader from the live
@@ -30,11 +35,19 @@ also stamps this controller's epoch, so a deposed controller's writes fail.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from typing import Any
 
 from dmq.cluster.metadata import MetadataError, PartitionState
+from dmq.cluster.partition_state_machine import (
+    ClusterFacts,
+    Election,
+    PartitionStatus,
+    reconcile_partition,
+    transition_to,
+)
 from dmq.cluster.zk.client import ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import BrokerConfig, LogConfig
@@ -45,22 +58,45 @@ REASSIGN = "/admin/reassign_partitions"
 PREFERRED = "/admin/preferred_replica_election"
 
 
+class ControllerEvent(enum.Enum):
+    """What the controller reacts to (Kafka's ControllerEvent types)."""
+
+    CONTROLLER_CHANGE = "controller"  # /controller changed: maybe elect this broker
+    SESSION_ESTABLISHED = "session"  # a new ZooKeeper session: re-elect
+    SESSION_EXPIRED = "session_lost"  # this broker is no longer the controller
+    BROKER_CHANGE = "brokers"  # /brokers/ids changed
+    TOPIC_CHANGE = "topics"  # an assignment or a partition state changed
+    ADMIN_REQUEST = "admin"  # reassignment, preferred election, controlled shutdown
+    TICK = "tick"  # nothing happened for a second: periodic work
+
+    @classmethod
+    def from_notification(cls, what: str) -> ControllerEvent | None:
+        """The event for one of the metadata store's change notifications, if any."""
+        try:
+            return cls(what)
+        except ValueError:
+            return None
+
+
+E = ControllerEvent
+
+
 class Controller:
     def __init__(self, store: ZooKeeperMetadataStore, config: BrokerConfig) -> None:
         self.store = store
         self.config = config
         self.broker_id = store.broker_id
         self.active = False
-        self.events: asyncio.Queue[str] = asyncio.Queue()
+        self.events: asyncio.Queue[ControllerEvent] = asyncio.Queue()
         self.live: set[int] = set()
         self._last_rebalance = time.monotonic()
         self.rebalance_interval = int(config["leader.imbalance.check.interval.seconds"])
 
-    def enqueue(self, event: str) -> None:
+    def enqueue(self, event: ControllerEvent) -> None:
         self.events.put_nowait(event)
 
     async def run(self, stopping: asyncio.Event) -> None:
-        self.enqueue("controller")
+        self.enqueue(E.CONTROLLER_CHANGE)
         while not stopping.is_set():
             try:
                 first = await asyncio.wait_for(self.events.get(), 1.0)
@@ -68,10 +104,10 @@ class Controller:
                 while not self.events.empty():
                     batch.add(self.events.get_nowait())
             except TimeoutError:
-                batch = {"tick"}
-            if "session_lost" in batch:
+                batch = {E.TICK}
+            if E.SESSION_EXPIRED in batch:
                 self.active = False
-                batch.discard("session_lost")
+                batch.discard(E.SESSION_EXPIRED)
             if not batch:
                 continue
             try:
@@ -79,20 +115,25 @@ class Controller:
             except ZooKeeperUnavailable as e:
                 log.warning("controller: ZooKeeper unavailable (%s); retrying", e)
                 await asyncio.sleep(0.5)
-                self.enqueue("controller")
+                self.enqueue(E.CONTROLLER_CHANGE)
             except Exception:
-                log.exception("controller event %s failed; will retry on the next event", sorted(batch))
+                log.exception("controller events %s failed; will retry on the next event",
+                              sorted(e.name for e in batch))
                 await asyncio.sleep(0.5)
-                self.enqueue("controller")
+                self.enqueue(E.CONTROLLER_CHANGE)
 
     # ----------------------------------------------------------- event handling
 
-    async def _handle(self, events: set[str]) -> None:
+    def facts(self, topic: str) -> ClusterFacts:
+        return ClusterFacts(frozenset(self.live), frozenset(self.store.shutting_down & self.live),
+                            self._unclean_allowed(topic))
+
+    async def _handle(self, events: set[ControllerEvent]) -> None:
         if self.store.session_lost:
             self.active = False
             return
-        if "controller" in events or "session" in events or not self.active:
-            if self.store.controller_id() in (-1, self.broker_id) or "session" in events:
+        if events & {E.CONTROLLER_CHANGE, E.SESSION_ESTABLISHED} or not self.active:
+            if self.store.controller_id() in (-1, self.broker_id) or E.SESSION_ESTABLISHED in events:
                 await self._elect_self()
         if not self.active:
             return
@@ -104,7 +145,7 @@ class Controller:
                 log.info("controller: brokers %s left, %s joined; live %s",
                          sorted(gone), sorted(back), sorted(live))
             self.live = live
-        if changed_brokers or events & {"brokers", "topics", "admin", "became"}:
+        if changed_brokers or events & {E.BROKER_CHANGE, E.TOPIC_CHANGE, E.ADMIN_REQUEST}:
             await self._check_partitions()
         await self._progress_reassignments()
         await self._preferred_elections()
@@ -133,32 +174,15 @@ class Controller:
 
     def decide(self, topic: str, state: PartitionState, excluded: set[int]) -> PartitionState:
         """The partition state the controller wants, given live brokers and shutting-down ones."""
-        eligible = self.live - excluded
-        isr_live = [r for r in state.isr if r in eligible]
-        if state.leader not in eligible:
-            candidates = [r for r in state.replicas if r in isr_live]
-            if candidates:
-                leader = candidates[0]
-                return PartitionState(state.replicas, leader, state.leader_epoch + 1, isr_live)
-            if state.leader in self.live and state.leader in excluded:
-                # The only ISR member is shutting down: it keeps leading until it goes.
-                return PartitionState(state.replicas, state.leader, state.leader_epoch,
-                                      [r for r in state.isr if r in self.live])
-            live_replicas = [r for r in state.replicas if r in eligible]
-            if live_replicas and self._unclean_allowed(topic):
-                log.warning("%s: unclean leader election of %d (ISR %s is gone)",
-                            topic, live_replicas[0], state.isr)
-                return PartitionState(state.replicas, live_replicas[0], state.leader_epoch + 1,
-                                      [live_replicas[0]])
-            if state.leader == -1:
-                return state
-            # Offline: no leader; the ISR keeps its last members so they can lead cleanly.
-            return PartitionState(state.replicas, -1, state.leader_epoch + 1,
-                                  isr_live or state.isr)
-        isr = [r for r in state.isr if r in eligible or r == state.leader]
-        if not isr:
-            isr = [state.leader]
-        return PartitionState(state.replicas, state.leader, state.leader_epoch, isr)
+        facts = ClusterFacts(frozenset(self.live), frozenset(excluded), self._unclean_allowed(topic))
+        decided = reconcile_partition(state, facts)
+        if decided is None:
+            return state
+        new, _ = decided
+        if new.leader >= 0 and new.leader not in state.isr:
+            log.warning("%s: unclean leader election of %d (ISR %s is gone)", topic, new.leader,
+                        state.isr)
+        return new
 
     async def _write(self, topic: str, partition: int, new: PartitionState, version: int, why: str) -> bool:
         try:
@@ -189,8 +213,9 @@ class Controller:
                     new = self.decide(name, state, excluded)
                     if (new.leader, new.leader_epoch, new.isr) == (state.leader, state.leader_epoch, state.isr):
                         break
-                    why = "controlled shutdown" if state.leader in excluded else (
-                        "leader lost" if state.leader != new.leader else "replicas left the ISR")
+                    why = (Election.CONTROLLED_SHUTDOWN.value if state.leader in excluded else
+                           Election.OFFLINE.value if state.leader != new.leader else
+                           "replicas left the ISR")
                     if await self._write(name, p, new, version, why):
                         break
 
@@ -199,13 +224,10 @@ class Controller:
         if found is None:
             return False
         state, version = found
-        preferred = state.replicas[0] if state.replicas else -1
-        if state.leader == preferred or preferred not in state.isr or preferred not in self.live \
-                or preferred in self.store.shutting_down:
+        new = transition_to(state, PartitionStatus.ONLINE, self.facts(topic), Election.PREFERRED)
+        if new is None or new.leader == state.leader:
             return False
-        return await self._write(topic, partition,
-                           PartitionState(state.replicas, preferred, state.leader_epoch + 1, state.isr),
-                           version, "preferred leader election")
+        return await self._write(topic, partition, new, version, Election.PREFERRED.value)
 
     async def _preferred_elections(self) -> None:
         wanted, version = await self.store.read_admin(PREFERRED)
@@ -299,13 +321,11 @@ class Controller:
         if not cancel and not all(r in state.isr for r in target):
             return False  # still catching up
         if state.leader not in target:
-            candidates = [r for r in target if r in self.live and r in state.isr]
-            if not candidates:
+            new = transition_to(state, PartitionStatus.ONLINE, self.facts(topic),
+                                Election.REASSIGNMENT, target)
+            if new is None:
                 return False  # no replica of the target can lead yet
-            leader = candidates[0]
-            new = PartitionState(state.replicas, leader, state.leader_epoch + 1,
-                                 [r for r in state.isr if r in target])
-            await self._write(topic, partition, new, state_version, "reassignment")
+            await self._write(topic, partition, new, state_version, Election.REASSIGNMENT.value)
             return False
         if any(r not in target for r in state.isr):
             await self._write(topic, partition,

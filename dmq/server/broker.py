@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.backend import ClusterBackend
-from dmq.cluster.controller import Controller
+from dmq.cluster.controller import Controller, ControllerEvent
 from dmq.cluster.metadata import (
     DEFAULT_BROKER_ENTITY,
     OFFSETS_TOPIC,
@@ -264,8 +264,9 @@ class Broker:
         if what == "configs":
             self._apply_dynamic_configs()
             return
-        if self.controller is not None:
-            self.controller.enqueue(what)
+        event = ControllerEvent.from_notification(what)
+        if self.controller is not None and event is not None:
+            self.controller.enqueue(event)
         if what == "session":
             self._spawn(self._reregister())
         self.backend.schedule()
