@@ -112,7 +112,7 @@ class SteadyProducer:
     def __init__(self, bootstrap: str, topic: str, rate: int = 200) -> None:
         self.p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
                            "enable.idempotence": True, "message.timeout.ms": 60000,
-                           "topic.metadata.refresh.interval.ms": 1000})
+                           "topic.metadata.refresh.interval.ms": 1000, "log_level": 0})
         self.topic, self.rate = topic, rate
         self.acks: list[tuple[float, float]] = []  # (produced_at, acked_at)
         self.stop = threading.Event()
@@ -167,7 +167,7 @@ def one_run(session_ms: int, extra: list[str], show_timeline: bool, keep: bool) 
         zk = start_zookeeper(work)
         brokers = start_brokers(work, zk.port, session_ms, extra)
         bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())
-        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         admin.create_topics([NewTopic("failover", 1, 3, config={"min.insync.replicas": "2"})])["failover"].result(30)
         deadline = time.monotonic() + 30
         leader = -1
@@ -204,6 +204,8 @@ def one_run(session_ms: int, extra: list[str], show_timeline: bool, keep: bool) 
             prod.stop.set()
             prod.thread.join(5)
             prod.p.purge()
+            prod.p.flush(0)
+            del prod
         for b in brokers.values():
             b.kill()
         if zk is not None:
