@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -26,7 +27,9 @@ class ZooKeeperProcess:
         (base / "zoo.cfg").write_text(
             f"tickTime=500\ndataDir={base / 'data'}\nclientPort={self.port}\n"
             "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
-            "minSessionTimeout=1000\nmaxSessionTimeout=60000\n")
+            "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
+            "4lw.commands.whitelist=*\n")
+        self.paused = False
 
     @property
     def connect(self) -> str:
@@ -50,6 +53,39 @@ class ZooKeeperProcess:
 
     def stop(self) -> None:
         if self.proc is not None:
+            if self.paused:
+                os.kill(self.proc.pid, signal.SIGCONT)
+                self.paused = False
             self.proc.kill()
             self.proc.wait(10)
             self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP the java process: TCP connections stay open, nothing answers."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self.paused = False
+
+    def restart(self, timeout: float = 30) -> ZooKeeperProcess:
+        """Start again on the same port and data dir (sessions are restored from the log)."""
+        if self.proc is not None and self.paused:
+            self.resume()
+        self.stop()
+        return self.start(timeout)
+
+    def four_letter(self, command: str, timeout: float = 2.0) -> str:
+        """A four-letter-word command (``cons``, ``mntr``, ``ruok``), whitelisted in zoo.cfg."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout) as s:
+            s.sendall(command.encode())
+            chunks = []
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        return b"".join(chunks).decode(errors="replace")
