@@ -196,17 +196,17 @@ def test_leader_does_not_add_unregistered_follower_to_isr(make_cluster: Any) -> 
     NOT_ENOUGH_REPLICAS and success alternate, duplicates appear." As KIP-841: a leader never
     adds a replica that is not registered (or is fenced) to the ISR."""
     cluster = make_cluster()
-    victim = 3
-    proxy = TcpProxy("127.0.0.1", cluster.zookeeper.port).start()
+    # Every broker reaches ZooKeeper through its own proxy; one follower's link is cut below.
+    proxies = {i: TcpProxy("127.0.0.1", cluster.zookeeper.port).start() for i in cluster.brokers}
     try:
-        cluster.brokers[victim].overrides["zookeeper.connect"] = f"{proxy.address}/dmq"
+        for i, proxy in proxies.items():
+            cluster.brokers[i].overrides["zookeeper.connect"] = f"{proxy.address}/dmq"
         cluster.start()
         topic = "fight"
         cluster.create_topic(topic, partitions=1, rf=3, config={"min.insync.replicas": "2"})
-        # The victim must be a follower: move leadership away if it leads.
-        if cluster.partition(topic).leader == victim:
-            pytest.skip("victim leads partition 0 (not expected with the default assignment)")
-        proxy.cut()
+        leader = cluster.partition(topic).leader
+        victim = max(b for b in cluster.brokers if b != leader and b != cluster.controller_id())
+        proxies[victim].cut()
         live = [b for b in cluster.brokers if b != victim]
         cluster.wait_for(lambda: victim not in {b.id for b in cluster.metadata(via=live).brokers.values()},
                          "the victim's session expires", timeout=30)
@@ -233,7 +233,8 @@ def test_leader_does_not_add_unregistered_follower_to_isr(make_cluster: Any) -> 
         assert isr_with_victim == 0, (f"the unregistered broker {victim} was in the ISR in "
                                       f"{isr_with_victim}/{samples} samples")
     finally:
-        proxy.close()
+        for proxy in proxies.values():
+            proxy.close()
 
 
 # --- 4 -----------------------------------------------------------------------------------------
