@@ -2,7 +2,8 @@
 
 Each test reproduces one finding with real brokers and Debian's ZooKeeper
 (SIGSTOP/SIGKILL of processes, a loopback TCP proxy to cut one broker from
-ZooKeeper). They are expected to FAIL until the broker is fixed.
+ZooKeeper). Each failed on the code before its fix (issue 9, findings 1-7;
+the numbers each one saw then are in its docstring or the issue).
 """
 
 from __future__ import annotations
