@@ -157,15 +157,16 @@ def test_brokers_reconnect_promptly_after_zookeeper_outage(make_cluster: Any) ->
     hour). After a ZooKeeper outage of 10–30 s, healthy brokers reconnect long after it is
     back, their sessions expire, the controller declares them dead." Acceptance: "every broker
     reconnects within 1 s of its return, no healthy broker loses its session, and acks=all
-    produce resumes within 5 s." The outage here is 15 s with a 30 s session timeout: every
-    session would survive a prompt reconnect (a restarted ZooKeeper restores sessions)."""
-    cluster = make_cluster({"zookeeper.session.timeout.ms": "30000"}).start()
+    produce resumes within 5 s." As in the acceptance: a 30 s outage, with the default 6 s
+    session timeout; a restarted ZooKeeper restores sessions and gives each its timeout
+    again, so every session survives if its broker reconnects promptly."""
+    cluster = make_cluster({"zookeeper.session.timeout.ms": "6000"}).start()
     topic = "outage"
     cluster.create_topic(topic, partitions=1, rf=3, config={"min.insync.replicas": "2"})
     before = broker_session_ids(cluster)
     assert len(before) == 3
     cluster.zookeeper.stop()
-    time.sleep(15)
+    time.sleep(30)
     cluster.zookeeper.start()
     back = time.monotonic()
     reconnected: dict[int, float] = {}
@@ -176,10 +177,9 @@ def test_brokers_reconnect_promptly_after_zookeeper_outage(make_cluster: Any) ->
                 reconnected[b] = time.monotonic() - back
         time.sleep(0.05)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 20000})
-    start = time.monotonic()
     producer.produce(topic, b"after-outage", partition=0)
     assert producer.flush(20) == 0
-    produce_s = time.monotonic() - start
+    produce_s = time.monotonic() - back  # from ZooKeeper's return to the acknowledgement
     after = broker_session_ids(cluster)
     late = {b: round(reconnected.get(b, float("inf")), 2) for b in before if reconnected.get(b, 99) > 1.0}
     assert not late, f"brokers reconnected to ZooKeeper more than 1 s after it returned: {late} (s)"
