@@ -6,10 +6,11 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-if ! command -v kcat >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ]; then
-  echo "==> installing Debian packages (kcat, zookeeper)"
+if ! command -v kcat >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ] \
+    || ! command -v ip >/dev/null 2>&1; then
+  echo "==> installing Debian packages (kcat, zookeeper, iproute2)"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat zookeeper >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat zookeeper iproute2 >/dev/null
 fi
 
 PY=${PYTHON:-python3}

@@ -24,7 +24,12 @@ class BrokerProcess:
     """A ``python -m dmq server`` child process on a free loopback port."""
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
-                 port: int | None = None, log_path: Path | None = None) -> None:
+                 port: int | None = None, log_path: Path | None = None, host: str = "127.0.0.1",
+                 command_prefix: list[str] | None = None) -> None:
+        """``host`` and ``command_prefix`` run it elsewhere, e.g. in a test network
+        namespace (``ip netns exec NAME``, see support.netns)."""
+        self.host = host
+        self.command_prefix = list(command_prefix or [])
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
         self.port = port or free_port()
@@ -35,10 +40,10 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "dmq", "server", "--listen", self.bootstrap,
+        cmd = [*self.command_prefix, sys.executable, "-m", "dmq", "server", "--listen", self.bootstrap,
                "--data-dir", str(self.data_dir)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]

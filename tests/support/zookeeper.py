@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,37 +20,51 @@ def available() -> bool:
 
 
 class ZooKeeperProcess:
-    def __init__(self, base: Path, port: int | None = None) -> None:
+    def __init__(self, base: Path, port: int | None = None, host: str = "127.0.0.1",
+                 command_prefix: list[str] | None = None) -> None:
+        """``host`` and ``command_prefix`` run it elsewhere, e.g. in a test network
+        namespace (``ip netns exec NAME``, see support.netns)."""
         self.base = base
+        self.host = host
+        self.command_prefix = list(command_prefix or [])
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         (base / "data").mkdir(parents=True, exist_ok=True)
         (base / "zoo.cfg").write_text(
             f"tickTime=500\ndataDir={base / 'data'}\nclientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+            f"clientPortAddress={host}\nadmin.enableServer=false\n"
             "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
             "4lw.commands.whitelist=*\n")
         self.paused = False
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30) -> ZooKeeperProcess:
         log = open(self.base / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}", f"-Dzookeeper.log.dir={self.base}",
+            [*self.command_prefix, "java", "-Xmx256m", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}", f"-Dzookeeper.log.dir={self.base}",
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.base / "zoo.cfg")],
             stdout=log, stderr=log)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.5):
-                    return self
-            except OSError:
-                time.sleep(0.2)
+            if self._accepts():
+                return self
+            time.sleep(0.2)
         raise TimeoutError("ZooKeeper did not start")
+
+    def _accepts(self) -> bool:
+        if self.command_prefix:  # elsewhere: probe from there
+            probe = f"import socket; socket.create_connection(({self.host!r}, {self.port}), 0.5)"
+            return subprocess.run([*self.command_prefix, sys.executable, "-c", probe],
+                                  capture_output=True).returncode == 0
+        try:
+            with socket.create_connection((self.host, self.port), 0.5):
+                return True
+        except OSError:
+            return False
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -1,0 +1,594 @@
+"""A seeded fault-injection run against a real cluster in network namespaces (Jepsen-style).
+
+One run: ZooKeeper, N brokers and a client host, each in its own namespace,
+joined by veth links (support.netns); a topic (default 6 partitions, RF=3,
+min.insync.replicas=2, unclean election off); idempotent acks=all producers
+writing unique values and a consumer group committing as it goes, all inside
+the client namespace (chaos.workload). A schedule derived from the seed
+alone (so a run can be replayed) injects faults, some overlapping: SIGKILL of
+a leader, a follower, the controller, two brokers at once; SIGSTOP past the
+session timeout; SIGTERM; ZooKeeper restarts; a broker cut off from
+ZooKeeper only, from its peers and the clients only, or from both. Then
+everything heals and the checks run:
+
+- every acknowledged record is at its acknowledged offset (lost);
+- no value twice (duplicates), each producer's values in order per partition;
+- every partition, ``__consumer_offsets`` too, led with its full ISR within
+  ``recovery_bound_s`` of healing;
+- no committed offset above its partition's high watermark;
+- after a clean shutdown, all replicas byte-identical below the high watermark;
+- no broker exited unless a fault made it, no traceback in a broker log.
+
+``ChaosRun.run()`` returns a Report; ``Report.failures()`` lists what broke.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from support.broker import BrokerProcess
+from support.netns import Network
+from support.zookeeper import ZooKeeperProcess
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
+FAULT_KINDS = ["kill_leader", "kill_follower", "kill_controller", "kill_two", "pause", "term",
+               "zk_restart", "cut_zk", "cut_peers", "cut_all"]
+TOPIC = "chaos"
+GROUP = "chaos-group"
+OFFSETS = "__consumer_offsets"
+
+
+@dataclass
+class Fault:
+    at: float  # seconds after the workload started
+    kind: str
+    duration: float
+    target: str = ""  # filled in when it runs: which broker(s)
+
+    def describe(self) -> str:
+        return f"{self.at:6.1f}s {self.kind:<15} {self.duration:5.1f}s {self.target}"
+
+
+def make_schedule(seed: int, duration_s: float, session_timeout_s: float,
+                  max_zk_outage_s: float) -> list[Fault]:
+    """Faults from the seed alone: the first ones cover every kind once (shuffled), the
+    rest are drawn at random; about a third start before the previous one ended."""
+    rng = random.Random(seed)
+    kinds = FAULT_KINDS[:]
+    rng.shuffle(kinds)
+    faults: list[Fault] = []
+    t = 5.0
+    while t < duration_s:
+        kind = kinds.pop() if kinds else rng.choice(FAULT_KINDS)
+        if kind == "pause":
+            dur = session_timeout_s + rng.uniform(1.0, 3.0)
+        elif kind == "zk_restart":
+            dur = rng.uniform(1.0, max_zk_outage_s)
+        elif kind.startswith("cut"):
+            dur = rng.uniform(2.0, 2.5 * session_timeout_s)
+        else:
+            dur = rng.uniform(1.0, 6.0)  # until the broker is started again
+        faults.append(Fault(round(t, 2), kind, round(dur, 2)))
+        overlap = rng.random() < 0.33
+        t += rng.uniform(1.0, 3.0) if overlap else dur + rng.uniform(3.0, 6.0)
+    return faults
+
+
+@dataclass
+class ChaosConfig:
+    seed: int
+    duration_s: float = 120.0
+    brokers: int = 3
+    partitions: int = 6
+    producers: int = 3
+    rate: float = 150.0  # records/s per producer
+    session_timeout_ms: int = 4000
+    max_zk_outage_s: float = 15.0
+    recovery_bound_s: float = 10.0
+    base: Path = Path("/tmp/dmq-chaos")
+
+
+@dataclass
+class Report:
+    seed: int
+    faults: list[str] = field(default_factory=list)
+    faults_by_kind: dict[str, int] = field(default_factory=dict)
+    acknowledged: int = 0
+    producer_errors: int = 0
+    lost: list[str] = field(default_factory=list)
+    duplicates: int = 0
+    duplicate_examples: list[str] = field(default_factory=list)
+    reordered: list[str] = field(default_factory=list)
+    recovery_s: float = -1.0
+    unrecovered: list[str] = field(default_factory=list)
+    committed_above_hw: list[str] = field(default_factory=list)
+    divergent: list[str] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)
+    tracebacks: list[str] = field(default_factory=list)
+    max_ack_gap_s: float = 0.0
+    max_ack_gap_where: str = ""
+    consumed: int = 0
+    records_read: int = 0
+    replicas_compared: int = 0
+    wall_s: float = 0.0
+    recovery_bound_s: float = 10.0
+
+    def failures(self) -> list[str]:
+        out = []
+        if self.lost:
+            out.append(f"{len(self.lost)} acknowledged records lost, e.g. {self.lost[:5]}")
+        if self.duplicates > self.acknowledged / 100_000:
+            out.append(f"{self.duplicates} duplicates, e.g. {self.duplicate_examples[:5]}")
+        if self.reordered:
+            out.append(f"reordered: {self.reordered[:5]}")
+        if self.unrecovered or not 0 <= self.recovery_s <= self.recovery_bound_s:
+            out.append(f"not every partition led with a full ISR within {self.recovery_bound_s}s "
+                       f"of healing (took {self.recovery_s:.1f}s): {self.unrecovered[:5]}")
+        if self.committed_above_hw:
+            out.append(f"committed offsets above the high watermark: {self.committed_above_hw}")
+        if self.divergent:
+            out.append(f"divergent replicas: {self.divergent[:5]}")
+        if self.crashes:
+            out.append(f"brokers crashed: {self.crashes}")
+        if self.tracebacks:
+            out.append(f"tracebacks in broker logs: {self.tracebacks[:3]}")
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+class ChaosRun:
+    """Owns the namespaces and processes of one run; ``run()`` always tears them down."""
+
+    def __init__(self, config: ChaosConfig) -> None:
+        self.c = config
+        self.base = config.base / f"seed-{config.seed}"
+        prefix = f"dq{os.getpid() % 10000:04d}"
+        self.names = [f"b{i}" for i in range(1, config.brokers + 1)]
+        links = ([(b, "zk") for b in self.names] + [(b, "cl") for b in self.names]
+                 + [(a, b) for i, a in enumerate(self.names) for b in self.names[i + 1:]])
+        self.net = Network(prefix, ["zk", "cl", *self.names], links)
+        self.zk = ZooKeeperProcess(self.base / "zk", port=2181, host=self.net.address("zk"),
+                                   command_prefix=self.net.exec_prefix("zk"))
+        self.brokers: dict[int, BrokerProcess] = {}
+        for i, name in enumerate(self.names, start=1):
+            overrides = {
+                "broker.id": str(i), "zookeeper.connect": f"{self.net.address('zk')}:2181/dmq",
+                "zookeeper.session.timeout.ms": str(config.session_timeout_ms),
+                "replica.lag.time.max.ms": str(max(2000, config.session_timeout_ms * 3 // 4)),
+                "replica.fetch.backoff.ms": "200", "controlled.shutdown.retry.backoff.ms": "1000",
+                "controlled.shutdown.max.retries": "3", "group.initial.rebalance.delay.ms": "0",
+                "offsets.topic.num.partitions": "6", "offsets.topic.replication.factor": "3",
+                "leader.imbalance.check.interval.seconds": "3600",
+                "unclean.leader.election.enable": "false",
+            }
+            self.brokers[i] = BrokerProcess(self.base / name / "data", overrides, port=9092,
+                                            log_path=self.base / f"broker-{i}.log",
+                                            host=self.net.address(name),
+                                            command_prefix=self.net.exec_prefix(name))
+        self.bootstrap = ",".join(b.bootstrap for b in self.brokers.values())
+        self.down: set[int] = set()  # brokers a fault stopped on purpose
+        self.busy: set[int] = set()  # brokers some fault is acting on
+        self.crashed: list[str] = []
+        self._restarts: list[threading.Thread] = []
+        self._agent: subprocess.Popen[str] | None = None
+        self._workers: list[subprocess.Popen[bytes]] = []
+        self.report = Report(config.seed, recovery_bound_s=config.recovery_bound_s)
+
+    # ------------------------------------------------------------- plumbing
+
+    def _client(self, *args: str, stdin: Any = subprocess.PIPE, text: bool = False) -> Any:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), *sys.path])}
+        return subprocess.Popen([*self.net.exec_prefix("cl"), sys.executable, "-m", "chaos.workload",
+                                 *args], stdin=stdin, stdout=subprocess.PIPE if text else None,
+                                stderr=subprocess.DEVNULL, env=env, text=text)
+
+    def ask(self, op: str, timeout: float = 30, **kw: Any) -> dict[str, Any]:
+        """One request to the agent in the client namespace."""
+        assert self._agent is not None and self._agent.stdin and self._agent.stdout
+        self._agent.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self._agent.stdin.flush()
+        result: list[str] = []
+        reader = threading.Thread(target=lambda: result.append(self._agent.stdout.readline()),  # type: ignore[union-attr]
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not result:
+            raise TimeoutError(f"agent did not answer {op} in {timeout}s")
+        return dict(json.loads(result[0]))
+
+    def metadata(self) -> dict[str, Any] | None:
+        try:
+            md = self.ask("metadata", timeout=15)
+        except (TimeoutError, ValueError):
+            return None
+        return None if "error" in md else md
+
+    # --------------------------------------------------------------- set up
+
+    def start(self) -> None:
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.net.create()
+        self.zk.start(60)
+        for b in self.brokers.values():
+            b.start(timeout=60)
+        self._agent = self._client("agent", "--bootstrap", self.bootstrap, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            md = self.metadata()
+            if md and len(md["brokers"]) == len(self.brokers):
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("the brokers did not all register")
+        create = [sys.executable, "-m", "dmq", "topics", "create", TOPIC, "--partitions",
+                  str(self.c.partitions), "--replication-factor", "3", "--config",
+                  "min.insync.replicas=2", "-b", self.bootstrap]
+        subprocess.run([*self.net.exec_prefix("cl"), *create], check=True, capture_output=True,
+                       timeout=60)
+        self._wait_full_isr([TOPIC], 60)
+
+    def _start_workload(self) -> None:
+        for k in range(self.c.producers):
+            self._workers.append(self._client(
+                "produce", "--bootstrap", self.bootstrap, "--topic", TOPIC, "--partitions",
+                str(self.c.partitions), "--producer", str(k), "--rate", str(self.c.rate),
+                "--out", str(self.base / f"acks-{k}.jsonl")))
+        self._workers.append(self._client("consume", "--bootstrap", self.bootstrap, "--topic", TOPIC,
+                                          "--group", GROUP, "--out", str(self.base / "consumer.json")))
+
+    # --------------------------------------------------------------- faults
+
+    def _healthy(self) -> list[int]:
+        return [i for i in self.brokers if i not in self.busy and i not in self.down]
+
+    def _pick(self, rng: random.Random, kind: str) -> list[int]:
+        healthy = self._healthy()
+        if not healthy:
+            return []
+        md = self.metadata() if kind in ("kill_leader", "kill_follower", "kill_controller") else None
+        if md is not None and kind == "kill_controller" and md["controller"] in healthy:
+            return [md["controller"]]
+        if md is not None and kind in ("kill_leader", "kill_follower"):
+            parts = list(md["topics"].get(TOPIC, {}).values())
+            rng.shuffle(parts)
+            for p in parts:
+                wanted = [p["leader"]] if kind == "kill_leader" else \
+                    [r for r in p["replicas"] if r != p["leader"]]
+                wanted = [r for r in wanted if r in healthy]
+                if wanted:
+                    return [rng.choice(wanted)]
+        if kind == "kill_two":
+            return rng.sample(healthy, 2) if len(healthy) >= 2 else []
+        return [rng.choice(healthy)]
+
+    def _restart(self, i: int) -> None:
+        def run() -> None:
+            try:
+                self.brokers[i].start(timeout=90)
+            except Exception as e:  # noqa: BLE001 - reported as a crash
+                self.crashed.append(f"broker {i} did not start again: {str(e)[:300]}")
+            self.down.discard(i)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self._restarts.append(t)
+
+    def _begin(self, fault: Fault, rng: random.Random) -> Any:
+        """Start a fault; returns the function that ends it (or None if it could not start)."""
+        if fault.kind == "zk_restart":
+            fault.target = "zookeeper"
+            self.zk.stop()
+            return lambda: self.zk.start(60)
+        kind = "kill_leader" if fault.kind == "kill_leader" else fault.kind
+        targets = self._pick(rng, kind)
+        if not targets:
+            return None
+        fault.target = "broker " + "+".join(map(str, targets))
+        self.busy.update(targets)
+
+        def done() -> None:
+            self.busy.difference_update(targets)
+
+        if fault.kind.startswith("kill"):
+            for i in targets:
+                self.down.add(i)
+                self.brokers[i].kill()
+
+            def end_kill() -> None:
+                for i in targets:
+                    self._restart(i)
+                done()
+            return end_kill
+        if fault.kind == "term":
+            i = targets[0]
+            self.down.add(i)
+            proc = self.brokers[i].proc
+            assert proc is not None
+            proc.send_signal(signal.SIGTERM)
+
+            def end_term() -> None:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    self.crashed.append(f"broker {i} did not exit within 30 s of SIGTERM")
+                    proc.kill()
+                    proc.wait(10)
+                self.brokers[i].proc = None
+                self._restart(i)
+                done()
+            return end_term
+        if fault.kind == "pause":
+            i = targets[0]
+            os.kill(self.brokers[i].pid(), signal.SIGSTOP)
+            self.brokers[i].paused = True
+
+            def end_pause() -> None:
+                os.kill(self.brokers[i].pid(), signal.SIGCONT)
+                self.brokers[i].paused = False
+                done()
+            return end_pause
+        name = self.names[targets[0] - 1]
+        peers = {"cut_zk": ["zk"], "cut_peers": ["cl", *[n for n in self.names if n != name]],
+                 "cut_all": ["zk", "cl", *[n for n in self.names if n != name]]}[fault.kind]
+        self.net.isolate(name, peers)
+
+        def end_cut() -> None:
+            for p in peers:
+                self.net.heal(name, p)
+            done()
+        return end_cut
+
+    def _run_schedule(self, faults: list[Fault]) -> None:
+        rng = random.Random(self.c.seed * 7919 + 1)
+        start = time.monotonic()
+        active: list[tuple[float, Fault, Any]] = []
+        pending = list(faults)
+        while pending or active:
+            now = time.monotonic() - start
+            for entry in [a for a in active if a[0] <= now]:
+                active.remove(entry)
+                entry[2]()
+            while pending and pending[0].at <= now:
+                fault = pending.pop(0)
+                end = self._begin(fault, rng)
+                if end is None:
+                    fault.target = "(skipped: no healthy target)"
+                else:
+                    active.append((now + fault.duration, fault, end))
+                self.report.faults.append(fault.describe())
+                print(f"  fault {fault.describe()}", flush=True)
+            self._note_crashes()
+            time.sleep(0.1)
+        for t in self._restarts:
+            t.join(120)
+
+    def _note_crashes(self) -> None:
+        for i, b in self.brokers.items():
+            if i not in self.down and b.proc is not None and b.proc.poll() is not None:
+                self.crashed.append(f"broker {i} exited with {b.proc.returncode} on its own")
+                b.proc = None
+                self.down.add(i)
+                self._restart(i)
+
+    # --------------------------------------------------------------- checks
+
+    def _wait_full_isr(self, topics: list[str], timeout: float) -> tuple[float, list[str]]:
+        start = time.monotonic()
+        missing: list[str] = ["no metadata"]
+        while time.monotonic() - start < timeout:
+            md = self.metadata()
+            if md is not None:
+                missing = []
+                for t in topics:
+                    parts = md["topics"].get(t)
+                    if not parts:
+                        missing.append(f"{t}: unknown")
+                        continue
+                    for p, s in parts.items():
+                        if s["leader"] < 0 or sorted(s["isr"]) != sorted(s["replicas"]):
+                            missing.append(f"{t}-{p} leader {s['leader']} isr {s['isr']} replicas {s['replicas']}")
+                if not missing and len(md["brokers"]) == len(self.brokers):
+                    return time.monotonic() - start, []
+            time.sleep(0.25)
+        return time.monotonic() - start, missing
+
+    def _stop_workload(self) -> None:
+        for w in self._workers:
+            if w.stdin is not None:
+                w.stdin.close()
+        for w in self._workers:
+            try:
+                w.wait(180)
+            except subprocess.TimeoutExpired:
+                w.kill()
+
+    def _check_records(self) -> None:
+        acks: list[dict[str, Any]] = []
+        errors = 0
+        for k in range(self.c.producers):
+            path = self.base / f"acks-{k}.jsonl"
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    entry = json.loads(line)
+                    if "err" in entry:
+                        errors += 1
+                    else:
+                        acks.append(entry)
+        self.report.acknowledged = len(acks)
+        self.report.producer_errors = errors
+        dump = self.ask("dump", timeout=200, topic=TOPIC, partitions=self.c.partitions,
+                        out=str(self.base / "dump.json"))
+        if "error" in dump:
+            self.report.lost.append(f"could not read the topic back: {dump['error']}")
+            return
+        data = json.loads((self.base / "dump.json").read_text())
+        if data["incomplete"]:
+            self.report.lost.append(f"partitions not read to their high watermark: {data['incomplete']}")
+        at: dict[tuple[int, int], str] = {}
+        for p, recs in data["records"].items():
+            for o, v in recs:
+                at[(int(p), int(o))] = v
+        for a in acks:
+            if at.get((a["p"], a["o"])) != a["v"]:
+                self.report.lost.append(f"{a['v']}@{a['p']}:{a['o']} (found {at.get((a['p'], a['o']))})")
+        self.report.records_read = len(at)
+        counts = Counter(at.values())
+        dups = {v: n for v, n in counts.items() if n > 1}
+        self.report.duplicates = sum(n - 1 for n in dups.values())
+        self.report.duplicate_examples = [f"{v} x{n}" for v, n in list(dups.items())[:10]]
+        for p, recs in data["records"].items():
+            last: dict[str, int] = {}
+            seen: set[str] = set()
+            for o, v in sorted(recs):
+                if v in seen:
+                    continue
+                seen.add(v)
+                producer, seq = v.rsplit("-", 1)
+                if int(seq) < last.get(producer, -1):
+                    self.report.reordered.append(f"partition {p}: {v} at {o} after seq {last[producer]}")
+                last[producer] = max(last.get(producer, -1), int(seq))
+        by_partition: dict[int, list[float]] = defaultdict(list)
+        for a in acks:
+            by_partition[a["p"]].append(a["t"])
+        for p, times in by_partition.items():
+            times.sort()
+            for t0, t1 in zip(times, times[1:], strict=False):
+                if t1 - t0 > self.report.max_ack_gap_s:
+                    self.report.max_ack_gap_s = round(t1 - t0, 2)
+                    self.report.max_ack_gap_where = f"partition {p} at {time.strftime('%H:%M:%S', time.localtime(t0))}"
+        consumer = self.base / "consumer.json"
+        if consumer.exists():
+            self.report.consumed = int(json.loads(consumer.read_text()).get("consumed", 0))
+
+    def _check_committed(self) -> None:
+        committed = self.ask("committed", group=GROUP, topic=TOPIC, partitions=self.c.partitions)
+        marks = self.ask("watermarks", topic=TOPIC, partitions=self.c.partitions)
+        if "error" in committed or "error" in marks:
+            self.report.committed_above_hw.append(f"could not read: {committed} {marks}")
+            return
+        for p, off in committed.items():
+            if off >= 0 and off > marks[p][1]:
+                self.report.committed_above_hw.append(f"{TOPIC}-{p}: committed {off} > hw {marks[p][1]}")
+
+    def _check_replicas(self) -> None:
+        """After a clean shutdown: every replica's batches below the high watermark are the
+        same bytes (topics and __consumer_offsets)."""
+        hws: dict[str, int] = {}
+        logs: dict[str, dict[int, list[tuple[int, bytes]]]] = defaultdict(dict)
+        for i, name in enumerate(self.names, start=1):
+            data = self.base / name / "data"
+            checkpoint = data / "replication-offset-checkpoint"
+            if checkpoint.exists():
+                for line in checkpoint.read_text().splitlines()[2:]:
+                    topic, p, off = line.rsplit(" ", 2)
+                    key = f"{topic}-{p}"
+                    hws[key] = max(hws.get(key, 0), int(off))
+            for d in data.iterdir() if data.exists() else []:
+                if d.is_dir() and "-" in d.name and (d.name.startswith(TOPIC) or d.name.startswith(OFFSETS)):
+                    logs[d.name][i] = read_batches(d)
+        for key, replicas in logs.items():
+            self.report.replicas_compared += len(replicas)
+            hw = hws.get(key, 0)
+            below = {b: b"".join(raw for last, raw in batches if last < hw) for b, batches in replicas.items()}
+            reach = {b: max((last for last, _ in batches), default=-1) for b, batches in replicas.items()}
+            if len(set(below.values())) > 1:
+                self.report.divergent.append(f"{key}: replicas differ below the high watermark {hw}")
+            short = [b for b, end in reach.items() if end < hw - 1]
+            if short:
+                self.report.divergent.append(f"{key}: brokers {short} end below the high watermark {hw}")
+
+    def _check_logs(self) -> None:
+        for i, b in self.brokers.items():
+            text = b.log_text()
+            if "Traceback" in text:
+                idx = text.index("Traceback")
+                self.report.tracebacks.append(f"broker {i}: {text[max(0, idx - 200):idx + 600]}")
+
+    # ----------------------------------------------------------------- run
+
+    def run(self) -> Report:
+        started = time.monotonic()
+        faults = make_schedule(self.c.seed, self.c.duration_s, self.c.session_timeout_ms / 1000,
+                               self.c.max_zk_outage_s)
+        self.report.faults_by_kind = dict(Counter(f.kind for f in faults))
+        try:
+            self.start()
+            self._start_workload()
+            self._run_schedule(faults)
+            # Heal: the schedule ended every fault; restart anything still down.
+            self.net.heal_all()
+            if self.zk.proc is None:
+                self.zk.start(60)
+            for i, b in self.brokers.items():
+                if b.proc is None:
+                    self._restart(i)
+            for t in self._restarts:
+                t.join(120)
+            self._note_crashes()
+            self.report.recovery_s, self.report.unrecovered = self._wait_full_isr(
+                [TOPIC, OFFSETS], max(60.0, self.c.recovery_bound_s * 3))
+            self.report.recovery_s = round(self.report.recovery_s, 2)
+            self._stop_workload()
+            self._check_records()
+            self._check_committed()
+            time.sleep(2)  # let followers fetch the last records before the shutdown
+            for b in self.brokers.values():
+                if b.proc is not None:
+                    b.stop(60)
+            self._check_replicas()
+            self._check_logs()
+            self.report.crashes = list(self.crashed)
+        finally:
+            self.teardown()
+            self.report.wall_s = round(time.monotonic() - started, 1)
+            (self.base / "report.json").write_text(self.report.to_json())
+        return self.report
+
+    def teardown(self) -> None:
+        for w in self._workers:
+            if w.poll() is None:
+                w.kill()
+        if self._agent is not None and self._agent.poll() is None:
+            self._agent.kill()
+        for b in self.brokers.values():
+            try:
+                if b.proc is not None and b.paused:
+                    os.kill(b.pid(), signal.SIGCONT)
+                b.close()
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        try:
+            self.zk.stop()
+        except Exception:  # noqa: BLE001
+            pass
+        self.net.destroy()
+
+
+def read_batches(partition_dir: Path) -> list[tuple[int, bytes]]:
+    """(last offset, raw bytes) of every record batch in a partition directory, in order."""
+    out: list[tuple[int, bytes]] = []
+    for seg in sorted(partition_dir.glob("*.log")):
+        data = seg.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            base, length = struct.unpack_from(">qi", data, pos)
+            if length <= 0 or pos + 12 + length > len(data):
+                break
+            (last_delta,) = struct.unpack_from(">i", data, pos + 23)
+            out.append((base + last_delta, data[pos:pos + 12 + length]))
+            pos += 12 + length
+    return out

@@ -1,0 +1,30 @@
+"""A short seeded fault-injection run in network namespaces (the CI part of tests/chaos).
+
+Every kind of fault once or more in about two minutes, then all the checks of
+``chaos.harness``; ``scripts/chaos.py`` runs long schedules.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support.netns import available as netns_unavailable
+from support.zookeeper import available as zookeeper_available
+
+from chaos.harness import ChaosConfig, ChaosRun
+
+pytestmark = pytest.mark.chaos
+
+
+@pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable()))
+@pytest.mark.skipif(not zookeeper_available(), reason="Debian's zookeeper package is not installed")
+def test_a_short_fault_schedule_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    config = ChaosConfig(seed=20261122, duration_s=110, session_timeout_ms=4000, max_zk_outage_s=12,
+                         rate=100, base=tmp_path)
+    report = ChaosRun(config).run()
+    print(report.to_json())
+    assert set(report.faults_by_kind) == {"kill_leader", "kill_follower", "kill_controller", "kill_two",
+                                          "pause", "term", "zk_restart", "cut_zk", "cut_peers", "cut_all"}
+    assert report.acknowledged > 1000, "the workload must have made progress"
+    assert not report.failures(), "\n".join(report.failures())

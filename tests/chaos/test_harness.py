@@ -1,0 +1,40 @@
+"""The chaos harness's own parts: replayable schedules and the replica comparison."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.replication import records
+
+from chaos.harness import FAULT_KINDS, Report, make_schedule, read_batches
+
+
+def test_a_seed_gives_the_same_schedule_and_covers_every_fault() -> None:
+    a = make_schedule(7, 110, 4.0, 12)
+    assert a == make_schedule(7, 110, 4.0, 12)
+    assert a != make_schedule(8, 110, 4.0, 12)
+    assert {f.kind for f in a} == set(FAULT_KINDS)
+    assert all(f.duration > 4.0 for f in a if f.kind == "pause"), "pauses outlast the session"
+    assert any(b.at < a.at + a.duration for a, b in zip(a, a[1:], strict=False)), "some faults overlap"
+
+
+def test_read_batches_splits_a_log_into_batches_with_their_last_offsets(tmp_path: Path) -> None:
+    from dmq.record.batch import validate_batches
+
+    one, two = bytearray(records(3)), bytearray(records(2))
+    validate_batches(one, 1 << 20)
+    two[0:8] = (3).to_bytes(8, "big")  # base offset 3
+    (tmp_path / "00000000000000000000.log").write_bytes(bytes(one) + bytes(two) + b"\x00" * 5)
+    batches = read_batches(tmp_path)
+    assert [last for last, _ in batches] == [2, 4]
+    assert batches[0][1] == bytes(one)
+
+
+def test_report_failures_name_every_broken_check() -> None:
+    r = Report(seed=1, acknowledged=10, recovery_s=1.0)
+    assert r.failures() == []
+    r.lost, r.duplicates, r.divergent, r.crashes = ["v@0:1"], 1, ["chaos-0"], ["broker 2"]
+    r.recovery_s = 11.0
+    text = "\n".join(r.failures())
+    for word in ("lost", "duplicates", "divergent", "crashed", "full ISR"):
+        assert word in text
