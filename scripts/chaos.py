@@ -12,6 +12,7 @@ per run under --base. Exits 1 if any run failed a check. See tests/chaos/harness
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -32,6 +33,8 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=200, help="records/s per producer")
     ap.add_argument("--base", type=Path, default=Path("/tmp/dmq-chaos"))
     args = ap.parse_args()
+    # SIGTERM ends a run like Ctrl-C: its namespaces and processes are torn down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     why = available()
     if why:
         print(f"error: {why}; run as root", file=sys.stderr)

@@ -114,13 +114,15 @@ class AsyncWireClient:
     async def request(self, request: Any, timeout: float) -> Any:
         if self._reader is None or self._writer is None:
             await self.connect(timeout)
-        assert self._reader is not None and self._writer is not None
+        # Local references: close() from another task (say a shutdown) ends this request
+        # with the stream's own error (EOF) rather than a None stream.
+        reader, writer = self._reader, self._writer
+        assert reader is not None and writer is not None
         self.correlation_id += 1
-        self._writer.write(encode_request(request, self.correlation_id, self.client_id))
-        await self._writer.drain()
-        size_bytes = await asyncio.wait_for(self._reader.readexactly(4), timeout)
-        data = await asyncio.wait_for(self._reader.readexactly(struct.unpack(">i", size_bytes)[0]),
-                                      timeout)
+        writer.write(encode_request(request, self.correlation_id, self.client_id))
+        await writer.drain()
+        size_bytes = await asyncio.wait_for(reader.readexactly(4), timeout)
+        data = await asyncio.wait_for(reader.readexactly(struct.unpack(">i", size_bytes)[0]), timeout)
         return decode_response(type(request), self.correlation_id, data)
 
     def close(self) -> None:

@@ -151,6 +151,8 @@ class ReplicaFetcherManager:
             except asyncio.CancelledError:
                 raise
             except (OSError, EOFError, TimeoutError, ValueError, asyncio.IncompleteReadError) as e:
+                if self._stopped:
+                    return
                 # One warning per outage; the retries that follow are debug noise.
                 log.log(logging.DEBUG if fetcher.failing else logging.WARNING,
                         "fetching from broker %d at %s:%d failed: %s; retrying every %.1fs",
@@ -162,6 +164,8 @@ class ReplicaFetcherManager:
                     fetcher.client = None
                 await asyncio.sleep(self.backoff)
             except Exception:
+                if self._stopped:
+                    return  # shutting down: the client was closed under the request
                 log.exception("replica fetcher for broker %d failed; retrying", fetcher.leader_id)
                 if fetcher.client is not None:
                     fetcher.client.close()

@@ -276,11 +276,22 @@ class ChaosRun:
         return [rng.choice(healthy)]
 
     def _restart(self, i: int) -> None:
+        """Start a broker again in the background, as a supervisor would: a broker refuses
+        to start while ZooKeeper is unreachable, so that is retried; anything else that
+        stops it from starting is a crash."""
         def run() -> None:
-            try:
-                self.brokers[i].start(timeout=90)
-            except Exception as e:  # noqa: BLE001 - reported as a crash
-                self.crashed.append(f"broker {i} did not start again: {str(e)[:300]}")
+            deadline = time.monotonic() + 150
+            while True:
+                try:
+                    self.brokers[i].start(timeout=90)
+                    break
+                except Exception as e:  # noqa: BLE001 - reported as a crash unless retried
+                    self.brokers[i].proc = None
+                    if "cannot connect to ZooKeeper" in str(e) and time.monotonic() < deadline:
+                        time.sleep(1.0)
+                        continue
+                    self.crashed.append(f"broker {i} did not start again: {str(e)[-300:]}")
+                    break
             self.down.discard(i)
 
         t = threading.Thread(target=run, daemon=True)
