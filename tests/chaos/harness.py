@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import struct
 import subprocess
@@ -156,6 +157,7 @@ class ChaosRun:
     def __init__(self, config: ChaosConfig) -> None:
         self.c = config
         self.base = config.base / f"seed-{config.seed}"
+        shutil.rmtree(self.base, ignore_errors=True)  # a replayed seed starts from nothing
         prefix = f"dq{os.getpid() % 10000:04d}"
         self.names = [f"b{i}" for i in range(1, config.brokers + 1)]
         links = ([(b, "zk") for b in self.names] + [(b, "cl") for b in self.names]
