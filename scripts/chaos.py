@@ -51,16 +51,18 @@ def main() -> int:
         rows.append((seed, report, failures))
         print(f"  acked {report.acknowledged}, lost {len(report.lost)}, duplicates {report.duplicates}, "
               f"reordered {len(report.reordered)}, divergent {len(report.divergent)}, recovery "
-              f"{report.recovery_s:.1f}s, max ack gap {report.max_ack_gap_s:.1f}s, crashes "
+              f"{report.recovery_s:.1f}s, longest write gap with a majority up "
+              f"{report.max_gap_with_majority_s:.1f}s (any: {report.max_ack_gap_s:.1f}s), crashes "
               f"{len(report.crashes)}: {'FAILED' if failures else 'ok'}", flush=True)
         for f in failures:
             print(f"    {f}", flush=True)
     print()
     print(f"{'seed':>6} {'faults':>6} {'acked':>8} {'lost':>5} {'dup':>4} {'reord':>5} {'diverg':>6} "
-          f"{'recov s':>7} {'gap s':>6}  result")
+          f"{'recov s':>7} {'gap s':>6}  result   (gap: longest without a write while a majority was up)")
     for seed, r, failures in rows:
         print(f"{seed:>6} {len(r.faults):>6} {r.acknowledged:>8} {len(r.lost):>5} {r.duplicates:>4} "
-              f"{len(r.reordered):>5} {len(r.divergent):>6} {r.recovery_s:>7.1f} {r.max_ack_gap_s:>6.1f}  "
+              f"{len(r.reordered):>5} {len(r.divergent):>6} {r.recovery_s:>7.1f} "
+              f"{r.max_gap_with_majority_s:>6.1f}  "
               f"{'FAILED' if failures else 'ok'}")
     print(f"reports: {args.base}/seed-*/report.json")
     return 1 if any(f for _, _, f in rows) else 0

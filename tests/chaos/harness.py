@@ -98,6 +98,7 @@ class ChaosConfig:
     session_timeout_ms: int = 4000
     max_zk_outage_s: float = 15.0
     recovery_bound_s: float = 10.0
+    check_availability: bool = True  # fail on a write gap beyond 2 x session timeout + 5 s
     base: Path = Path("/tmp/dmq-chaos")
 
 
@@ -120,6 +121,11 @@ class Report:
     tracebacks: list[str] = field(default_factory=list)
     max_ack_gap_s: float = 0.0
     max_ack_gap_where: str = ""
+    # The longest time a partition had no acknowledged write while ZooKeeper and a
+    # majority of its replicas were up (running, not paused, reachable by peers and clients).
+    max_gap_with_majority_s: float = 0.0
+    max_gap_with_majority_where: str = ""
+    gap_bound_s: float = 0.0
     consumed: int = 0
     records_read: int = 0
     replicas_compared: int = 0
@@ -145,6 +151,10 @@ class Report:
             out.append(f"brokers crashed: {self.crashes}")
         if self.tracebacks:
             out.append(f"tracebacks in broker logs: {self.tracebacks[:3]}")
+        if self.gap_bound_s and self.max_gap_with_majority_s > self.gap_bound_s:
+            out.append(f"a partition went {self.max_gap_with_majority_s:.1f}s without an acknowledged "
+                       f"write while a majority of its replicas was up (bound {self.gap_bound_s:.0f}s): "
+                       f"{self.max_gap_with_majority_where}")
         return out
 
     def to_json(self) -> str:
@@ -188,6 +198,10 @@ class ChaosRun:
         self._restarts: list[threading.Thread] = []
         self._agent: subprocess.Popen[str] | None = None
         self._workers: list[subprocess.Popen[bytes]] = []
+        # Wall-clock windows when a broker (by id) or ZooKeeper (0) was unavailable.
+        self.outages: dict[int, list[list[float]]] = defaultdict(list)
+        self.assignment: dict[int, list[int]] = {}
+        self.workload_started = 0.0
         self.report = Report(config.seed, recovery_bound_s=config.recovery_bound_s)
 
     # ------------------------------------------------------------- plumbing
@@ -242,8 +256,18 @@ class ChaosRun:
         subprocess.run([*self.net.exec_prefix("cl"), *create], check=True, capture_output=True,
                        timeout=60)
         self._wait_full_isr([TOPIC], 60)
+        md = self.metadata() or {"topics": {}}
+        self.assignment = {int(p): s["replicas"] for p, s in md["topics"].get(TOPIC, {}).items()}
+
+    def _outage_begins(self, who: int) -> None:
+        self.outages[who].append([time.time(), float("inf")])
+
+    def _outage_ends(self, who: int) -> None:
+        if self.outages[who] and self.outages[who][-1][1] == float("inf"):
+            self.outages[who][-1][1] = time.time()
 
     def _start_workload(self) -> None:
+        self.workload_started = time.time()
         for k in range(self.c.producers):
             self._workers.append(self._client(
                 "produce", "--bootstrap", self.bootstrap, "--topic", TOPIC, "--partitions",
@@ -286,6 +310,7 @@ class ChaosRun:
             while True:
                 try:
                     self.brokers[i].start(timeout=90)
+                    self._outage_ends(i)
                     break
                 except Exception as e:  # noqa: BLE001 - reported as a crash unless retried
                     self.brokers[i].proc = None
@@ -305,7 +330,12 @@ class ChaosRun:
         if fault.kind == "zk_restart":
             fault.target = "zookeeper"
             self.zk.stop()
-            return lambda: self.zk.start(60)
+            self._outage_begins(0)
+
+            def end_zk() -> None:
+                self.zk.start(60)
+                self._outage_ends(0)
+            return end_zk
         kind = "kill_leader" if fault.kind == "kill_leader" else fault.kind
         targets = self._pick(rng, kind)
         if not targets:
@@ -319,6 +349,7 @@ class ChaosRun:
         if fault.kind.startswith("kill"):
             for i in targets:
                 self.down.add(i)
+                self._outage_begins(i)
                 self.brokers[i].kill()
 
             def end_kill() -> None:
@@ -329,6 +360,7 @@ class ChaosRun:
         if fault.kind == "term":
             i = targets[0]
             self.down.add(i)
+            self._outage_begins(i)
             proc = self.brokers[i].proc
             assert proc is not None
             proc.send_signal(signal.SIGTERM)
@@ -348,20 +380,26 @@ class ChaosRun:
             i = targets[0]
             os.kill(self.brokers[i].pid(), signal.SIGSTOP)
             self.brokers[i].paused = True
+            self._outage_begins(i)
 
             def end_pause() -> None:
                 os.kill(self.brokers[i].pid(), signal.SIGCONT)
                 self.brokers[i].paused = False
+                self._outage_ends(i)
                 done()
             return end_pause
         name = self.names[targets[0] - 1]
         peers = {"cut_zk": ["zk"], "cut_peers": ["cl", *[n for n in self.names if n != name]],
                  "cut_all": ["zk", "cl", *[n for n in self.names if n != name]]}[fault.kind]
         self.net.isolate(name, peers)
+        if fault.kind != "cut_zk":  # cut from ZooKeeper only, it still serves its clients
+            self._outage_begins(targets[0])
 
         def end_cut() -> None:
             for p in peers:
                 self.net.heal(name, p)
+            if fault.kind != "cut_zk":
+                self._outage_ends(targets[0])
             done()
         return end_cut
 
@@ -395,6 +433,7 @@ class ChaosRun:
                 self.crashed.append(f"broker {i} exited with {b.proc.returncode} on its own")
                 b.proc = None
                 self.down.add(i)
+                self._outage_begins(i)
                 self._restart(i)
 
     # --------------------------------------------------------------- checks
@@ -483,9 +522,42 @@ class ChaosRun:
                 if t1 - t0 > self.report.max_ack_gap_s:
                     self.report.max_ack_gap_s = round(t1 - t0, 2)
                     self.report.max_ack_gap_where = f"partition {p} at {time.strftime('%H:%M:%S', time.localtime(t0))}"
+        self._majority_gaps(acks)
         consumer = self.base / "consumer.json"
         if consumer.exists():
             self.report.consumed = int(json.loads(consumer.read_text()).get("consumed", 0))
+
+    def _majority_gaps(self, acks: list[dict[str, Any]]) -> None:
+        """The longest stretch without an acknowledged write, per partition, counting only
+        time when ZooKeeper and a majority of the partition's replicas were up."""
+        if self.c.check_availability:
+            self.report.gap_bound_s = 2 * self.c.session_timeout_ms / 1000 + 5
+        end = max((a["t"] for a in acks), default=self.workload_started)
+        times: dict[int, list[float]] = defaultdict(list)
+        for a in acks:
+            times[a["p"]].append(a["t"])
+        for p, replicas in self.assignment.items():
+            bad = self._bad_windows(replicas, end)
+            marks = [self.workload_started, *sorted(times.get(p, [])), end]
+            for t0, t1 in zip(marks, marks[1:], strict=False):
+                good = longest_good_stretch(t0, t1, bad)
+                if good > self.report.max_gap_with_majority_s:
+                    self.report.max_gap_with_majority_s = round(good, 2)
+                    self.report.max_gap_with_majority_where = (
+                        f"partition {p} from {time.strftime('%H:%M:%S', time.localtime(t0))}")
+
+    def _bad_windows(self, replicas: list[int], end: float) -> list[tuple[float, float]]:
+        """Windows when ZooKeeper was down or fewer than a majority of ``replicas`` were up."""
+        points = sorted({t for who in [0, *replicas] for w in self.outages[who]
+                         for t in (w[0], min(w[1], end))})
+        bad: list[tuple[float, float]] = []
+        for a, b in zip(points, points[1:], strict=False):
+            mid = (a + b) / 2
+            def down(who: int, at: float = mid) -> bool:
+                return any(w[0] <= at < w[1] for w in self.outages[who])
+            if down(0) or sum(down(r) for r in replicas) > len(replicas) // 2:
+                bad.append((a, b))
+        return bad
 
     def _check_committed(self) -> None:
         committed = self.ask("committed", group=GROUP, topic=TOPIC, partitions=self.c.partitions)
@@ -605,3 +677,14 @@ def read_batches(partition_dir: Path) -> list[tuple[int, bytes]]:
             out.append((base + last_delta, data[pos:pos + 12 + length]))
             pos += 12 + length
     return out
+
+
+def longest_good_stretch(t0: float, t1: float, bad: list[tuple[float, float]]) -> float:
+    """The longest part of [t0, t1] outside every ``bad`` window (sorted, disjoint)."""
+    best, cursor = 0.0, t0
+    for a, b in bad:
+        if b <= cursor or a >= t1:
+            continue
+        best = max(best, min(a, t1) - cursor)
+        cursor = max(cursor, b)
+    return max(best, t1 - cursor)

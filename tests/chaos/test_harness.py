@@ -6,7 +6,7 @@ from pathlib import Path
 
 from support.replication import records
 
-from chaos.harness import FAULT_KINDS, Report, make_schedule, read_batches
+from chaos.harness import FAULT_KINDS, Report, longest_good_stretch, make_schedule, read_batches
 
 
 def test_a_seed_gives_the_same_schedule_and_covers_every_fault() -> None:
@@ -38,3 +38,10 @@ def test_report_failures_name_every_broken_check() -> None:
     text = "\n".join(r.failures())
     for word in ("lost", "duplicates", "divergent", "crashed", "full ISR"):
         assert word in text
+
+
+def test_write_gaps_count_only_time_a_majority_was_up() -> None:
+    assert longest_good_stretch(0, 10, []) == 10
+    assert longest_good_stretch(0, 10, [(2, 5)]) == 5  # 5..10
+    assert longest_good_stretch(0, 10, [(2, 5), (5, 9)]) == 2
+    assert longest_good_stretch(3, 10, [(0, 4), (8, 20)]) == 4  # 4..8
