@@ -17,6 +17,10 @@ states with what this broker runs and makes the difference good:
 - the ``__consumer_offsets`` partitions it leads are handed to the group
   coordinators (``on_offsets_leadership``), which load and unload groups.
 
+On SIGTERM, ``controlled_shutdown()`` stops following, asks the controller to
+move this broker's leadership away and waits (bounded) until the cached states
+show it has.
+
 It also answers the replication layer's questions about the cluster: where a
 broker is (fetchers), whether a partition exists anywhere, whether a broker
 may join an ISR (KIP-841: registered, not shutting down), and writes a
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from dmq.cluster.metadata import OFFSETS_TOPIC, MetadataStore
@@ -158,3 +163,57 @@ class ClusterBackend:
                 rm.remove_partition(tp[0], tp[1], delete=True)
                 self.cleaner.forget(*tp)
         self.on_offsets_leadership(offsets_led)
+
+    # ---------------------------------------------------------- controlled shutdown
+
+    async def controlled_shutdown(self, max_retries: int, retry_backoff_s: float) -> None:
+        """Stop following, ask the controller to move leadership away, wait until it has.
+
+        Bounded like Kafka's: ``controlled.shutdown.max.retries`` attempts
+        ``controlled.shutdown.retry.backoff.ms`` apart; past that (say ZooKeeper is
+        unreachable) the broker shuts down anyway and its leadership moves when its
+        session expires.
+        """
+        assert self.zk is not None
+        self.shutting_down = True  # reconciles from now on start no fetcher
+        if self.fetchers is not None:
+            await self.fetchers.shutdown()
+        started = time.monotonic()
+        budget = max_retries * retry_backoff_s
+        deadline = started + budget
+        remaining: list[str] = []
+        requested = False
+        while time.monotonic() < deadline:
+            if not requested:
+                try:
+                    await self.zk.request_controlled_shutdown(
+                        max(0.1, min(retry_backoff_s, deadline - time.monotonic())))
+                    requested = True
+                except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: retried, bounded
+                    log.warning("controlled shutdown: cannot reach ZooKeeper (%s); retrying",
+                                type(e).__name__)
+                    await asyncio.sleep(max(0.0, min(retry_backoff_s / 10,
+                                                     deadline - time.monotonic())))
+                    continue
+            remaining = self.still_leading()
+            if not remaining:
+                log.info("controlled shutdown: leadership moved away in %.2fs",
+                         time.monotonic() - started)
+                return
+            await asyncio.sleep(0.1)
+        if not requested:
+            log.warning("controlled shutdown: ZooKeeper unreachable for %.1fs "
+                        "(controlled.shutdown.max.retries=%d, controlled.shutdown.retry.backoff.ms"
+                        "=%d); shutting down without it", budget, max_retries,
+                        int(retry_backoff_s * 1000))
+        else:
+            log.warning("controlled shutdown incomplete after %.1fs; still leading %s",
+                        budget, ", ".join(remaining[:10]))
+
+    def still_leading(self) -> list[str]:
+        """Partitions this broker leads that another live ISR member could take over."""
+        live = {b.broker_id for b in self.store.brokers()}
+        return [f"{t.name}-{p}" for t in self.store.topics().values()
+                for p, s in t.partitions.items()
+                if s.leader == self.broker_id
+                and any(r in live and r != self.broker_id for r in s.isr)]

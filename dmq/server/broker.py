@@ -3,7 +3,7 @@
 Startup: open the metadata store (embedded, or ZooKeeper with
 ``zookeeper.connect``), load and recover every log, take the roles the
 metadata gives this broker, listen, then register. Shutdown (SIGTERM/SIGINT):
-in a cluster, controlled shutdown first (stop following, ask the controller to
+in a cluster, the ClusterBackend's controlled shutdown first (stop following, ask the controller to
 move leadership away, wait for it); then stop listening, flush every log,
 write checkpoints and the clean-shutdown marker.
 
@@ -385,58 +385,13 @@ class Broker:
         await self.stopping.wait()
         await self.shutdown()
 
-    async def controlled_shutdown(self) -> None:
-        """Stop following, ask the controller to move leadership away, wait until it has.
-
-        Bounded like Kafka's: ``controlled.shutdown.max.retries`` attempts
-        ``controlled.shutdown.retry.backoff.ms`` apart; past that (say ZooKeeper is
-        unreachable) the broker shuts down anyway and its leadership moves when its
-        session expires.
-        """
-        assert self.zk is not None and self.fetchers is not None
-        self.backend.shutting_down = True  # reconciles from now on start no fetcher
-        await self.fetchers.shutdown()
-        started = time.monotonic()
-        attempts = int(self.config["controlled.shutdown.max.retries"])
-        backoff = int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000
-        budget = attempts * backoff
-        deadline = started + budget
-        remaining: list[str] = []
-        requested = False
-        while time.monotonic() < deadline:
-            if not requested:
-                try:
-                    await self.zk.request_controlled_shutdown(
-                        max(0.1, min(backoff, deadline - time.monotonic())))
-                    requested = True
-                except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: retried, bounded
-                    log.warning("controlled shutdown: cannot reach ZooKeeper (%s); retrying",
-                                type(e).__name__)
-                    await asyncio.sleep(max(0.0, min(backoff / 10, deadline - time.monotonic())))
-                    continue
-            live = {b.broker_id for b in self.store.brokers()}
-            remaining = [f"{t.name}-{p}" for t in self.store.topics().values()
-                         for p, s in t.partitions.items()
-                         if s.leader == self.broker_id
-                         and any(r in live and r != self.broker_id for r in s.isr)]
-            if not remaining:
-                log.info("controlled shutdown: leadership moved away in %.2fs",
-                         time.monotonic() - started)
-                return
-            await asyncio.sleep(0.1)
-        if not requested:
-            log.warning("controlled shutdown: ZooKeeper unreachable for %.1fs "
-                        "(controlled.shutdown.max.retries=%d, controlled.shutdown.retry.backoff.ms"
-                        "=%d); shutting down without it", budget, attempts, int(backoff * 1000))
-        else:
-            log.warning("controlled shutdown incomplete after %.1fs; still leading %s",
-                        budget, ", ".join(remaining[:10]))
-
     async def shutdown(self) -> None:
         log.info("shutting down")
         if self.zk is not None and self.config["controlled.shutdown.enable"] and not self.zk.session_lost:
             try:
-                await self.controlled_shutdown()
+                await self.backend.controlled_shutdown(
+                    int(self.config["controlled.shutdown.max.retries"]),
+                    int(self.config["controlled.shutdown.retry.backoff.ms"]) / 1000)
             except Exception:
                 log.exception("controlled shutdown failed; shutting down anyway")
         self.stopping.set()
