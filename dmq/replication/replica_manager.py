@@ -197,7 +197,7 @@ class ReplicaManager:
             batches = validate_batches(buf, partition.log.config.max_message_bytes)
             result = partition.append_records_to_leader(buf, batches, required_acks)
         except InvalidRecordError as e:
-            log.info("rejected produce to %s-%d: %s", topic, index, e)
+            log.info("rejected produce to %s-%d: %s: %s", topic, index, e.error, e)
             return ProduceResult(ErrorCode[e.error], error_message=str(e),
                                  log_start_offset=partition.log.log_start_offset)
         except PartitionError as e:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import struct
@@ -42,6 +43,8 @@ from typing import Any
 from support.broker import BrokerProcess
 from support.netns import Network
 from support.zookeeper import ZooKeeperProcess
+
+from dmq.record.records import decode_batch
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 FAULT_KINDS = ["kill_leader", "kill_follower", "kill_controller", "kill_two", "pause", "term",
@@ -112,6 +115,10 @@ class Report:
     lost: list[str] = field(default_factory=list)
     duplicates: int = 0
     duplicate_examples: list[str] = field(default_factory=list)
+    # Where each duplicated value sits on every broker's disk: offset, leader epoch and the
+    # batch's producer id / epoch / sequences, so a duplicate can be traced to its cause.
+    duplicate_batches: list[str] = field(default_factory=list)
+    produce_rejections: dict[str, int] = field(default_factory=dict)
     reordered: list[str] = field(default_factory=list)
     recovery_s: float = -1.0
     unrecovered: list[str] = field(default_factory=list)
@@ -596,6 +603,35 @@ class ChaosRun:
             if short:
                 self.report.divergent.append(f"{key}: brokers {short} end below the high watermark {hw}")
 
+    def _trace_duplicates(self) -> None:
+        """For each duplicated value, the batches holding it on each broker's disk, and how
+        often brokers refused produce batches (by error), to trace a duplicate to its cause."""
+        for log_path in sorted(self.base.glob("broker-*.log")):
+            for line in log_path.read_text(errors="replace").splitlines():
+                m = re.search(r"rejected produce to \S+: (\w+): ", line)
+                if m:
+                    self.report.produce_rejections[m.group(1)] = self.report.produce_rejections.get(m.group(1), 0) + 1
+        wanted = {e.rsplit(" x", 1)[0] for e in self.report.duplicate_examples[:5]}
+        if not wanted:
+            return
+        for i, name in enumerate(self.names, start=1):
+            data = self.base / name / "data"
+            for d in sorted(data.glob(f"{TOPIC}-*")) if data.exists() else []:
+                for _last, raw in read_batches(d):
+                    try:
+                        header, records = decode_batch(raw)
+                    except ValueError:
+                        continue
+                    for k, r in enumerate(records):
+                        value = r.value.decode(errors="replace") if r.value is not None else ""
+                        if value in wanted:
+                            self.report.duplicate_batches.append(
+                                f"{value} on broker {i} {d.name}@{header.base_offset + k}: batch "
+                                f"{header.base_offset}-{header.last_offset} leader epoch "
+                                f"{header.partition_leader_epoch} producer {header.producer_id} "
+                                f"epoch {header.producer_epoch} seq {header.base_sequence}-"
+                                f"{header.last_sequence}")
+
     def _check_logs(self) -> None:
         for i, b in self.brokers.items():
             text = b.log_text()
@@ -635,6 +671,7 @@ class ChaosRun:
                 if b.proc is not None:
                     b.stop(60)
             self._check_replicas()
+            self._trace_duplicates()
             self._check_logs()
             self.report.crashes = list(self.crashed)
         finally:
