@@ -49,7 +49,8 @@ def main() -> int:
         report = ChaosRun(cfg).run()
         failures = report.failures()
         rows.append((seed, report, failures))
-        print(f"  acked {report.acknowledged}, lost {len(report.lost)}, duplicates {report.duplicates}, "
+        print(f"  acked {report.acknowledged}, lost {len(report.lost)}, duplicates {report.duplicates} "
+              f"({report.duplicates_after_epoch_bump} re-sent after {report.epoch_bumps} epoch bumps), "
               f"reordered {len(report.reordered)}, divergent {len(report.divergent)}, recovery "
               f"{report.recovery_s:.1f}s, longest write gap with a majority up "
               f"{report.max_gap_with_majority_s:.1f}s (any: {report.max_ack_gap_s:.1f}s), crashes "
@@ -57,15 +58,23 @@ def main() -> int:
         for f in failures:
             print(f"    {f}", flush=True)
     print()
-    print(f"{'seed':>6} {'faults':>6} {'acked':>8} {'lost':>5} {'dup':>4} {'reord':>5} {'diverg':>6} "
+    print(f"{'seed':>6} {'faults':>6} {'acked':>8} {'lost':>5} {'dup':>4} {'bump':>4} {'reord':>5} {'diverg':>6} "
           f"{'recov s':>7} {'gap s':>6}  result   (gap: longest without a write while a majority was up)")
     for seed, r, failures in rows:
         print(f"{seed:>6} {len(r.faults):>6} {r.acknowledged:>8} {len(r.lost):>5} {r.duplicates:>4} "
+              f"{r.duplicates_after_epoch_bump:>4} "
               f"{len(r.reordered):>5} {len(r.divergent):>6} {r.recovery_s:>7.1f} "
               f"{r.max_gap_with_majority_s:>6.1f}  "
               f"{'FAILED' if failures else 'ok'}")
+    acked = sum(r.acknowledged for _, r, _ in rows)
+    resent = sum(r.duplicates_after_epoch_bump for _, r, _ in rows)
+    # The bound: duplicates only from epoch bumps, fewer than 1 per 100,000 acknowledged.
+    rate_ok = resent * 100_000 < max(acked, 1) or resent == 0
+    print(f"total: {acked} acknowledged, {resent} re-sent after epoch bumps "
+          f"({resent * 100_000 / max(acked, 1):.2f} per 100,000; bound: under 1): "
+          f"{'ok' if rate_ok else 'FAILED'}")
     print(f"reports: {args.base}/seed-*/report.json")
-    return 1 if any(f for _, _, f in rows) else 0
+    return 1 if any(f for _, _, f in rows) or not rate_ok else 0
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -9,6 +10,8 @@ from kio.schema.errors import ErrorCode
 from dmq.cluster.metadata import MetadataError
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
+
+log = logging.getLogger("dmq.producer")
 
 API_KEY = 22
 MIN_VERSION = 0
@@ -26,5 +29,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     except MetadataError as e:  # the block could not be reserved in time
         return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode[e.error], producer_id=-1, producer_epoch=-1)
+    old_id = getattr(request, "producer_id", -1)  # v3+: an idempotent producer bumping (KIP-360)
+    if old_id is not None and old_id >= 0:
+        # As Kafka does for a producer without a transactional id, the bump gets a fresh id:
+        # what the client re-sends under it cannot be deduplicated against the old id.
+        log.info("producer %d (epoch %d) asked to bump its epoch; issued producer id %d",
+                 old_id, request.producer_epoch, producer_id)
     return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                 error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=0)

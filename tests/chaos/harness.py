@@ -118,6 +118,9 @@ class Report:
     # Where each duplicated value sits on every broker's disk: offset, leader epoch and the
     # batch's producer id / epoch / sequences, so a duplicate can be traced to its cause.
     duplicate_batches: list[str] = field(default_factory=list)
+    duplicates_after_epoch_bump: int = 0  # copies under different producer ids/epochs
+    duplicates_same_producer: int = 0  # copies under one producer id and epoch: a broker bug
+    epoch_bumps: int = 0  # InitProducerId requests that asked to bump an epoch (KIP-360)
     produce_rejections: dict[str, int] = field(default_factory=dict)
     reordered: list[str] = field(default_factory=list)
     recovery_s: float = -1.0
@@ -139,12 +142,26 @@ class Report:
     wall_s: float = 0.0
     recovery_bound_s: float = 10.0
 
+    def epoch_bump_duplicate_allowance(self) -> int:
+        """Duplicates a client may cause by bumping its epoch: the issue's bound is fewer than
+        1 per 100,000 acknowledged over the long runs (scripts/chaos.py checks the total);
+        a single run, far shorter than 100,000 records, may show one."""
+        return max(1, self.acknowledged // 100_000)
+
     def failures(self) -> list[str]:
         out = []
         if self.lost:
             out.append(f"{len(self.lost)} acknowledged records lost, e.g. {self.lost[:5]}")
-        if self.duplicates > self.acknowledged / 100_000:
-            out.append(f"{self.duplicates} duplicates, e.g. {self.duplicate_examples[:5]}")
+        untraced = self.duplicates - self.duplicates_after_epoch_bump - self.duplicates_same_producer
+        if untraced:
+            out.append(f"{untraced} duplicates not traced to their batches, e.g. {self.duplicate_examples[:5]}")
+        if self.duplicates_same_producer:
+            out.append(f"{self.duplicates_same_producer} duplicates under one producer id and "
+                       f"epoch (not deduplicated by the broker), e.g. {self.duplicate_examples[:5]}")
+        if self.duplicates_after_epoch_bump > self.epoch_bump_duplicate_allowance():
+            out.append(f"{self.duplicates_after_epoch_bump} duplicates re-sent by producers after an "
+                       f"epoch bump (allowed {self.epoch_bump_duplicate_allowance()}: under 1 per "
+                       f"100,000 acknowledged, one per run), e.g. {self.duplicate_examples[:5]}")
         if self.reordered:
             out.append(f"reordered: {self.reordered[:5]}")
         if self.unrecovered or not 0 <= self.recovery_s <= self.recovery_bound_s:
@@ -202,6 +219,7 @@ class ChaosRun:
         self.down: set[int] = set()  # brokers a fault stopped on purpose
         self.busy: set[int] = set()  # brokers some fault is acting on
         self.crashed: list[str] = []
+        self.dup_values: dict[str, int] = {}  # duplicated value -> extra copies
         self._restarts: list[threading.Thread] = []
         self._agent: subprocess.Popen[str] | None = None
         self._workers: list[subprocess.Popen[bytes]] = []
@@ -509,6 +527,7 @@ class ChaosRun:
         dups = {v: n for v, n in counts.items() if n > 1}
         self.report.duplicates = sum(n - 1 for n in dups.values())
         self.report.duplicate_examples = [f"{v} x{n}" for v, n in list(dups.items())[:10]]
+        self.dup_values = {v: n - 1 for v, n in dups.items()}
         for p, recs in data["records"].items():
             last: dict[str, int] = {}
             seen: set[str] = set()
@@ -604,16 +623,26 @@ class ChaosRun:
                 self.report.divergent.append(f"{key}: brokers {short} end below the high watermark {hw}")
 
     def _trace_duplicates(self) -> None:
-        """For each duplicated value, the batches holding it on each broker's disk, and how
-        often brokers refused produce batches (by error), to trace a duplicate to its cause."""
+        """Classify each duplicated value by the batches holding its copies on disk.
+
+        Copies written under different producer ids or epochs are a client re-send under
+        a new identity (librdkafka bumps its epoch, KIP-360, after an out-of-order
+        sequence error and re-sends what was not acknowledged, including batches that had
+        been written); no broker can deduplicate those. Copies under the same producer id
+        and epoch mean the broker failed to deduplicate a retry: always a failure.
+        Also counts produce rejections and epoch bumps from the broker logs."""
         for log_path in sorted(self.base.glob("broker-*.log")):
             for line in log_path.read_text(errors="replace").splitlines():
                 m = re.search(r"rejected produce to \S+: (\w+): ", line)
                 if m:
                     self.report.produce_rejections[m.group(1)] = self.report.produce_rejections.get(m.group(1), 0) + 1
-        wanted = {e.rsplit(" x", 1)[0] for e in self.report.duplicate_examples[:5]}
+                if "asked to bump its epoch" in line:
+                    self.report.epoch_bumps += 1
+        wanted = set(self.dup_values)
         if not wanted:
             return
+        # value -> broker -> [(offset, producer id, producer epoch)]
+        copies: dict[str, dict[int, list[tuple[int, int, int]]]] = defaultdict(lambda: defaultdict(list))
         for i, name in enumerate(self.names, start=1):
             data = self.base / name / "data"
             for d in sorted(data.glob(f"{TOPIC}-*")) if data.exists() else []:
@@ -625,12 +654,18 @@ class ChaosRun:
                     for k, r in enumerate(records):
                         value = r.value.decode(errors="replace") if r.value is not None else ""
                         if value in wanted:
-                            self.report.duplicate_batches.append(
-                                f"{value} on broker {i} {d.name}@{header.base_offset + k}: batch "
-                                f"{header.base_offset}-{header.last_offset} leader epoch "
-                                f"{header.partition_leader_epoch} producer {header.producer_id} "
-                                f"epoch {header.producer_epoch} seq {header.base_sequence}-"
-                                f"{header.last_sequence}")
+                            copies[value][i].append(
+                                (header.base_offset + k, header.producer_id, header.producer_epoch))
+                            if len(self.report.duplicate_batches) < 40:
+                                self.report.duplicate_batches.append(
+                                    f"{value} on broker {i} {d.name}@{header.base_offset + k}: batch "
+                                    f"{header.base_offset}-{header.last_offset} leader epoch "
+                                    f"{header.partition_leader_epoch} producer {header.producer_id} "
+                                    f"epoch {header.producer_epoch} seq {header.base_sequence}-"
+                                    f"{header.last_sequence}")
+        bumped, same = classify_duplicates(self.dup_values, copies)
+        self.report.duplicates_after_epoch_bump += bumped
+        self.report.duplicates_same_producer += same
 
     def _check_logs(self) -> None:
         for i, b in self.brokers.items():
@@ -714,6 +749,23 @@ def read_batches(partition_dir: Path) -> list[tuple[int, bytes]]:
             out.append((base + last_delta, data[pos:pos + 12 + length]))
             pos += 12 + length
     return out
+
+
+def classify_duplicates(dup_values: dict[str, int],
+                        copies: dict[str, dict[int, list[tuple[int, int, int]]]]) -> tuple[int, int]:
+    """(re-sent after an epoch bump, not deduplicated) extra copies, given for each duplicated
+    value its extra copy count and, per broker, its copies as (offset, producer id, epoch).
+    A value counts as re-sent only when every copy on the replica holding the most has its
+    own producer identity; anything else, including a value found on no disk, is the broker's."""
+    bumped = same = 0
+    for value, extra in dup_values.items():
+        held = max(copies.get(value, {}).values(), key=len, default=[])
+        identities = {(pid, epoch) for _offset, pid, epoch in held}
+        if len(held) > 1 and len(identities) == len(held):
+            bumped += extra
+        else:
+            same += extra
+    return bumped, same
 
 
 def longest_good_stretch(t0: float, t1: float, bad: list[tuple[float, float]]) -> float:

@@ -6,7 +6,14 @@ from pathlib import Path
 
 from support.replication import records
 
-from chaos.harness import FAULT_KINDS, Report, longest_good_stretch, make_schedule, read_batches
+from chaos.harness import (
+    FAULT_KINDS,
+    Report,
+    classify_duplicates,
+    longest_good_stretch,
+    make_schedule,
+    read_batches,
+)
 
 
 def test_a_seed_gives_the_same_schedule_and_covers_every_fault() -> None:
@@ -28,6 +35,28 @@ def test_read_batches_splits_a_log_into_batches_with_their_last_offsets(tmp_path
     batches = read_batches(tmp_path)
     assert [last for last, _ in batches] == [2, 4]
     assert batches[0][1] == bytes(one)
+
+
+def test_duplicates_are_the_brokers_unless_each_copy_has_its_own_producer_identity() -> None:
+    # 0-5: re-sent under a new producer id; 0-6: one id and epoch twice; 0-7: a new epoch;
+    # 0-8: on no disk at all (untraceable, so the broker's).
+    copies = {
+        "0-5": {1: [(10, 7, 0), (40, 9, 0)], 2: [(10, 7, 0), (40, 9, 0)]},
+        "0-6": {1: [(11, 7, 0), (41, 7, 0)]},
+        "0-7": {3: [(12, 7, 0), (42, 7, 1), (43, 7, 2)]},
+    }
+    assert classify_duplicates({"0-5": 1, "0-6": 1, "0-7": 2, "0-8": 1}, copies) == (3, 2)
+
+
+def test_duplicates_fail_a_run_unless_few_and_all_from_epoch_bumps() -> None:
+    r = Report(seed=1, acknowledged=50_000, recovery_s=1.0, duplicates=1, duplicates_after_epoch_bump=1)
+    assert r.failures() == [], "one re-send after an epoch bump in a short run is allowed"
+    r.duplicates, r.duplicates_after_epoch_bump = 2, 2
+    assert "epoch bump" in "\n".join(r.failures())
+    r = Report(seed=1, acknowledged=50_000, recovery_s=1.0, duplicates=1, duplicates_same_producer=1)
+    assert "one producer id" in "\n".join(r.failures())
+    r = Report(seed=1, acknowledged=50_000, recovery_s=1.0, duplicates=1)
+    assert "not traced" in "\n".join(r.failures())
 
 
 def test_report_failures_name_every_broken_check() -> None:

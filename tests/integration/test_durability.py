@@ -136,6 +136,25 @@ def test_idempotent_retry_after_crash_is_deduplicated(fresh_broker: BrokerProces
     assert stored == [b"a%d" % j for _ in range(3) for j in range(5)] + [b"next"]
 
 
+def test_an_epoch_bump_without_a_transactional_id_gets_a_fresh_producer_id(
+        fresh_broker: BrokerProcess) -> None:
+    # librdkafka bumps an idempotent producer's epoch (KIP-360) after an out-of-order
+    # sequence error; as in Kafka, the answer is a new id, and the broker says so in its log
+    # (the chaos suite uses that line to tell a client's re-send from a broker duplicate).
+    fresh_broker.start()
+    with WireClient("127.0.0.1", fresh_broker.port) as c:
+        first = c.request(InitProducerIdRequest(transactional_id=None,  # type: ignore[arg-type]
+                                                transaction_timeout=timedelta(seconds=60),
+                                                producer_id=-1, producer_epoch=-1))
+        bumped = c.request(InitProducerIdRequest(transactional_id=None,  # type: ignore[arg-type]
+                                                 transaction_timeout=timedelta(seconds=60),
+                                                 producer_id=first.producer_id, producer_epoch=0))
+    assert bumped.error_code == ErrorCode.none
+    assert bumped.producer_id != first.producer_id and bumped.producer_epoch == 0
+    assert (f"producer {first.producer_id} (epoch 0) asked to bump its epoch; issued producer id "
+            f"{bumped.producer_id}") in fresh_broker.log_text()
+
+
 def test_torn_tail_is_truncated_and_clean_shutdown_is_detected(fresh_broker: BrokerProcess) -> None:
     fresh_broker.start()
     p = Producer({"bootstrap.servers": fresh_broker.bootstrap, "acks": "all"})
