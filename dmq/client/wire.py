@@ -93,13 +93,36 @@ def decode_response(request_cls: Any, correlation_id: int, data: bytes) -> Any:
     return response
 
 
-class AsyncWireClient:
-    """One connection, one request at a time (the caller awaits each answer)."""
+def detect_dead_peer(sock: socket.socket, after_ms: int) -> None:
+    """Have the kernel abort the connection when the peer stops acknowledging for ``after_ms``.
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    A peer cut off by the network sends nothing, not even a reset: a request waiting
+    for its answer would wait out the whole request timeout, and after the network
+    heals TCP's retransmission backoff can add ten seconds more. Keepalive probes
+    every second while nothing arrives, and TCP_USER_TIMEOUT for unacknowledged data
+    (it also bounds the probes), end such a connection within ``after_ms``; a peer
+    that is merely slow or paused still acknowledges at the kernel and is not affected.
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, after_ms // 1000))
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, after_ms)
+
+
+class AsyncWireClient:
+    """One connection, one request at a time (the caller awaits each answer).
+
+    With ``dead_peer_ms`` the connection is ended by the kernel when the peer stops
+    acknowledging for that long (``detect_dead_peer``)."""
+
+    def __init__(self, host: str, port: int, client_id: str, dead_peer_ms: int | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.dead_peer_ms = dead_peer_ms
         self.correlation_id = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -110,6 +133,8 @@ class AsyncWireClient:
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.dead_peer_ms is not None:
+                detect_dead_peer(sock, self.dead_peer_ms)
 
     async def request(self, request: Any, timeout: float) -> Any:
         if self._reader is None or self._writer is None:

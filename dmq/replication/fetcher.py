@@ -39,6 +39,10 @@ log = logging.getLogger("dmq.fetcher")
 
 FETCH_VERSION = 12
 EPOCH_VERSION = 4
+# A leader that acknowledges nothing for this long is unreachable: its connection is ended
+# (see dmq.client.wire.detect_dead_peer) and the fetcher reconnects, rather than waiting out
+# replica.socket.timeout.ms and, once the network heals, TCP's retransmission backoff.
+DEAD_LEADER_MS = 4000
 
 
 @dataclass(slots=True)
@@ -137,7 +141,8 @@ class ReplicaFetcherManager:
                     if fetcher.client is not None:
                         fetcher.client.close()
                     fetcher.client = AsyncWireClient(address[0], address[1],
-                                                     f"dmq-replica-{self.broker_id}")
+                                                     f"dmq-replica-{self.broker_id}",
+                                                     dead_peer_ms=DEAD_LEADER_MS)
                 truncating = {tp: s for tp, s in ready.items() if s.needs_truncation}
                 if truncating:
                     await self._truncate(fetcher, truncating)
