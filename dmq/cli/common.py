@@ -150,3 +150,14 @@ def result(fut: Any, what: str) -> Any:
         return fut.result(ADMIN_TIMEOUT)
     except Exception as e:  # noqa: BLE001 - Kafka errors, transport errors and timeouts
         fail(f"{what}: {kafka_error_text(e)}")
+
+
+def exit_on_broken_pipe() -> NoReturn:
+    """stdout's reader went away (``dmq consume T | head``): stop quietly with exit 0, as
+    a filter does, and keep Python from complaining when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(0)
