@@ -8,12 +8,15 @@ import shutil
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn
+from collections.abc import Callable
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
+
+T = TypeVar("T")
 
 Bootstrap = Annotated[str, typer.Option(
     "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER",
@@ -111,7 +114,7 @@ def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-def _reach_reason(e: OSError, host: str) -> str:
+def reach_reason(e: OSError, host: str) -> str:
     if isinstance(e, ConnectionRefusedError):
         return "connection refused"
     if isinstance(e, TimeoutError):
@@ -130,11 +133,29 @@ def ensure_reachable(bootstrap: str) -> None:
             with socket.create_connection((host, port), timeout=REACH_TIMEOUT):
                 return
         except OSError as e:
-            reason = _reach_reason(e, host)
+            reason = reach_reason(e, host)
             if reason not in reasons:
                 reasons.append(reason)
+    cannot_reach(bootstrap, reasons)
+
+
+def cannot_reach(bootstrap: str, reasons: list[str]) -> NoReturn:
     fail(f"cannot reach {bootstrap}: {'; '.join(reasons)}; is `dmq server` running? "
          f"(pass --bootstrap-server HOST:PORT)")
+
+
+def connect_first(bootstrap: str, connect: Callable[[str, int], T]) -> T:
+    """``connect(host, port)`` to the first bootstrap address that answers, or fail with
+    the one line of ensure_reachable."""
+    reasons: list[str] = []
+    for host, port in bootstrap_addresses(bootstrap):
+        try:
+            return connect(host, port)
+        except OSError as e:
+            reason = reach_reason(e, host)
+            if reason not in reasons:
+                reasons.append(reason)
+    cannot_reach(bootstrap, reasons)
 
 
 def admin_client(bootstrap: str) -> AdminClient:
