@@ -93,8 +93,10 @@ def test_unexpected_exception_is_one_line_unless_debug(monkeypatch: pytest.Monke
     import dmq.console.consumer
 
     monkeypatch.setattr(dmq.console.consumer, "run", _boom)
-    monkeypatch.setattr(common.VERBOSITY, "verbose", False)
-    monkeypatch.setattr(common.VERBOSITY, "debug", False)
+    verbosity = getattr(common, "VERBOSITY", None)
+    if verbosity is not None:  # main() leaves --debug set in this process: restore it after
+        monkeypatch.setattr(verbosity, "verbose", False)
+        monkeypatch.setattr(verbosity, "debug", False)
     monkeypatch.setattr(sys, "argv", ["dmq", "consume", "t"])
     with pytest.raises(SystemExit) as exit_info:
         main()
