@@ -7,8 +7,8 @@ import os
 import shutil
 import socket
 import sys
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-
 from support.broker import BrokerProcess
 from support.cli import dmq_env, run_dmq
 

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.broker import BrokerProcess
 
 from dmq.cli import common
 from dmq.cli.main import main
-from support.broker import BrokerProcess
 
 
 def server(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from support.broker import BrokerProcess
 from support.cli import closed_port, run_dmq
 
