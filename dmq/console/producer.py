@@ -102,6 +102,8 @@ def run(bootstrap: str, topic: str, key_separator: str | None, headers: dict[str
                 print(PROMPT, end="", file=sys.stderr, flush=True)
             raw = stdin.readline()
             if not raw:
+                if prompt:  # Ctrl-D: end the prompt's line
+                    print(file=sys.stderr)
                 break
             lineno = read + 1
             line = raw[:-1] if raw.endswith(b"\n") else raw
