@@ -1,20 +1,42 @@
-"""Shared CLI helpers: the bootstrap option, key=value parsing, clear failures."""
+"""Shared CLI helpers: the bootstrap option, key=value parsing, Kafka clients that stay
+quiet unless asked (``dmq --verbose`` / ``--debug``), clear failures."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
-from typing import Annotated, Any, NoReturn
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
+T = TypeVar("T")
+
 Bootstrap = Annotated[str, typer.Option(
     "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER",
-    help="broker HOST:PORT to connect to")]
+    help="broker HOST:PORT[,HOST:PORT...] to connect to")]
+
+
+@dataclass
+class Verbosity:
+    """Set by the root callback from ``dmq --verbose`` / ``dmq --debug``."""
+
+    verbose: bool = False
+    debug: bool = False
+
+
+VERBOSITY = Verbosity()
+
+# librdkafka debug contexts for ``dmq --debug``: connections, metadata, requests, records.
+DEBUG_CONTEXTS = "broker,topic,metadata,protocol,msg,fetch,consumer,cgrp,admin"
+# How long ensure_reachable waits for each bootstrap address to accept a connection.
+REACH_TIMEOUT = 3.0
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -46,16 +68,117 @@ def make_console() -> Console:
 ADMIN_TIMEOUT = 30
 
 
+def kafka_error_text(e: BaseException | KafkaError) -> str:
+    """The human text of a client error: a KafkaError's ``str()``, never its
+    ``KafkaError{code=...}`` repr."""
+    if isinstance(e, KafkaError):
+        return str(e.str())
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        return str(e.args[0].str())
+    if isinstance(e, TimeoutError):
+        return "timed out"
+    return str(e) or type(e).__name__
+
+
+def client_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """Config for a confluent-kafka client: librdkafka's own log lines only with
+    ``dmq --verbose`` (and its debug traces with ``dmq --debug``). Kafka config names
+    have dots, so pass them as ``**{"group.id": ...}``."""
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    if not (VERBOSITY.verbose or VERBOSITY.debug):
+        conf["log_level"] = 0
+    if VERBOSITY.debug:
+        conf["debug"] = DEBUG_CONTEXTS
+    conf.update(extra)
+    return conf
+
+
+def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
+    """``HOST:PORT[,HOST:PORT...]`` (a ``PLAINTEXT://`` prefix allowed, port 9092 if left
+    out) as (host, port) pairs; a malformed list is a usage error (exit 2)."""
+    out: list[tuple[str, int]] = []
+    for item in bootstrap.split(","):
+        item = item.strip()
+        if "://" in item:
+            item = item.split("://", 1)[1]
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep:
+            host, port = item, "9092"
+        if not port.isdigit() or not 0 < int(port) <= 65535:
+            fail(f"--bootstrap-server expects HOST:PORT[,HOST:PORT...], got {bootstrap!r}", 2)
+        out.append((host.strip("[]") or "127.0.0.1", int(port)))
+    if not out:
+        fail("--bootstrap-server is empty: pass HOST:PORT", 2)
+    return out
+
+
+def reach_reason(e: OSError, host: str) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(e, TimeoutError):
+        return f"no answer within {REACH_TIMEOUT:g} s"
+    if isinstance(e, socket.gaierror):
+        return f"unknown host {host}"
+    return (e.strerror or str(e) or type(e).__name__).lower()
+
+
+def ensure_reachable(bootstrap: str) -> None:
+    """Return once one bootstrap address accepts a TCP connection; otherwise fail with one
+    line (exit 1) rather than let the client retry and log for half a minute."""
+    reasons: list[str] = []
+    for host, port in bootstrap_addresses(bootstrap):
+        try:
+            with socket.create_connection((host, port), timeout=REACH_TIMEOUT):
+                return
+        except OSError as e:
+            reason = reach_reason(e, host)
+            if reason not in reasons:
+                reasons.append(reason)
+    cannot_reach(bootstrap, reasons)
+
+
+def cannot_reach(bootstrap: str, reasons: list[str]) -> NoReturn:
+    fail(f"cannot reach {bootstrap}: {'; '.join(reasons)}; is `dmq server` running? "
+         f"(pass --bootstrap-server HOST:PORT)")
+
+
+def connect_first(bootstrap: str, connect: Callable[[str, int], T]) -> T:
+    """``connect(host, port)`` to the first bootstrap address that answers, or fail with
+    the one line of ensure_reachable."""
+    reasons: list[str] = []
+    for host, port in bootstrap_addresses(bootstrap):
+        try:
+            return connect(host, port)
+        except OSError as e:
+            reason = reach_reason(e, host)
+            if reason not in reasons:
+                reasons.append(reason)
+    cannot_reach(bootstrap, reasons)
+
+
 def admin_client(bootstrap: str) -> AdminClient:
-    """An AdminClient; callers keep a reference until its futures resolve."""
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 10000})
+    """An AdminClient for a broker that answers; callers keep a reference until its
+    futures resolve (a collected client cancels them)."""
+    ensure_reachable(bootstrap)
+    return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 10000}))
 
 
 def result(fut: Any, what: str) -> Any:
     """Wait for an admin future; turn any failure into a clear error and exit 1."""
     try:
         return fut.result(ADMIN_TIMEOUT)
-    except KafkaException as e:
-        fail(f"{what}: {e.args[0].str()}")
-    except Exception as e:  # noqa: BLE001 - transport errors and timeouts
-        fail(f"{what}: {e}")
+    except Exception as e:  # noqa: BLE001 - Kafka errors, transport errors and timeouts
+        fail(f"{what}: {kafka_error_text(e)}")
+
+
+def exit_on_broken_pipe() -> NoReturn:
+    """stdout's reader went away (``dmq consume T | head``): stop quietly with exit 0, as
+    a filter does, and keep Python from complaining when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(0)

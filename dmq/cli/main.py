@@ -3,32 +3,73 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Annotated, Literal
 
 import typer
 
-from dmq.cli.common import Bootstrap, parse_pairs
+from dmq.cli.common import VERBOSITY, Bootstrap, exit_on_broken_pipe, parse_pairs
 from dmq.config import ConfigError
 
+# Plain help (rich markup would eat "[/chroot]" and "[default: ...]"), plain tracebacks
+# (main() turns unexpected errors into one line; --debug shows them whole).
 app = typer.Typer(help="dmq: a Kafka-compatible message queue in Python.", no_args_is_help=True,
-                  add_completion=False)
+                  add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+
+
+def dmq_version() -> str:
+    try:
+        return package_version("dmq")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"dmq {dmq_version()}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="show the Kafka client's own log lines (librdkafka)")] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="show the Kafka client's debug traces, and a traceback on an unexpected "
+                        "error")] = False,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="print dmq's version and exit")] = False,
+) -> None:
     """dmq: a Kafka-compatible message queue in Python."""
+    VERBOSITY.verbose = verbose
+    VERBOSITY.debug = debug
+
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 
 @app.command()
 def server(
-    listen: Annotated[str | None, typer.Option("--listen", help="HOST:PORT to listen on [default: 127.0.0.1:9092]")] = None,
-    advertised_listener: Annotated[str | None, typer.Option("--advertised-listener", help="HOST:PORT given to clients")] = None,
-    data_dir: Annotated[str | None, typer.Option("--data-dir", help="data directory [default: ./dmq-data]")] = None,
-    config: Annotated[str | None, typer.Option("--config", help="Kafka-style key=value broker config file")] = None,
-    override: Annotated[list[str] | None, typer.Option("--override", help="key=value broker config, repeatable")] = None,
-    broker_id: Annotated[int | None, typer.Option("--broker-id", help="broker id [default: 0]")] = None,
-    zookeeper: Annotated[str | None, typer.Option("--zookeeper", help="HOST:PORT[,HOST:PORT...][/chroot]: join a ZooKeeper-coordinated cluster")] = None,
-    log_level: Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
+    listen: Annotated[str | None, typer.Option(
+        "--listen", help="HOST:PORT to listen on (listeners) [default: 127.0.0.1:9092]")] = None,
+    advertised_listener: Annotated[str | None, typer.Option(
+        "--advertised-listener", help="HOST:PORT given to clients (advertised.listeners) "
+                                      "[default: the address listened on]")] = None,
+    data_dir: Annotated[str | None, typer.Option(
+        "--data-dir", help="data directory (log.dirs) [default: ./dmq-data]")] = None,
+    config: Annotated[str | None, typer.Option(
+        "--config", help="Kafka-style key=value broker config file")] = None,
+    override: Annotated[list[str] | None, typer.Option(
+        "--override", help="key=value broker config, repeatable")] = None,
+    broker_id: Annotated[int | None, typer.Option(
+        "--broker-id", help="broker id (broker.id) [default: 0]")] = None,
+    zookeeper: Annotated[str | None, typer.Option(
+        "--zookeeper", help="HOST:PORT[,HOST:PORT...][/chroot]: join a ZooKeeper-coordinated "
+                            "cluster (zookeeper.connect)")] = None,
+    log_level: Annotated[LogLevel, typer.Option(
+        "--log-level", case_sensitive=False, help="broker log level")] = "info",
 ) -> None:
     """Run a dmq broker: alone with embedded metadata, or in a cluster with --zookeeper."""
     from dmq.cli.server import build_config, run_server
@@ -42,15 +83,24 @@ def server(
     run_server(cfg, log_level)
 
 
+Acks = Literal["0", "1", "all", "-1"]
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+
+
 @app.command()
 def produce(
-    topic: str,
-    key_separator: Annotated[str | None, typer.Option("--key-separator", help="split each line into key and value")] = None,
-    header: Annotated[list[str] | None, typer.Option("--header", "-H", help="key=value header on every record")] = None,
-    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
-    acks: Annotated[str, typer.Option("--acks", help="0, 1 or all")] = "all",
-    compression: Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4, zstd")] = "none",
-    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence")] = True,
+    topic: Annotated[str, typer.Argument(help="topic to produce to")],
+    key_separator: Annotated[str | None, typer.Option(
+        "--key-separator", help="split each line into key and value at the first SEP")] = None,
+    header: Annotated[list[str] | None, typer.Option(
+        "--header", "-H", help="key=value header on every record, repeatable")] = None,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", "-p", help="produce every record to this partition [default: by key]")] = None,
+    acks: Annotated[Acks, typer.Option("--acks", help="acknowledgements to wait for")] = "all",
+    compression: Annotated[Compression, typer.Option(
+        "--compression", case_sensitive=False, help="compression codec")] = "none",
+    idempotence: Annotated[bool, typer.Option(
+        "--idempotence/--no-idempotence", help="idempotent producer: no duplicates on retry")] = True,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Read lines from stdin and produce them as records."""
@@ -62,16 +112,24 @@ def produce(
 
 @app.command()
 def consume(
-    topic: str,
-    from_beginning: Annotated[bool, typer.Option("--from-beginning")] = False,
-    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
-    offset: Annotated[int | None, typer.Option("--offset", "-o", help="start offset (with --partition)")] = None,
-    max_messages: Annotated[int | None, typer.Option("--max-messages", "-n")] = None,
-    print_key: Annotated[bool, typer.Option("--print-key")] = False,
-    print_headers: Annotated[bool, typer.Option("--print-headers")] = False,
-    print_offset: Annotated[bool, typer.Option("--print-offset")] = False,
-    separator: Annotated[str, typer.Option("--separator", help="between printed fields")] = "\t",
-    timeout_ms: Annotated[int | None, typer.Option("--timeout-ms", help="exit after this long without records")] = None,
+    topic: Annotated[str, typer.Argument(help="topic to read")],
+    from_beginning: Annotated[bool, typer.Option(
+        "--from-beginning", help="start at the earliest record [default: only new records]")] = False,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", "-p", help="read only this partition [default: all]")] = None,
+    offset: Annotated[int | None, typer.Option(
+        "--offset", "-o", help="start offset (with --partition)")] = None,
+    max_messages: Annotated[int | None, typer.Option(
+        "--max-messages", "-n", min=1, help="exit after this many records [default: no limit]")] = None,
+    print_key: Annotated[bool, typer.Option("--print-key", help="print each record's key")] = False,
+    print_headers: Annotated[bool, typer.Option(
+        "--print-headers", help="print each record's headers as k=v,k=v")] = False,
+    print_offset: Annotated[bool, typer.Option(
+        "--print-offset", help="print each record's PARTITION:OFFSET")] = False,
+    separator: Annotated[str, typer.Option(
+        "--separator", show_default="TAB", help="between printed fields")] = "\t",
+    timeout_ms: Annotated[int | None, typer.Option(
+        "--timeout-ms", min=0, help="exit after this long without records [default: never]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Print records to stdout."""
@@ -96,4 +154,16 @@ _register_subcommands()
 
 
 def main() -> None:
-    app()
+    """Run the command line: usage errors exit 2 (click), failed operations 1; an unexpected
+    exception is one line and exit 1 (``dmq --debug`` re-raises it with its traceback)."""
+    try:
+        app()
+    except BrokenPipeError:
+        exit_on_broken_pipe()
+    except Exception as e:  # noqa: BLE001 - the last resort of a command line
+        if VERBOSITY.debug:
+            raise
+        text = " ".join(str(e).split()) or "(no message)"
+        print(f"error: unexpected {type(e).__name__}: {text} (run with `dmq --debug ...` for the "
+              f"traceback)", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -20,20 +20,17 @@ import typer
 from kio.schema.errors import ErrorCode
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dmq.cli.common import Bootstrap, fail, make_console
+from dmq.cli.common import Bootstrap, connect_first, fail, make_console
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
 
-app = typer.Typer(help="Move partitions between brokers and elect leaders.", no_args_is_help=True)
+app = typer.Typer(help="Move partitions between brokers and elect leaders.", no_args_is_help=True,
+                  rich_markup_mode=None, pretty_exceptions_enable=False)
 console = make_console()
 
 
 def _client(bootstrap: str) -> WireClient:
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    try:
-        return WireClient(host or "127.0.0.1", int(port), client_id="dmq-partitions")
-    except OSError as e:
-        fail(f"cannot reach {bootstrap}: {e}")
+    return connect_first(bootstrap, lambda host, port: WireClient(host, port, client_id="dmq-partitions"))
 
 
 def ongoing(c: WireClient, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Any]:
@@ -72,8 +69,8 @@ def _moving_to(c: WireClient, targets: dict[tuple[str, int], list[int]]) -> list
 
 @app.command()
 def reassign(
-    topic: Annotated[str | None, typer.Option("--topic", "-t")] = None,
-    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="topic of the partition to move")] = None,
+    partition: Annotated[int | None, typer.Option("--partition", "-p", help="partition to move")] = None,
     replicas: Annotated[str | None, typer.Option("--replicas", "-r", help="new replicas, e.g. 2,3,4 (the first is preferred leader)")] = None,
     plan: Annotated[str | None, typer.Option("--plan", help='Kafka reassignment JSON: {"partitions":[{"topic","partition","replicas"}]}')] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="show progress until done")] = True,
@@ -174,7 +171,8 @@ def throttle(
 @app.command("elect-leaders")
 def elect_leaders(
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="only this topic")] = None,
-    partition: Annotated[int | None, typer.Option("--partition", "-p")] = None,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", "-p", help="only this partition of --topic [default: all]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Move leadership back to each partition's preferred (first) replica."""

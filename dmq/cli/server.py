@@ -9,13 +9,32 @@ import sys
 from dmq.config import BrokerConfig, ConfigError, parse_properties
 
 
+def _check_address(value: object, name: str) -> None:
+    """A listener address must be one HOST:PORT (what the broker binds or advertises)."""
+    from dmq.server.broker import parse_host_port
+
+    if value is None or value == "":
+        return
+    text = str(value)
+    try:
+        if "," in text:
+            raise ValueError("one address only")
+        parse_host_port(text)
+    except ValueError:
+        raise ConfigError(f"{name} expects one HOST:PORT (PORT from 0 to 65535), got {text!r}") from None
+
+
 def build_config(listen: str | None, advertised: str | None, data_dir: str | None,
                  config_file: str | None, overrides: list[str], broker_id: int | None,
                  zookeeper: str | None = None) -> BrokerConfig:
     props: dict[str, str] = {}
     if config_file:
-        with open(config_file) as f:
-            props.update(parse_properties(f.read()))
+        try:
+            with open(config_file) as f:
+                props.update(parse_properties(f.read()))
+        except OSError as e:
+            raise ConfigError(f"cannot read --config {config_file}: "
+                              f"{(e.strerror or str(e)).lower()}") from None
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -31,7 +50,11 @@ def build_config(listen: str | None, advertised: str | None, data_dir: str | Non
         props["broker.id"] = str(broker_id)
     if zookeeper:
         props["zookeeper.connect"] = zookeeper
-    return BrokerConfig(props)
+    config = BrokerConfig(props)
+    _check_address(config["listeners"], "--listen" if listen else "listeners")
+    _check_address(config["advertised.listeners"],
+                   "--advertised-listener" if advertised else "advertised.listeners")
+    return config
 
 
 def run_server(config: BrokerConfig, log_level: str) -> None:
@@ -52,6 +75,8 @@ def run_server(config: BrokerConfig, log_level: str) -> None:
     try:
         runner(broker.run())
     except OSError as e:
-        print(f"error: cannot start the broker: {e}. Is another broker using "
-              f"{config['listeners']}? Pick another with --listen HOST:PORT.", file=sys.stderr)
+        # Data directory and listener problems have their own messages (dmq.server.broker);
+        # anything else is named as it is, not guessed to be a port clash.
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: the broker stopped: {(e.strerror or str(e)).lower()}{where}", file=sys.stderr)
         raise SystemExit(1) from None

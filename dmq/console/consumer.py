@@ -8,44 +8,83 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
-from dmq.cli.common import fail
+from dmq.cli.common import (
+    client_config,
+    ensure_reachable,
+    exit_on_broken_pipe,
+    fail,
+    kafka_error_text,
+)
+
+BATCH = 500
+# Longest single wait for records: how often a --timeout-ms is checked; the wait itself
+# sleeps in librdkafka, so an idle consumer costs next to no CPU.
+WAIT_S = 1.0
+METADATA_TIMEOUT = 10
 
 
 def run(bootstrap: str, topic: str, from_beginning: bool, partition: int | None,
         offset: int | None, max_messages: int | None, print_key: bool, print_headers: bool,
         print_offset: bool, key_separator: str, timeout_ms: int | None) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dmq-console",
-                         "enable.auto.commit": False, "enable.partition.eof": False,
-                         "fetch.wait.max.ms": 100})
+    if offset is not None and partition is None:
+        fail("--offset needs --partition", 2)
+    ensure_reachable(bootstrap)
+    consumer = Consumer(client_config(bootstrap, **{
+        "group.id": "dmq-console", "enable.auto.commit": False, "enable.partition.eof": False,
+        "fetch.wait.max.ms": 100}))
     try:
-        md = consumer.list_topics(timeout=10)  # all topics: naming one may auto-create it
+        return _consume(consumer, topic, from_beginning, partition, offset, max_messages,
+                        print_key, print_headers, print_offset, key_separator, timeout_ms)
+    except BrokenPipeError:
+        exit_on_broken_pipe()
+    finally:
+        consumer.close()
+
+
+def _consume(consumer: Consumer, topic: str, from_beginning: bool, partition: int | None,
+             offset: int | None, max_messages: int | None, print_key: bool, print_headers: bool,
+             print_offset: bool, key_separator: str, timeout_ms: int | None) -> int:
+    try:
+        md = consumer.list_topics(timeout=METADATA_TIMEOUT)  # all topics: naming one may auto-create it
     except Exception as e:  # noqa: BLE001
-        fail(f"cannot reach {bootstrap}: {e}")
+        fail(f"cannot list topics: {kafka_error_text(e)}")
     t: Any = md.topics.get(topic)
     if t is None or t.error is not None:
         fail(f"topic {topic} does not exist; create it with `dmq topics create {topic}`")
-    parts = sorted(t.partitions) if partition is None else [partition]
     if partition is not None and partition not in t.partitions:
         fail(f"topic {topic} has no partition {partition} (it has {len(t.partitions)})")
-    if offset is not None and partition is None:
-        fail("--offset needs --partition")
+    parts = sorted(t.partitions) if partition is None else [partition]
+    if offset is not None:
+        assert partition is not None
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=METADATA_TIMEOUT)
+        except Exception as e:  # noqa: BLE001
+            fail(f"cannot read the offsets of {topic}-{partition}: {kafka_error_text(e)}")
+        if not low <= offset <= high:
+            fail(f"offset {offset} is out of range for {topic}-{partition}: pass an --offset "
+                 f"from {low} (earliest) to {high} (latest)")
     start = offset if offset is not None else (OFFSET_BEGINNING if from_beginning else OFFSET_END)
     consumer.assign([TopicPartition(topic, p, start) for p in parts])
     count = 0
     out = sys.stdout.buffer
+    sep = key_separator.encode()
     last_record = time.monotonic()
     try:
         while max_messages is None or count < max_messages:
-            msgs = consumer.consume(min(500, (max_messages or 500) - count), 0.2)
-            if not msgs:
-                if timeout_ms is not None and (time.monotonic() - last_record) * 1000 > timeout_ms:
+            batch = BATCH if max_messages is None else min(BATCH, max_messages - count)
+            wait = WAIT_S
+            if timeout_ms is not None:
+                left = timeout_ms / 1000 - (time.monotonic() - last_record)
+                if left <= 0:
                     break
-                continue
+                wait = min(wait, left)
+            msgs = consumer.consume(batch, wait)
             for m in msgs:
                 msg: Any = m
                 if msg.error():
                     if msg.error().code() != KafkaError._PARTITION_EOF:
-                        fail(f"consume failed: {msg.error().str()}")
+                        fail(f"consume failed: {kafka_error_text(msg.error())}")
                     continue
                 last_record = time.monotonic()
                 parts_out: list[bytes] = []
@@ -57,12 +96,11 @@ def run(bootstrap: str, topic: str, from_beginning: bool, partition: int | None,
                 if print_key:
                     parts_out.append(msg.key() if msg.key() is not None else b"null")
                 parts_out.append(msg.value() if msg.value() is not None else b"null")
-                out.write(key_separator.encode().join(parts_out) + b"\n")
+                out.write(sep.join(parts_out) + b"\n")
                 count += 1
-            out.flush()
+            if msgs:
+                out.flush()
     except KeyboardInterrupt:
         pass
-    finally:
-        consumer.close()
     print(f"Processed a total of {count} messages", file=sys.stderr)
     return count

@@ -21,6 +21,7 @@ ISR shrinking.
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import logging
 import os
@@ -80,6 +81,31 @@ def parse_host_port(text: str, default_port: int = 9092) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def data_dir_error(data_dir: str, e: OSError) -> str:
+    """One line for a data directory the broker cannot create or write."""
+    path = data_dir
+    while os.path.dirname(path) != path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    if os.path.exists(path) and not os.path.isdir(path):
+        reason = ("it is a file, not a directory" if path == data_dir
+                  else f"{path} is a file, not a directory")
+    else:
+        reason = (e.strerror or str(e)).lower()
+        if e.filename and os.path.abspath(str(e.filename)) != data_dir:
+            reason += f" ({e.filename})"
+    return (f"error: cannot use {data_dir} as the data directory: {reason}; pass another "
+            f"--data-dir (log.dirs)")
+
+
+def listen_error(host: str, port: int, e: OSError) -> str:
+    """One line for a listener address the broker cannot bind."""
+    if e.errno == errno.EADDRINUSE:
+        return (f"error: cannot listen on {host}:{port}: address already in use. Is another "
+                f"broker using it? Stop it or pick another address with --listen HOST:PORT.")
+    reason = (e.strerror or str(e)).lower()
+    return f"error: cannot listen on {host}:{port}: {reason}; pick another address with --listen HOST:PORT."
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -101,8 +127,11 @@ class Broker:
 
     def _lock_data_dir(self) -> None:
         """Hold an exclusive lock on the data dir, as Kafka's ``.lock``: one broker per directory."""
-        os.makedirs(self.data_dir, exist_ok=True)
-        self._lock_file = open(os.path.join(self.data_dir, ".lock"), "a")  # noqa: SIM115 - held for life
+        try:
+            os.makedirs(self.data_dir, exist_ok=True)
+            self._lock_file = open(os.path.join(self.data_dir, ".lock"), "a")  # noqa: SIM115 - held for life
+        except OSError as e:
+            raise SystemExit(data_dir_error(self.data_dir, e)) from None
         try:
             fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -183,7 +212,10 @@ class Broker:
             self.group_coordinator.owned_partitions = set()
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
                                  int(self.config["socket.request.max.bytes"]))
-        self.bound = await self.listener.start()
+        try:
+            self.bound = await self.listener.start()
+        except OSError as e:
+            raise SystemExit(listen_error(self.listen_host, self.listen_port, e)) from None
         host, port = self.advertised or (self.bound[0], self.bound[1])
         if self.advertised and self.advertised[1] == 0:
             host, port = self.advertised[0], self.bound[1]

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 from support.broker import BrokerProcess
+from support.cli import run_dmq
 
 
 def dmq(broker: BrokerProcess, *args: str, stdin: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DMQ_BOOTSTRAP_SERVER": broker.bootstrap, "COLUMNS": "120"}
-    res = subprocess.run([sys.executable, "-m", "dmq", *args], input=stdin, capture_output=True,
-                         timeout=120, env=env)
-    out = subprocess.CompletedProcess(res.args, res.returncode, res.stdout.decode(), res.stderr.decode())
-    if check:
-        assert res.returncode == 0, out.stderr
-    return out
+    return run_dmq(broker.bootstrap, *args, stdin=stdin, check=check)
 
 
 def test_topics_lifecycle(broker: BrokerProcess) -> None:
