@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from click.core import ParameterSource
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.markup import escape
@@ -43,6 +42,11 @@ from dmq.cluster.metadata import INTERNAL_TOPICS
 
 app = typer.Typer(help="Run a local cluster and inspect clusters.", no_args_is_help=True)
 console = make_console()
+
+def say(message: str) -> None:
+    """One message line: never wrapped, numbers not highlighted."""
+    console.print(message, soft_wrap=True, highlight=False)
+
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 DEFAULT_DIR = "./dmq-cluster"
@@ -267,7 +271,11 @@ def _hint(command: str, base: Path) -> str:
 
 @contextlib.contextmanager
 def _locked(base: Path, wait: float = 10.0) -> Iterator[None]:
-    """One ``dmq cluster`` command at a time changes the cluster in ``base``."""
+    """One ``dmq cluster`` command at a time changes the cluster in ``base`` (if it exists:
+    if not, there is no cluster to change)."""
+    if not base.is_dir():
+        yield
+        return
     fd = os.open(base / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         deadline = time.monotonic() + wait
@@ -322,17 +330,17 @@ def _shutdown_report(log: str, offset: int) -> tuple[bool, str]:
 def _stop_broker(broker: int, m: Member, timeout: float, forced: Callable[[], bool] = lambda: False) -> bool:
     """SIGTERM (the broker's controlled shutdown) and wait; True if it stopped without SIGKILL."""
     offset = os.path.getsize(m.log) if os.path.exists(m.log) else 0
-    console.print(f"stopping broker {broker} (pid {m.pid}, controlled shutdown) ...")
+    say(f"stopping broker {broker} (pid {m.pid}, controlled shutdown) ...")
     clean = m.terminate(signal.SIGTERM, timeout, forced)
     if not clean:
-        console.print(f"[red]✗[/red] broker {broker} did not stop within {timeout:.0f}s; killed it "
-                      f"(SIGKILL); see {m.log}")
+        say(f"[red]✗[/red] broker {broker} did not stop within {timeout:.0f}s; killed it "
+            f"(SIGKILL); see {m.log}")
         return False
     ok, said = _shutdown_report(m.log, offset)
     if ok:
-        console.print(f"[green]✓[/green] broker {broker} stopped" + (f" ({escape(said)})" if said else ""))
+        say(f"[green]✓[/green] broker {broker} stopped" + (f" ({escape(said)})" if said else ""))
     else:
-        console.print(f"[yellow]![/yellow] broker {broker} stopped, but {escape(said)}; see {m.log}")
+        say(f"[yellow]![/yellow] broker {broker} stopped, but {escape(said)}; see {m.log}")
     return True
 
 
@@ -359,26 +367,26 @@ def _stop_cluster(state: ClusterState, timeout: float, forced: Callable[[], bool
     for broker in order:
         m = state.brokers[broker]
         if not m.running():
-            console.print(f"broker {broker} is already stopped")
+            say(f"broker {broker} is already stopped")
             continue
         if forced():
-            console.print(f"killing broker {broker} (pid {m.pid}) ...")
+            say(f"killing broker {broker} (pid {m.pid}) ...")
             m.terminate(signal.SIGKILL, KILL_WAIT)
             clean = False
             continue
         clean = _stop_broker(broker, m, timeout, forced) and clean
     zk = state.zookeeper
     if zk.running():
-        console.print(f"stopping ZooKeeper (pid {zk.pid}) ...")
+        say(f"stopping ZooKeeper (pid {zk.pid}) ...")
         if zk.terminate(signal.SIGTERM, ZOOKEEPER_STOP_TIMEOUT, forced):
-            console.print("[green]✓[/green] ZooKeeper stopped")
+            say("[green]✓[/green] ZooKeeper stopped")
         else:
-            console.print(f"[red]✗[/red] ZooKeeper did not stop; killed it (SIGKILL); see {zk.log}")
+            say(f"[red]✗[/red] ZooKeeper did not stop; killed it (SIGKILL); see {zk.log}")
             clean = False
     else:
-        console.print("ZooKeeper is already stopped")
+        say("ZooKeeper is already stopped")
     state.path.unlink(missing_ok=True)
-    console.print("cluster stopped" if clean else "cluster stopped (some processes were killed)")
+    say("cluster stopped" if clean else "cluster stopped (some processes were killed)")
     return clean
 
 
@@ -397,7 +405,7 @@ class _Signals:
     def _handle(self, signum: int, frame: object) -> None:
         self.count += 1
         if self.count > 1:
-            console.print("interrupted again: killing what is left")
+            say("interrupted again: killing what is left")
 
     def after(self, seen: int) -> Callable[[], bool]:
         return lambda: self.count > seen
@@ -448,13 +456,13 @@ def _launch_all(state: ClusterState, interrupted: Callable[[], bool]) -> None:
         zk.launch()
         state.save()
         zk.wait_listening(interrupted)
-    console.print(f"[green]✓[/green] ZooKeeper on 127.0.0.1:{zk.port} (pid {zk.pid})")
+    say(f"[green]✓[/green] ZooKeeper on 127.0.0.1:{zk.port} (pid {zk.pid})")
     for i, m in sorted(state.brokers.items()):
         with console.status(f"starting broker {i} on 127.0.0.1:{m.port} ..."):
             m.launch()
             state.save()
             m.wait_listening(interrupted)
-        console.print(f"[green]✓[/green] broker {i} on 127.0.0.1:{m.port} (pid {m.pid})")
+        say(f"[green]✓[/green] broker {i} on 127.0.0.1:{m.port} (pid {m.pid})")
 
 
 def _relative(path: str, base: Path) -> str:
@@ -465,23 +473,24 @@ def _relative(path: str, base: Path) -> str:
 
 
 def _print_started(state: ClusterState, detach: bool) -> None:
-    table = Table(title=f"dmq development cluster in {state.base}")
+    say(f"dmq development cluster in {state.base}")
+    table = Table()
     for col in ("broker", "pid", "listener", "data dir", "log"):
         table.add_column(col, justify="right" if col in ("broker", "pid") else "left")
     for i, m in sorted(state.brokers.items()):
         table.add_row(str(i), str(m.pid), f"127.0.0.1:{m.port}", _relative(m.data_dir, state.base),
                       _relative(m.log, state.base))
     console.print(table)
-    console.print(f"bootstrap servers: [bold]{state.bootstrap()}[/bold]   "
-                  f"ZooKeeper: 127.0.0.1:{state.zookeeper.port}/dmq")
-    console.print(f"state: {state.path}")
-    console.print(f"status: {_hint('status', state.base)}")
-    console.print(f"one broker: {_hint('stop|kill|start', state.base)} --broker N")
+    say(f"bootstrap servers: [bold]{state.bootstrap()}[/bold]   "
+        f"ZooKeeper: 127.0.0.1:{state.zookeeper.port}/dmq")
+    say(f"state: {state.path}")
+    say(f"status: {_hint('status', state.base)}")
+    say(f"one broker: {_hint('stop|kill|start', state.base)} --broker N")
     if detach:
-        console.print(f"the cluster runs in the background; stop it with `{_hint('stop', state.base)}`")
+        say(f"the cluster runs in the background; stop it with `{_hint('stop', state.base)}`")
     else:
-        console.print("Ctrl-C stops the cluster: the brokers one by one (controlled shutdown), "
-                      "then ZooKeeper")
+        say("Ctrl-C stops the cluster: the brokers one by one (controlled shutdown), "
+            "then ZooKeeper")
 
 
 def _supervise(state: ClusterState, signals: _Signals) -> None:
@@ -492,13 +501,13 @@ def _supervise(state: ClusterState, signals: _Signals) -> None:
     seen = {i: (m.pid, m.running()) for i, m in state.brokers.items()}
     while True:
         if signals.count:
-            console.print("stopping the cluster: brokers one by one (controlled shutdown), then "
-                          "ZooKeeper; Ctrl-C again kills them instead")
+            say("stopping the cluster: brokers one by one (controlled shutdown), then "
+                "ZooKeeper; Ctrl-C again kills them instead")
             handled = signals.count
             with _locked(base, wait=BROKER_STOP_TIMEOUT * len(state.brokers)):
                 current = ClusterState.load(base)
                 if current is None:
-                    console.print("cluster stopped")
+                    say("cluster stopped")
                     raise SystemExit(0)
                 clean = _stop_cluster(current, BROKER_STOP_TIMEOUT, signals.after(handled))
             raise SystemExit(0 if clean else 1)
@@ -506,7 +515,7 @@ def _supervise(state: ClusterState, signals: _Signals) -> None:
         current = ClusterState.load(base)
         if current is None or current.stopping:
             if current is None or not current.running():
-                console.print("cluster stopped (by `dmq cluster stop`)")
+                say("cluster stopped (by `dmq cluster stop`)")
                 raise SystemExit(0)
             time.sleep(0.2)
             continue
@@ -515,15 +524,16 @@ def _supervise(state: ClusterState, signals: _Signals) -> None:
             if now == seen.get(i):
                 continue
             if now[1]:
-                console.print(f"broker {i} is running again (pid {m.pid})")
+                say(f"broker {i} is running again (pid {m.pid})")
             else:
-                console.print(f"[yellow]broker {i} exited{_describe_exit(_exit_code(m.pid))}[/yellow]; "
-                              f"the others keep running; restart it with "
-                              f"`{_hint('start', base)} --broker {i}`; log: {m.log}")
+                code = _exit_code(m.pid)
+                say(f"[yellow]broker {i} exited{_describe_exit(code)}[/yellow]; the others keep "
+                    f"running; restart it with `{_hint('start', base)} --broker {i}`"
+                    + (f"; see {m.log}" if code is not None and code > 0 else ""))
             seen[i] = now
         if not current.zookeeper.running():
-            console.print(f"[red]ZooKeeper exited{_describe_exit(_exit_code(current.zookeeper.pid))}"
-                          f"[/red]; see {current.zookeeper.log}. Stopping the brokers.")
+            say(f"[red]ZooKeeper exited{_describe_exit(_exit_code(current.zookeeper.pid))}"
+                f"[/red]; see {current.zookeeper.log}. Stopping the brokers.")
             with _locked(base, wait=BROKER_STOP_TIMEOUT):
                 _stop_cluster(current, BROKER_STOP_TIMEOUT, signals.after(signals.count))
             raise SystemExit(1)
@@ -553,8 +563,8 @@ def _restart_broker(base: Path, broker: int) -> None:
             fail(str(e))
         except KeyboardInterrupt:
             fail(f"interrupted; broker {broker} (pid {m.pid}) goes on starting; see {m.log}", 130)
-    console.print(f"[green]✓[/green] broker {broker} started again on 127.0.0.1:{m.port} "
-                  f"(pid {m.pid}, same config and data dir {m.data_dir}); log: {m.log}")
+    say(f"[green]✓[/green] broker {broker} started again on 127.0.0.1:{m.port} "
+        f"(pid {m.pid}, same config and data dir {m.data_dir}); log: {m.log}")
 
 
 # ------------------------------------------------------------------- commands
@@ -586,7 +596,7 @@ def start(
     if broker is not None:
         given = [f"--{name.replace('_', '-')}" for name in
                  ("brokers", "base_port", "zookeeper_port", "override", "detach")
-                 if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)]
+                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
         if given:
             fail(f"--broker restarts one broker with the config it was started with; "
                  f"drop {', '.join(given)}", 2)
@@ -620,7 +630,7 @@ def start(
         except (_ProcessFailed, _Interrupted) as e:
             if isinstance(e, _ProcessFailed):
                 print(f"error: {e}", file=sys.stderr)
-            console.print("stopping what was started ...")
+            say("stopping what was started ...")
             _stop_cluster(state, BROKER_STOP_TIMEOUT, signals.after(signals.count))
             raise SystemExit(130 if isinstance(e, _Interrupted) else 1) from None
     _print_started(state, detach)
@@ -640,7 +650,7 @@ def stop(
     or with --broker N one broker."""
     base = Path(data_dir).resolve()
     signals = _Signals().install()
-    with _locked(base) if base.is_dir() else contextlib.nullcontext():
+    with _locked(base):
         state = _running_cluster(base)
         try:
             if broker is None:
@@ -665,7 +675,7 @@ def kill(
 ) -> None:
     """Kill one broker with SIGKILL, as a crash would; the others keep running."""
     base = Path(data_dir).resolve()
-    with _locked(base) if base.is_dir() else contextlib.nullcontext():
+    with _locked(base):
         state = _running_cluster(base)
         m = _member(state, broker)
         if not m.running():
@@ -675,9 +685,9 @@ def kill(
             m.terminate(signal.SIGKILL, KILL_WAIT)
         except _ProcessFailed as e:
             fail(str(e))
-    console.print(f"broker {broker} killed (SIGKILL, pid {pid}); its partitions move to other "
-                  f"replicas once its ZooKeeper session expires; restart it with "
-                  f"`{_hint('start', base)} --broker {broker}`")
+    say(f"broker {broker} killed (SIGKILL, pid {pid}); its partitions move to other "
+        f"replicas once its ZooKeeper session expires; restart it with "
+        f"`{_hint('start', base)} --broker {broker}`")
 
 
 def _state_for_status(base: Path) -> ClusterState | None:
@@ -701,8 +711,8 @@ def status(
     state = _state_for_status(base)
     if state is not None:
         zk = state.zookeeper
-        console.print(f"cluster in {base}: ZooKeeper 127.0.0.1:{zk.port} "
-                      + (f"running (pid {zk.pid})" if zk.running() else "[red]stopped[/red]"))
+        say(f"cluster in {base}: ZooKeeper 127.0.0.1:{zk.port} "
+            + (f"running (pid {zk.pid})" if zk.running() else "[red]stopped[/red]"))
     bootstrap = bootstrap_server or (state.bootstrap() if state is not None else "127.0.0.1:9092")
     md = None
     error = ""
@@ -715,36 +725,34 @@ def status(
     else:
         error = (f"no broker of the cluster in {base} is running; start one with "
                  f"`{_hint('start', base)} --broker N`")
+    # Killed brokers stay registered until their ZooKeeper session expires: show them as down.
+    stopped = {i for i, m in state.brokers.items() if not m.running()} if state is not None else set()
     if state is not None or md is not None:
-        _print_brokers(state, md)
+        _print_brokers(state, md, stopped)
     if md is None:
         fail(error)
-    _print_partitions(md, include_internal)
+    _print_partitions(md, include_internal, stopped)
 
 
-def _print_brokers(state: ClusterState | None, md: Any) -> None:
+def _print_brokers(state: ClusterState | None, md: Any, stopped: set[int]) -> None:
     registered = dict(md.brokers) if md is not None else {}
     controller = md.controller_id if md is not None else -1
-    title = "brokers" + (f" (cluster {md.cluster_id})" if md is not None else "")
-    table = Table(title=title)
+    table = Table(title="brokers" + (f" (cluster {md.cluster_id})" if md is not None else ""))
     cols = ["broker", "state"] + (["pid"] if state is not None else []) + ["host", "port", "role"]
     for col in cols:
         table.add_column(col, justify="right" if col in ("broker", "pid", "port") else "left")
     local = state.brokers if state is not None else {}
     for bid in sorted(set(local) | set(registered)):
-        m = local.get(bid)
-        b = registered.get(bid)
-        if m is None:
-            run = "running"
-        elif not m.running():
-            run = "[red]stopped[/red]"
-        elif md is not None and b is None:
+        m, b = local.get(bid), registered.get(bid)
+        if bid in stopped:
+            run = "[red]stopped[/red]" + (" (still registered)" if b is not None else "")
+        elif m is not None and md is not None and b is None:
             run = "[yellow]running, not registered[/yellow]"
         else:
             run = "running"
         row = [str(bid), run]
         if state is not None:
-            row.append(str(m.pid) if m is not None and m.running() else "-")
+            row.append(str(m.pid) if m is not None and bid not in stopped else "-")
         row += [b.host if b is not None else "127.0.0.1",
                 str(b.port if b is not None else m.port if m is not None else ""),
                 "controller" if bid == controller else ""]
@@ -752,37 +760,43 @@ def _print_brokers(state: ClusterState | None, md: Any) -> None:
     console.print(table)
 
 
-def _print_partitions(md: Any, include_internal: bool) -> None:
-    live = set(md.brokers)
+def _print_partitions(md: Any, include_internal: bool, stopped: set[int]) -> None:
+    live = set(md.brokers) - stopped
     parts = Table(title="partitions")
     for col in ("topic", "partition", "leader", "replicas", "isr", "status"):
         parts.add_column(col, justify="right" if col in ("partition", "leader") else "left")
-    under = offline = hidden = hidden_bad = 0
+    counts = {"under-replicated": 0, "awaiting failover": 0, "offline": 0}
+    hidden = hidden_bad = 0
     for name in sorted(md.topics):
-        internal = name in INTERNAL_TOPICS
         for pid, p in sorted(md.topics[name].partitions.items()):
             missing = [r for r in p.replicas if r not in live]
-            bad = True
             if p.leader < 0:
-                state = "[red]offline[/red]"
-            elif len(p.isrs) < len(p.replicas):
-                state = "[yellow]under-replicated[/yellow]"
+                kind, state = "offline", "[red]offline[/red]"
+            elif p.leader in stopped:
+                kind, state = "awaiting failover", "[red]leader stopped, failover pending[/red]"
+            elif len(p.isrs) < len(p.replicas) or missing:
+                kind, state = "under-replicated", "[yellow]under-replicated[/yellow]"
             else:
-                state, bad = "ok", False
-            if internal and not include_internal:
+                kind, state = "", "ok"
+            if name in INTERNAL_TOPICS and not include_internal:
                 hidden += 1
-                hidden_bad += bad
+                hidden_bad += bool(kind)
                 continue
-            under += bad and p.leader >= 0
-            offline += p.leader < 0
+            if kind:
+                counts[kind] += 1
             if missing:
                 state += f" (down: {','.join(map(str, missing))})"
             parts.add_row(name, str(pid), str(p.leader), ",".join(map(str, p.replicas)),
                           ",".join(map(str, p.isrs)), state)
     console.print(parts)
-    summary = (f"{len(live)} brokers registered, controller {md.controller_id}; "
-               f"{under} under-replicated, {offline} offline partitions")
+    stale = sorted(stopped & set(md.brokers))
+    summary = (f"{len(md.brokers)} brokers registered"
+               + (f" (stopped but registered until {'its' if len(stale) == 1 else 'their'} "
+                  f"ZooKeeper session expires: {', '.join(map(str, stale))})" if stale else "")
+               + f", controller {md.controller_id}; "
+               + ", ".join(f"{n} {kind}" for kind, n in counts.items()
+                           if n or kind != "awaiting failover") + " partitions")
     if hidden:
         summary += (f"; {hidden} partitions of internal topics not shown"
                     + (f" ({hidden_bad} not ok)" if hidden_bad else "") + " (--include-internal)")
-    console.print(summary)
+    say(summary)
