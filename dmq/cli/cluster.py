@@ -366,6 +366,8 @@ def _stop_cluster(state: ClusterState, timeout: float, forced: Callable[[], bool
     clean = True
     for broker in order:
         m = state.brokers[broker]
+        if m.pid is None:  # never started (the start was interrupted or failed before it)
+            continue
         if not m.running():
             say(f"broker {broker} is already stopped")
             continue
@@ -383,7 +385,7 @@ def _stop_cluster(state: ClusterState, timeout: float, forced: Callable[[], bool
         else:
             say(f"[red]✗[/red] ZooKeeper did not stop; killed it (SIGKILL); see {zk.log}")
             clean = False
-    else:
+    elif zk.pid is not None:
         say("ZooKeeper is already stopped")
     state.path.unlink(missing_ok=True)
     say("cluster stopped" if clean else "cluster stopped (some processes were killed)")
@@ -722,6 +724,8 @@ def status(
             md = admin.list_topics(timeout=ADMIN_TIMEOUT)
         except KafkaException as e:
             error = f"cannot reach {bootstrap}: {e.args[0].str()}"
+            if state is None and not bootstrap_server:
+                error += f" (and no cluster is running in {base})"
     else:
         error = (f"no broker of the cluster in {base} is running; start one with "
                  f"`{_hint('start', base)} --broker N`")

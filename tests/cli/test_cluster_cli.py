@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -255,3 +256,26 @@ def test_every_option_has_help_and_flags_show_no_bool_metavar() -> None:
                 assert param.help, f"dmq cluster {name} {param.opts[0]} has no help text"
                 if param.is_flag and not param.secondary_opts:
                     assert param.metavar == "", f"dmq cluster {name} {param.opts[0]} shows <bool>"
+
+
+def test_ctrl_c_while_starting_stops_what_was_started(make_cluster) -> None:  # noqa: ANN001
+    c = make_cluster(brokers=3)
+    proc = c.start_foreground()
+    c.wait_output("✓ broker 1 on")
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(60) == 130, c.output()
+    assert processes_under(c.base) == {}, c.output()
+    out = c.output()
+    assert lines_matching(out, r"broker 1 stopped") < lines_matching(out, "ZooKeeper stopped"), out
+    assert not (c.base / "cluster.json").exists()
+
+
+def test_zookeeper_dying_stops_the_cluster_and_leaves_nothing_behind(make_cluster) -> None:  # noqa: ANN001
+    c = make_cluster(brokers=1)
+    proc = c.start_foreground()
+    c.wait_output("bootstrap servers")
+    zk_pid = json.loads((c.base / "cluster.json").read_text())["zookeeper"]["pid"]
+    os.kill(zk_pid, signal.SIGKILL)
+    assert proc.wait(60) == 1, c.output()
+    assert "ZooKeeper exited (SIGKILL)" in c.output()
+    assert processes_under(c.base) == {}, c.output()
