@@ -58,11 +58,12 @@ ZOOKEEPER_STOP_TIMEOUT = 20.0
 KILL_WAIT = 10.0
 
 DataDir = Annotated[str, typer.Option(
-    "--data-dir", metavar="DIR", help="the cluster's directory: ZooKeeper's and the brokers' data and logs, "
-                       f"and {STATE_FILE}, the running cluster's pids and ports")]
+    "--data-dir", metavar="DIR",
+    help=f"the cluster's directory: ZooKeeper's and the brokers' data and logs, and {STATE_FILE}, "
+         "the running cluster's pids and ports")]
 Timeout = Annotated[float, typer.Option(
-    "--timeout", metavar="SECONDS", help="seconds to wait for a broker's controlled shutdown before killing it",
-    min=0)]
+    "--timeout", metavar="SECONDS", min=0,
+    help="seconds to wait for a broker's controlled shutdown before killing it")]
 
 
 class _ProcessFailed(Exception):

@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +18,31 @@ from confluent_kafka.admin import NewTopic
 from support.cluster_cli import CliCluster, lines_matching, processes_under
 from support.zookeeper import available
 
+TEST_LIMIT_S = 150
+MakeCluster = Callable[..., CliCluster]
+
 
 @pytest.fixture
-def make_cluster(tmp_path: Path) -> Iterator[type[CliCluster]]:
+def make_cluster(tmp_path: Path) -> Iterator[MakeCluster]:
     if not available():
         pytest.skip("Debian's zookeeper package is not installed (scripts/test.sh installs it)")
     made: list[CliCluster] = []
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"test still running after {TEST_LIMIT_S} s")
 
     def make(brokers: int = 3, overrides: dict[str, str] | None = None) -> CliCluster:
         c = CliCluster(tmp_path / f"cluster{len(made)}", brokers, overrides)
         made.append(c)
         return c
 
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(TEST_LIMIT_S)  # every wait has its own timeout; this bounds their sum
     try:
-        yield make  # type: ignore[misc]
+        yield make
     finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
         for c in made:
             c.close()
 
@@ -57,7 +67,7 @@ def produce(bootstrap: str, topic: str, values: list[str]) -> None:
     assert not errors, errors
 
 
-def test_ctrl_c_on_a_foreground_cluster_stops_brokers_cleanly_then_zookeeper(make_cluster) -> None:  # noqa: ANN001
+def test_ctrl_c_on_a_foreground_cluster_stops_brokers_cleanly_then_zookeeper(make_cluster: MakeCluster) -> None:
     c = make_cluster(brokers=2)
     proc = c.start_foreground()
     c.wait_output("bootstrap servers")
@@ -118,7 +128,7 @@ def one_error_line(res: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_failover_by_killing_stopping_and_restarting_single_brokers(make_cluster) -> None:  # noqa: ANN001
+def test_failover_by_killing_stopping_and_restarting_single_brokers(make_cluster: MakeCluster) -> None:
     c = make_cluster(brokers=3)
     supervisor = c.start_foreground()
     c.wait_output("bootstrap servers")
@@ -200,7 +210,7 @@ def test_failover_by_killing_stopping_and_restarting_single_brokers(make_cluster
     assert not (c.base / "cluster.json").exists()
 
 
-def test_detached_cluster_and_clear_errors(make_cluster) -> None:  # noqa: ANN001
+def test_detached_cluster_and_clear_errors(make_cluster: MakeCluster) -> None:
     c = make_cluster(brokers=2)
     hint = f"start one with `dmq cluster start --data-dir {c.base}`"
     for args in (["stop"], ["kill", "--broker", "1"], ["start", "--broker", "1"]):
@@ -258,7 +268,7 @@ def test_every_option_has_help_and_flags_show_no_bool_metavar() -> None:
                     assert param.metavar == "", f"dmq cluster {name} {param.opts[0]} shows <bool>"
 
 
-def test_ctrl_c_while_starting_stops_what_was_started(make_cluster) -> None:  # noqa: ANN001
+def test_ctrl_c_while_starting_stops_what_was_started(make_cluster: MakeCluster) -> None:
     c = make_cluster(brokers=3)
     proc = c.start_foreground()
     c.wait_output("✓ broker 1 on")
@@ -270,7 +280,7 @@ def test_ctrl_c_while_starting_stops_what_was_started(make_cluster) -> None:  # 
     assert not (c.base / "cluster.json").exists()
 
 
-def test_zookeeper_dying_stops_the_cluster_and_leaves_nothing_behind(make_cluster) -> None:  # noqa: ANN001
+def test_zookeeper_dying_stops_the_cluster_and_leaves_nothing_behind(make_cluster: MakeCluster) -> None:
     c = make_cluster(brokers=1)
     proc = c.start_foreground()
     c.wait_output("bootstrap servers")
