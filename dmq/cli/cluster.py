@@ -573,6 +573,11 @@ def _restart_broker(base: Path, broker: int) -> None:
 # ------------------------------------------------------------------- commands
 
 
+def _given(ctx: typer.Context, name: str) -> str:
+    """Where an option's value came from: COMMANDLINE, ENVIRONMENT or DEFAULT."""
+    return getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+
+
 @app.command()
 def start(
     ctx: typer.Context,
@@ -599,7 +604,7 @@ def start(
     if broker is not None:
         given = [f"--{name.replace('_', '-')}" for name in
                  ("brokers", "base_port", "zookeeper_port", "override", "detach")
-                 if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+                 if _given(ctx, name) != "DEFAULT"]
         if given:
             fail(f"--broker restarts one broker with the config it was started with; "
                  f"drop {', '.join(given)}", 2)
@@ -700,6 +705,7 @@ def _state_for_status(base: Path) -> ClusterState | None:
 
 @app.command()
 def status(
+    ctx: typer.Context,
     data_dir: DataDir = DEFAULT_DIR,
     bootstrap_server: Annotated[str | None, typer.Option(
         "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER", metavar="HOST:PORT",
@@ -711,12 +717,17 @@ def status(
     """Brokers (running or stopped, with pid and port, for the local cluster), the controller,
     and every partition's leader, replicas and ISR."""
     base = Path(data_dir).resolve()
-    state = _state_for_status(base)
+    # -b on the command line asks about that cluster: the local one only with --data-dir too.
+    remote = _given(ctx, "bootstrap_server") == "COMMANDLINE" and _given(ctx, "data_dir") == "DEFAULT"
+    state = None if remote else _state_for_status(base)
     if state is not None:
         zk = state.zookeeper
         say(f"cluster in {base}: ZooKeeper 127.0.0.1:{zk.port} "
             + (f"running (pid {zk.pid})" if zk.running() else "[red]stopped[/red]"))
-    bootstrap = bootstrap_server or (state.bootstrap() if state is not None else "127.0.0.1:9092")
+    if state is not None and _given(ctx, "bootstrap_server") != "COMMANDLINE":
+        bootstrap = state.bootstrap()
+    else:
+        bootstrap = bootstrap_server or "127.0.0.1:9092"
     md = None
     error = ""
     if bootstrap:
@@ -725,7 +736,7 @@ def status(
             md = admin.list_topics(timeout=ADMIN_TIMEOUT)
         except KafkaException as e:
             error = f"cannot reach {bootstrap}: {e.args[0].str()}"
-            if state is None and not bootstrap_server:
+            if state is None and not remote:
                 error += f" (and no cluster is running in {base})"
     else:
         error = (f"no broker of the cluster in {base} is running; start one with "

@@ -243,6 +243,12 @@ def test_detached_cluster_and_clear_errors(make_cluster: MakeCluster) -> None:
                                        f"`dmq cluster start --data-dir {c.base} --broker 2`")
     rows = broker_rows(c.cluster("status").stdout)
     assert rows[1][1].strip() == "running" and rows[2][1].strip().startswith("stopped")
+    # -b alone asks that cluster what it knows: registered brokers, no local pids
+    remote = c.run("cluster", "status", "-b", f"127.0.0.1:{c.ports[1]}")
+    assert remote.returncode == 0, remote.stderr
+    assert "cluster in" not in remote.stdout
+    assert [[cell.strip() for cell in row] for row in table_rows(remote.stdout) if len(row) == 5][:1] \
+        == [["1", "running", "127.0.0.1", str(c.ports[1]), "controller"]], remote.stdout
 
     res = c.cluster("stop")
     assert res.returncode == 0, res.stderr
