@@ -17,7 +17,6 @@ replicas and ISR, flagging under-replicated and offline partitions.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shlex
@@ -36,6 +35,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from dmq.cli.common import ADMIN_TIMEOUT, admin_client, fail, make_console
 from dmq.cluster.metadata import INTERNAL_TOPICS
@@ -43,9 +43,18 @@ from dmq.cluster.metadata import INTERNAL_TOPICS
 app = typer.Typer(help="Run a local cluster and inspect clusters.", no_args_is_help=True)
 console = make_console()
 
-def say(message: str) -> None:
-    """One message line: never wrapped, numbers not highlighted."""
-    console.print(message, soft_wrap=True, highlight=False)
+_MARKS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "error": ("✗", "red")}
+
+
+def say(message: str, mark: str | None = None, style: str | None = None) -> None:
+    """One message line, taken literally (a path may hold brackets), never wrapped, after a
+    coloured ✓, ! or ✗ for ``mark`` ok, warn or error."""
+    text = Text()
+    if mark is not None:
+        symbol, colour = _MARKS[mark]
+        text.append(f"{symbol} ", style=colour)
+    text.append(message, style=style)
+    console.print(text, soft_wrap=True, highlight=False)
 
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
@@ -142,9 +151,11 @@ class Member:
     def running(self) -> bool:
         return self.pid is not None and _alive(self.pid, self.start_time)
 
-    def launch(self) -> subprocess.Popen[bytes]:
-        """Start it in a session of its own: a terminal's Ctrl-C does not reach it."""
+    def launch(self) -> int:
+        """Start it in a session of its own (a terminal's Ctrl-C does not reach it); returns
+        the size its log had, where this run's lines begin."""
         try:
+            offset = os.path.getsize(self.log) if os.path.exists(self.log) else 0
             with open(self.log, "ab") as out:
                 proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=out,
                                         stderr=out, start_new_session=True,
@@ -154,24 +165,36 @@ class Member:
         _children[proc.pid] = proc
         st = _stat(proc.pid)
         self.pid, self.start_time = proc.pid, st[1] if st else None
-        return proc
+        return offset
 
-    def wait_listening(self, interrupted: Callable[[], bool], timeout: float = STARTUP_TIMEOUT) -> None:
+    def wait_ready(self, interrupted: Callable[[], bool], log_offset: int | None = None,
+                   timeout: float = STARTUP_TIMEOUT) -> None:
+        """Until it accepts connections on its port, and (a broker, given ``log_offset``) has
+        logged that it listens: that is after it registered, which a broker restarted soon
+        after a crash does only once its previous ZooKeeper session has expired."""
         deadline = time.monotonic() + timeout
+        told = False
         while time.monotonic() < deadline:
             if interrupted():
                 raise _Interrupted
             _reap()
             if not self.running():
-                raise _ProcessFailed(f"{self.name} exited while starting{_describe_exit(_exit_code(self.pid))}; "
-                                   f"see {self.log}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), 0.5):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise _ProcessFailed(f"{self.name} did not listen on 127.0.0.1:{self.port} within "
-                           f"{timeout:.0f}s; see {self.log}")
+                raise _ProcessFailed(f"{self.name} exited while starting"
+                                     f"{_describe_exit(_exit_code(self.pid))}; see {self.log}")
+            text = _read_from(self.log, log_offset) if log_offset is not None else ""
+            if not told and "still registered by an earlier session" in text:
+                line = next(ln for ln in text.splitlines() if "still registered by an earlier" in ln)
+                say(line.split(": ", 1)[-1], mark="warn")
+                told = True
+            if log_offset is None or "listening on" in text:
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), 0.5):
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.2)
+        raise _ProcessFailed(f"{self.name} did not come up on 127.0.0.1:{self.port} within "
+                             f"{timeout:.0f}s; see {self.log}")
 
     def terminate(self, sig: signal.Signals, timeout: float,
                   forced: Callable[[], bool] = lambda: False) -> bool:
@@ -277,6 +300,8 @@ def _locked(base: Path, wait: float = 10.0) -> Iterator[None]:
     if not base.is_dir():
         yield
         return
+    import fcntl  # POSIX only, like the rest of running a cluster; `dmq` itself imports this module
+
     fd = os.open(base / LOCK_FILE, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         deadline = time.monotonic() + wait
@@ -314,14 +339,18 @@ def _member(state: ClusterState, broker: int) -> Member:
 # ------------------------------------------------------------------- stopping
 
 
-def _shutdown_report(log: str, offset: int) -> tuple[bool, str]:
-    """(controlled shutdown completed, what the broker logged about it) from its log past ``offset``."""
+def _read_from(log: str, offset: int) -> str:
     try:
         with open(log, "rb") as f:
             f.seek(offset)
-            text = f.read().decode(errors="replace")
+            return f.read().decode(errors="replace")
     except OSError:
-        return True, ""
+        return ""
+
+
+def _shutdown_report(log: str, offset: int) -> tuple[bool, str]:
+    """(controlled shutdown completed, what the broker logged about it) from its log past ``offset``."""
+    text = _read_from(log, offset)
     said = [line.split(": ", 1)[-1] for line in text.splitlines() if "controlled shutdown" in line]
     if not said:
         return True, "shut down cleanly" if "shut down cleanly" in text else ""
@@ -334,14 +363,14 @@ def _stop_broker(broker: int, m: Member, timeout: float, forced: Callable[[], bo
     say(f"stopping broker {broker} (pid {m.pid}, controlled shutdown) ...")
     clean = m.terminate(signal.SIGTERM, timeout, forced)
     if not clean:
-        say(f"[red]✗[/red] broker {broker} did not stop within {timeout:.0f}s; killed it "
-            f"(SIGKILL); see {m.log}")
+        say(f"broker {broker} did not stop within {timeout:.0f}s; killed it (SIGKILL); "
+            f"see {m.log}", mark="error")
         return False
     ok, said = _shutdown_report(m.log, offset)
     if ok:
-        say(f"[green]✓[/green] broker {broker} stopped" + (f" ({escape(said)})" if said else ""))
+        say(f"broker {broker} stopped" + (f" ({said})" if said else ""), mark="ok")
     else:
-        say(f"[yellow]![/yellow] broker {broker} stopped, but {escape(said)}; see {m.log}")
+        say(f"broker {broker} stopped, but {said}; see {m.log}", mark="warn")
     return True
 
 
@@ -382,9 +411,9 @@ def _stop_cluster(state: ClusterState, timeout: float, forced: Callable[[], bool
     if zk.running():
         say(f"stopping ZooKeeper (pid {zk.pid}) ...")
         if zk.terminate(signal.SIGTERM, ZOOKEEPER_STOP_TIMEOUT, forced):
-            say("[green]✓[/green] ZooKeeper stopped")
+            say("ZooKeeper stopped", mark="ok")
         else:
-            say(f"[red]✗[/red] ZooKeeper did not stop; killed it (SIGKILL); see {zk.log}")
+            say(f"ZooKeeper did not stop; killed it (SIGKILL); see {zk.log}", mark="error")
             clean = False
     elif zk.pid is not None:
         say("ZooKeeper is already stopped")
@@ -401,8 +430,9 @@ class _Signals:
         self.count = 0
 
     def install(self) -> _Signals:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, self._handle)
+        for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # SIGHUP: the terminal closed
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), self._handle)
         return self
 
     def _handle(self, signum: int, frame: object) -> None:
@@ -458,14 +488,14 @@ def _launch_all(state: ClusterState, interrupted: Callable[[], bool]) -> None:
     with console.status(f"starting ZooKeeper on 127.0.0.1:{zk.port} ..."):
         zk.launch()
         state.save()
-        zk.wait_listening(interrupted)
-    say(f"[green]✓[/green] ZooKeeper on 127.0.0.1:{zk.port} (pid {zk.pid})")
+        zk.wait_ready(interrupted)
+    say(f"ZooKeeper on 127.0.0.1:{zk.port} (pid {zk.pid})", mark="ok")
     for i, m in sorted(state.brokers.items()):
         with console.status(f"starting broker {i} on 127.0.0.1:{m.port} ..."):
-            m.launch()
+            offset = m.launch()
             state.save()
-            m.wait_listening(interrupted)
-        say(f"[green]✓[/green] broker {i} on 127.0.0.1:{m.port} (pid {m.pid})")
+            m.wait_ready(interrupted, offset)
+        say(f"broker {i} on 127.0.0.1:{m.port} (pid {m.pid})", mark="ok")
 
 
 def _relative(path: str, base: Path) -> str:
@@ -481,10 +511,10 @@ def _print_started(state: ClusterState, detach: bool) -> None:
     for col in ("broker", "pid", "listener", "data dir", "log"):
         table.add_column(col, justify="right" if col in ("broker", "pid") else "left")
     for i, m in sorted(state.brokers.items()):
-        table.add_row(str(i), str(m.pid), f"127.0.0.1:{m.port}", _relative(m.data_dir, state.base),
-                      _relative(m.log, state.base))
+        table.add_row(str(i), str(m.pid), f"127.0.0.1:{m.port}",
+                      escape(_relative(m.data_dir, state.base)), escape(_relative(m.log, state.base)))
     console.print(table)
-    say(f"bootstrap servers: [bold]{state.bootstrap()}[/bold]   "
+    say(f"bootstrap servers: {state.bootstrap()}   "
         f"ZooKeeper: 127.0.0.1:{state.zookeeper.port}/dmq")
     say(f"state: {state.path}")
     say(f"status: {_hint('status', state.base)}")
@@ -530,13 +560,13 @@ def _supervise(state: ClusterState, signals: _Signals) -> None:
                 say(f"broker {i} is running again (pid {m.pid})")
             else:
                 code = _exit_code(m.pid)
-                say(f"[yellow]broker {i} exited{_describe_exit(code)}[/yellow]; the others keep "
-                    f"running; restart it with `{_hint('start', base)} --broker {i}`"
-                    + (f"; see {m.log}" if code is not None and code > 0 else ""))
+                say(f"broker {i} exited{_describe_exit(code)}; the others keep running; restart "
+                    f"it with `{_hint('start', base)} --broker {i}`"
+                    + (f"; see {m.log}" if code is not None and code > 0 else ""), style="yellow")
             seen[i] = now
         if not current.zookeeper.running():
-            say(f"[red]ZooKeeper exited{_describe_exit(_exit_code(current.zookeeper.pid))}"
-                f"[/red]; see {current.zookeeper.log}. Stopping the brokers.")
+            say(f"ZooKeeper exited{_describe_exit(_exit_code(current.zookeeper.pid))}; see "
+                f"{current.zookeeper.log}. Stopping the brokers.", style="red")
             with _locked(base, wait=BROKER_STOP_TIMEOUT):
                 _stop_cluster(current, BROKER_STOP_TIMEOUT, signals.after(signals.count))
             raise SystemExit(1)
@@ -558,16 +588,16 @@ def _restart_broker(base: Path, broker: int) -> None:
             fail(f"port {m.port} of broker {broker} is in use by another process")
         try:
             with console.status(f"starting broker {broker} on 127.0.0.1:{m.port} ..."):
-                m.launch()
+                offset = m.launch()
                 state.save()
-                m.wait_listening(lambda: False)
+                m.wait_ready(lambda: False, offset)
         except _ProcessFailed as e:
             state.save()
             fail(str(e))
         except KeyboardInterrupt:
             fail(f"interrupted; broker {broker} (pid {m.pid}) goes on starting; see {m.log}", 130)
-    say(f"[green]✓[/green] broker {broker} started again on 127.0.0.1:{m.port} "
-        f"(pid {m.pid}, same config and data dir {m.data_dir}); log: {m.log}")
+    say(f"broker {broker} started again on 127.0.0.1:{m.port} "
+        f"(pid {m.pid}, same config and data dir {m.data_dir}); log: {m.log}", mark="ok")
 
 
 # ------------------------------------------------------------------- commands
@@ -723,7 +753,7 @@ def status(
     if state is not None:
         zk = state.zookeeper
         say(f"cluster in {base}: ZooKeeper 127.0.0.1:{zk.port} "
-            + (f"running (pid {zk.pid})" if zk.running() else "[red]stopped[/red]"))
+            + (f"running (pid {zk.pid})" if zk.running() else "stopped"))
     if state is not None and _given(ctx, "bootstrap_server") != "COMMANDLINE":
         bootstrap = state.bootstrap()
     else:
@@ -769,7 +799,7 @@ def _print_brokers(state: ClusterState | None, md: Any, stopped: set[int]) -> No
         row = [str(bid), run]
         if state is not None:
             row.append(str(m.pid) if m is not None and bid not in stopped else "-")
-        row += [b.host if b is not None else "127.0.0.1",
+        row += [escape(b.host) if b is not None else "127.0.0.1",
                 str(b.port if b is not None else m.port if m is not None else ""),
                 "controller" if bid == controller else ""]
         table.add_row(*row)

@@ -243,6 +243,14 @@ def test_detached_cluster_and_clear_errors(make_cluster: MakeCluster) -> None:
                                        f"`dmq cluster start --data-dir {c.base} --broker 2`")
     rows = broker_rows(c.cluster("status").stdout)
     assert rows[1][1].strip() == "running" and rows[2][1].strip().startswith("stopped")
+
+    # Restarted at once after a crash, a broker registers only once its old session expired:
+    # `start --broker` says so and returns when it has registered.
+    assert c.cluster("kill", "--broker", "1").returncode == 0
+    res = c.cluster("start", "--broker", "1")
+    assert res.returncode == 0, res.stderr
+    assert "still registered by an earlier session" in res.stdout
+    assert 1 in c.admin([1]).list_topics(timeout=10).brokers
     # -b alone asks that cluster what it knows: registered brokers, no local pids
     remote = c.run("cluster", "status", "-b", f"127.0.0.1:{c.ports[1]}")
     assert remote.returncode == 0, remote.stderr
