@@ -611,22 +611,25 @@ def _given(ctx: typer.Context, name: str) -> str:
 @app.command()
 def start(
     ctx: typer.Context,
-    brokers: Annotated[int, typer.Option("--brokers", "-n", metavar="N", help="number of brokers")] = 3,
+    brokers: Annotated[int, typer.Option(
+        "--brokers", "-n", metavar="N", help="number of brokers")] = 3,
     data_dir: DataDir = DEFAULT_DIR,
     base_port: Annotated[int, typer.Option(
-        "--base-port", metavar="PORT", help="broker i listens on 127.0.0.1:(base-port + i - 1); 0 picks free ports",
-        min=0, max=65535)] = 9092,
+        "--base-port", metavar="PORT", min=0, max=65535,
+        help="broker i listens on 127.0.0.1:(base-port + i - 1); 0 picks free ports")] = 9092,
     zookeeper_port: Annotated[int, typer.Option(
-        "--zookeeper-port", metavar="PORT", help="ZooKeeper's client port on 127.0.0.1; 0 picks a free one",
-        min=0, max=65535)] = 2181,
+        "--zookeeper-port", metavar="PORT", min=0, max=65535,
+        help="ZooKeeper's client port on 127.0.0.1; 0 picks a free one")] = 2181,
     override: Annotated[list[str] | None, typer.Option(
-        "--override", metavar="KEY=VALUE", help="key=value broker config for every broker, repeatable")] = None,
+        "--override", metavar="KEY=VALUE",
+        help="key=value broker config for every broker, repeatable")] = None,
     detach: Annotated[bool, typer.Option(
-        "--detach", metavar="", help="start the cluster in the background and return; "
-                         "`dmq cluster stop` stops it")] = False,
+        "--detach", metavar="",
+        help="start the cluster in the background and return; `dmq cluster stop` stops it")] = False,
     broker: Annotated[int | None, typer.Option(
-        "--broker", metavar="N", help="restart this stopped broker of the running cluster, with the command "
-                         "line and data dir it had")] = None,
+        "--broker", metavar="N",
+        help="restart this stopped broker of the running cluster, with the command line and "
+             "data dir it had")] = None,
 ) -> None:
     """Run ZooKeeper and N brokers on loopback until Ctrl-C (or in the background with
     --detach); with --broker N, restart one broker of the running cluster."""
