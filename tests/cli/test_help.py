@@ -36,8 +36,6 @@ KNOWN_MISSING_HELP = {
     "bench consume --messages",
     # dmq/cli/pipeline.py
     "pipeline run --topic",
-    # dmq/cli/cluster.py
-    "cluster start --zookeeper-port",
 }
 
 
