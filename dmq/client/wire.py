@@ -144,7 +144,12 @@ class AsyncWireClient:
         reader, writer = self._reader, self._writer
         assert reader is not None and writer is not None
         self.correlation_id += 1
-        writer.write(encode_request(request, self.correlation_id, self.client_id))
+        if writer.is_closing():  # reset by the peer or ended by detect_dead_peer meanwhile
+            raise ConnectionResetError(f"connection to {self.host}:{self.port} was closed")
+        try:
+            writer.write(encode_request(request, self.correlation_id, self.client_id))
+        except RuntimeError as e:  # uvloop: the transport closed under us
+            raise ConnectionResetError(f"connection to {self.host}:{self.port} was closed: {e}") from None
         await writer.drain()
         size_bytes = await asyncio.wait_for(reader.readexactly(4), timeout)
         data = await asyncio.wait_for(reader.readexactly(struct.unpack(">i", size_bytes)[0]), timeout)
