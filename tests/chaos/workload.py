@@ -43,9 +43,12 @@ def produce(args: argparse.Namespace) -> None:
     # answer and no reset; librdkafka waits this long (60 s by default) before it gives the
     # connection up and sends the batch to the new leader. No broker can shorten that, so
     # the producers here use 10 s, as an application that wants fast failover would.
+    # reconnect.backoff.max.ms: while a broker is unreachable librdkafka backs off its
+    # reconnects up to 10 s by default, so it may come back to a healed broker 10 s late.
     p = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "enable.idempotence": True,
                   "linger.ms": 5, "message.timeout.ms": 600_000, "log_level": 0,
-                  "topic.metadata.refresh.interval.ms": 1000, "socket.timeout.ms": 10_000})
+                  "topic.metadata.refresh.interval.ms": 1000, "socket.timeout.ms": 10_000,
+                  "reconnect.backoff.max.ms": 1000})
 
     def delivered(err: KafkaError | None, msg: Any) -> None:
         if err is None:
