@@ -56,16 +56,16 @@ def _summary(title: str, rows: list[tuple[str, str]]) -> None:
 
 @app.command()
 def produce(
-    topic: Annotated[str, typer.Option("--topic", "-t")] = "dmq-bench",
-    num_records: Annotated[int, typer.Option("--num-records", "-n")] = 1_000_000,
-    record_size: Annotated[int, typer.Option("--record-size", "-s")] = 100,
+    topic: Annotated[str, typer.Option("--topic", "-t", help="topic to write (created when missing)")] = "dmq-bench",
+    num_records: Annotated[int, typer.Option("--num-records", "-n", help="records to produce")] = 1_000_000,
+    record_size: Annotated[int, typer.Option("--record-size", "-s", help="bytes per record value")] = 100,
     throughput: Annotated[int, typer.Option("--throughput", help="records/s cap, -1 for none")] = -1,
-    acks: Annotated[str, typer.Option("--acks")] = "1",
+    acks: Annotated[str, typer.Option("--acks", help="acks the producer asks for: 0, 1 or all (-1)")] = "1",
     partitions: Annotated[int, typer.Option("--partitions", "-p", help="when the topic is created")] = 1,
-    compression: Annotated[str, typer.Option("--compression")] = "none",
-    linger_ms: Annotated[int, typer.Option("--linger-ms")] = 5,
-    batch_size: Annotated[int, typer.Option("--batch-size")] = 1_000_000,
-    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence")] = False,
+    compression: Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4 or zstd")] = "none",
+    linger_ms: Annotated[int, typer.Option("--linger-ms", help="librdkafka linger.ms: how long a batch waits to fill")] = 5,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="librdkafka batch.size in bytes")] = 1_000_000,
+    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence", help="enable.idempotence (implies acks=all)")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Send records as fast as possible (or at --throughput) and report rate and latency."""
@@ -123,8 +123,8 @@ def produce(
 
 @app.command()
 def consume(
-    topic: Annotated[str, typer.Option("--topic", "-t")] = "dmq-bench",
-    messages: Annotated[int, typer.Option("--messages", "-n")] = 1_000_000,
+    topic: Annotated[str, typer.Option("--topic", "-t", help="topic to read from the beginning")] = "dmq-bench",
+    messages: Annotated[int, typer.Option("--messages", "-n", help="records to consume")] = 1_000_000,
     timeout_s: Annotated[float, typer.Option("--timeout", help="give up after this many seconds")] = 120,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:

@@ -90,13 +90,13 @@ def delete(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
 
 @app.command("reset-offsets")
 def reset_offsets(
-    group: Annotated[str, typer.Option("--group", "-g")],
+    group: Annotated[str, typer.Option("--group", "-g", help="the consumer group whose offsets move")],
     topic: Annotated[str, typer.Option("--topic", "-t", help="TOPIC or TOPIC:P1,P2")],
-    to_earliest: Annotated[bool, typer.Option("--to-earliest")] = False,
-    to_latest: Annotated[bool, typer.Option("--to-latest")] = False,
-    to_offset: Annotated[int | None, typer.Option("--to-offset")] = None,
+    to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to each partition's log start offset")] = False,
+    to_latest: Annotated[bool, typer.Option("--to-latest", help="to each partition's log end offset")] = False,
+    to_offset: Annotated[int | None, typer.Option("--to-offset", help="to this offset (clamped to each partition's range)")] = None,
     to_datetime: Annotated[str | None, typer.Option("--to-datetime", help="ISO 8601, e.g. 2026-01-02T03:04:05")] = None,
-    shift_by: Annotated[int | None, typer.Option("--shift-by")] = None,
+    shift_by: Annotated[int | None, typer.Option("--shift-by", help="by this many records from the committed offset (negative: back)")] = None,
     execute: Annotated[bool, typer.Option("--execute", help="apply; without it this is a dry run")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
@@ -109,7 +109,10 @@ def reset_offsets(
     md = a.list_topics(timeout=TIMEOUT)
     if name not in md.topics or md.topics[name].error is not None:
         fail(f"topic {name} does not exist")
-    partitions = [int(p) for p in parts.split(",")] if parts else sorted(md.topics[name].partitions)
+    try:
+        partitions = [int(p) for p in parts.split(",")] if parts else sorted(md.topics[name].partitions)
+    except ValueError:
+        fail(f"--topic expects TOPIC or TOPIC:P1,P2 with partition numbers, got {topic!r}", 2)
     tps = [(name, p) for p in partitions]
     desc = _describe(a, group)
     state = _state_name(desc.state)

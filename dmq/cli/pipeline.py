@@ -34,7 +34,7 @@ def _status(produced: int, total: int, consumed: int, windows: dict[str, int], c
 @app.command("run")
 def run(
     name: Annotated[str, typer.Argument(help="pipeline to run: access-logs")] = "access-logs",
-    topic: Annotated[str, typer.Option("--topic")] = "access-logs",
+    topic: Annotated[str, typer.Option("--topic", help="topic the generated access-log lines go to")] = "access-logs",
     lines: Annotated[int, typer.Option("--lines", "-n", help="log lines to generate")] = 20_000,
     minutes: Annotated[int, typer.Option("--minutes", help="event-time span of the lines")] = 10,
     rate: Annotated[float, typer.Option("--rate", help="lines per second, 0 for as fast as possible")] = 2000,

@@ -23,7 +23,8 @@ console = make_console()
 
 
 def _wait(futures: dict, what: str) -> None:
-    for name, fut in futures.items():
+    for key, fut in futures.items():
+        name = getattr(key, "name", key)  # a ConfigResource names its topic; show only that
         result(fut, f"{what} {name} failed")
 
 
@@ -33,7 +34,7 @@ def create(
     partitions: Annotated[int, typer.Option("--partitions", "-p", help="number of partitions (-1: broker default)")] = -1,
     replication_factor: Annotated[int, typer.Option("--replication-factor", "-r", help="-1: broker default")] = -1,
     config: Annotated[list[str] | None, typer.Option("--config", "-c", help="topic config key=value, repeatable")] = None,
-    if_not_exists: Annotated[bool, typer.Option("--if-not-exists")] = False,
+    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="succeed when the topic already exists")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Create a topic."""

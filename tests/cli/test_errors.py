@@ -107,3 +107,26 @@ def test_unexpected_exception_is_one_line_unless_debug(monkeypatch: pytest.Monke
     monkeypatch.setattr(sys, "argv", ["dmq", "--debug", "consume", "t"])
     with pytest.raises(RuntimeError, match="something broke"):
         main()
+
+
+def test_admin_failures_name_the_topic_not_a_config_resource(broker: BrokerProcess) -> None:
+    from support.cli import run_dmq
+
+    run_dmq(broker.bootstrap, "topics", "create", "cfg-errors", "-p", "1")
+    res = run_dmq(broker.bootstrap, "topics", "alter", "cfg-errors", "--config", "no.such.config=1",
+                  check=False)
+    assert res.returncode == 1
+    assert "ConfigResource" not in res.stderr and "KafkaError{" not in res.stderr
+    assert res.stderr.startswith("error: altering configs of cfg-errors failed: "), res.stderr
+    assert len(res.stderr.splitlines()) == 1
+
+
+def test_reset_offsets_with_a_bad_partition_list_is_a_usage_error(broker: BrokerProcess) -> None:
+    from support.cli import run_dmq
+
+    run_dmq(broker.bootstrap, "topics", "create", "reset-errors", "-p", "1")
+    res = run_dmq(broker.bootstrap, "groups", "reset-offsets", "-g", "g1", "-t", "reset-errors:x",
+                  "--to-earliest", check=False)
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [
+        "error: --topic expects TOPIC or TOPIC:P1,P2 with partition numbers, got 'reset-errors:x'"]
