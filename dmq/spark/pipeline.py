@@ -64,6 +64,11 @@ def make_lines(count: int, minutes: int, seed: int = 7,
     ]
 
 
+def group_for(topic: str) -> str:
+    """The consumer group the pipeline commits its progress to (for `dmq groups describe`)."""
+    return f"{topic}-pipeline"
+
+
 def expected_counts(lines: list[LogLine]) -> tuple[Counter[tuple[datetime, int]], Counter[tuple[datetime, str]]]:
     """The windowed counts, computed directly in Python."""
     by_status: Counter[tuple[datetime, int]] = Counter()
@@ -77,12 +82,25 @@ def expected_counts(lines: list[LogLine]) -> tuple[Counter[tuple[datetime, int]]
 
 def generate(bootstrap: str, topic: str, lines: list[LogLine], rate: float,
              on_progress: Callable[[int], None] | None = None) -> int:
-    """Produce the lines (``rate`` lines/s, 0 for as fast as possible), then the end marker."""
+    """Produce the lines (``rate`` lines/s, 0 for as fast as possible), then the end marker.
+
+    ``on_progress`` and the return value count lines the broker acknowledged (delivery
+    reports), not lines handed to the client; a line that fails delivery raises."""
     from confluent_kafka import Producer
 
     from dmq.client.producing import produce_waiting
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5, "log_level": 0})
+    delivered = [0]
+    failures: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            failures.append(err.str())
+        elif msg.value() is not None and b" /__end__ " not in msg.value():
+            delivered[0] += 1
+
     started = time.monotonic()
     end = LogLine("0.0.0.0", lines[-1].time + timedelta(minutes=10), "GET", END_PATH, 200, 0)
     for i, line in enumerate([*lines, end]):
@@ -90,20 +108,78 @@ def generate(bootstrap: str, topic: str, lines: list[LogLine], rate: float,
             delay = started + i / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
-        produce_waiting(producer, topic, value=line.render().encode(), key=line.ip.encode())
+        produce_waiting(producer, topic, value=line.render().encode(), key=line.ip.encode(),
+                        on_delivery=on_delivery)
         producer.poll(0)
+        if failures:
+            break
         if on_progress is not None and i % 200 == 0:
-            on_progress(i)
+            on_progress(delivered[0])
     remaining = producer.flush(60)
-    if remaining:
-        raise RuntimeError(f"{remaining} log lines were not delivered to {bootstrap}")
     if on_progress is not None:
-        on_progress(len(lines))
-    return len(lines)
+        on_progress(delivered[0])
+    if failures or remaining:
+        why = failures[0] if failures else f"{remaining} still queued after 60 s"
+        raise RuntimeError(f"{len(lines) - delivered[0]} of {len(lines)} log lines were not "
+                           f"delivered to {bootstrap}: {why}")
+    return delivered[0]
+
+
+def end_offsets(bootstrap: str, topic: str) -> str:
+    """``startingOffsets`` for a run that reads only what it writes: the topic's current end
+    offsets as JSON, or ``earliest`` when the topic does not exist yet."""
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "dmq-pipeline-probe", "log_level": 0})
+    try:
+        md = c.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None or not md.partitions:
+            return "earliest"
+        ends = {str(p): c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in sorted(md.partitions)}
+    finally:
+        c.close()
+    return json.dumps({topic: ends})
+
+
+def commit_progress(bootstrap: str, group: str, queries: list[Any]) -> dict[tuple[str, int], int]:
+    """Commit to ``group`` the offsets every query has finished with.
+
+    Spark tells a source that a micro-batch is done (``commit``) only when it plans the
+    next one, so a query that stops after its last batch leaves the group one batch
+    behind, or with nothing committed after a one-batch job. Call this once the queries
+    have processed everything (``stop_queries``)."""
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from dmq.spark.source import flatten
+
+    done: dict[tuple[str, int], int] = {}
+    for q in queries:
+        progress = q.lastProgress
+        if not progress:
+            return {}
+        for source in progress.get("sources", []):
+            end = source.get("endOffset")
+            if isinstance(end, str):
+                end = json.loads(end)
+            for tp, offset in flatten(end or {}).items():
+                done[tp] = min(done.get(tp, offset), offset)
+    if done:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
+        try:
+            c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in done.items()],
+                     asynchronous=False)
+        finally:
+            c.close()
+    return done
 
 
 def start_queries(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str,
-                  max_per_trigger: int = 20_000) -> list[Any]:
+                  max_per_trigger: int = 20_000, starting_offsets: str = "earliest") -> list[Any]:
     """Start the two windowed-count queries; returns the StreamingQuery objects."""
     from pyspark.sql import functions as F
 
@@ -111,9 +187,9 @@ def start_queries(spark: Any, bootstrap: str, topic: str, output: str, checkpoin
 
     register(spark)
     raw = (spark.readStream.format("dmq").option("bootstrap.servers", bootstrap)
-           .option("subscribe", topic).option("startingOffsets", "earliest")
+           .option("subscribe", topic).option("startingOffsets", starting_offsets)
            .option("maxOffsetsPerTrigger", str(max_per_trigger))
-           .option("commitOffsetsToGroup", f"{topic}-pipeline").load())
+           .option("commitOffsetsToGroup", group_for(topic)).load())
     value = F.col("value").cast("string")
     parsed = raw.select(
         F.to_timestamp(F.regexp_extract(value, LOG_PATTERN, 2), TIME_FORMAT).alias("event_time"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,18 +53,54 @@ def test_windowed_counts_equal_python_counts(spark, broker: BrokerProcess, tmp_p
     assert committed > 0
 
 
-def test_pipeline_command(broker: BrokerProcess, tmp_path: Path) -> None:
-    """`dmq pipeline run access-logs` against a running broker, as the README shows it."""
+def _pipeline(bootstrap: str, out: Path, *extra: str, topic: str = "cli-logs") -> Any:
     import os
     import subprocess
     import sys
 
+    return subprocess.run([sys.executable, "-m", "dmq", "pipeline", "run", "access-logs", "-b", bootstrap,
+                           "--topic", topic, "--lines", "2000", "--minutes", "3", "--rate", "0",
+                           "--output", str(out), "--timeout", "240", *extra],
+                          capture_output=True, timeout=300, text=True, env={**os.environ, "COLUMNS": "120"})
+
+
+def test_pipeline_command(broker: BrokerProcess, tmp_path: Path) -> None:
+    """`dmq pipeline run access-logs` against a running broker, as the README shows it; run
+    again, it refuses the earlier run's state (whose watermark would drop every new line as
+    late data, which it once reported as success), or with --reset counts exactly its own
+    lines; its progress is committed to its group after a one-batch job."""
     out = tmp_path / "cli-out"
-    res = subprocess.run([sys.executable, "-m", "dmq", "pipeline", "run", "access-logs", "-b", broker.bootstrap,
-                          "--topic", "cli-logs", "--lines", "2000", "--minutes", "3", "--rate", "0",
-                          "--output", str(out), "--timeout", "240"],
-                         capture_output=True, timeout=300, env={**os.environ, "COLUMNS": "120"})
-    text = res.stdout.decode()
-    assert res.returncode == 0, res.stderr.decode()[-2000:]
-    assert "every line counted" in text and "2,000 / 2,000" in text
+    res = _pipeline(broker.bootstrap, out)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "all 2,000 delivered lines counted, checked window by window" in res.stdout
+    assert "2,000 / 2,000" in res.stdout
     assert (out / "by_status").is_dir() and (out / "by_path").is_dir()
+
+    again = _pipeline(broker.bootstrap, out)
+    assert again.returncode == 1
+    assert again.stderr.splitlines() == [
+        f"error: {out} holds an earlier run's results or checkpoint (whose watermark would drop "
+        "this run's lines as late data); pass a new --output or add --reset"]
+
+    reset = _pipeline(broker.bootstrap, out, "--reset")
+    assert reset.returncode == 0, reset.stderr[-2000:]
+    assert "all 2,000 delivered lines counted" in reset.stdout  # its own lines, not 4,000
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cli-logs-pipeline"})
+    try:
+        end = c.get_watermark_offsets(TopicPartition("cli-logs", 0), timeout=10)[1]
+        committed = c.committed([TopicPartition("cli-logs", 0)], 10)[0].offset
+    finally:
+        c.close()
+    assert end == 2 * 2001 and committed == end, "the group is committed up to the last line read"
+
+
+def test_pipeline_with_an_unreachable_broker_fails_before_spark_starts(tmp_path: Path) -> None:
+    from support.cli import closed_port
+
+    started = time.monotonic()
+    res = _pipeline(f"127.0.0.1:{closed_port()}", tmp_path / "out")
+    assert res.returncode == 1
+    assert len(res.stderr.splitlines()) == 1 and "cannot reach" in res.stderr, res.stderr[-2000:]
+    assert "Starting Spark" not in res.stdout
+    assert time.monotonic() - started < 15
