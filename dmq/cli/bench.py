@@ -8,12 +8,20 @@ from typing import Annotated
 
 import typer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dmq.cli.common import Bootstrap, fail
+from dmq.cli.common import (
+    Bootstrap,
+    admin_client,
+    client_config,
+    ensure_reachable,
+    fail,
+    kafka_error_text,
+    parse_pairs,
+)
 from dmq.client.producing import produce_waiting
 
 app = typer.Typer(help="Measure produce and consume throughput.", no_args_is_help=True)
@@ -21,7 +29,7 @@ console = Console(stderr=True)
 
 
 def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> int:
-    a = AdminClient({"bootstrap.servers": bootstrap})
+    a = admin_client(bootstrap)
     md = a.list_topics(timeout=10)
     if topic in md.topics and md.topics[topic].error is None:
         return len(md.topics[topic].partitions)
@@ -66,17 +74,22 @@ def produce(
     linger_ms: Annotated[int, typer.Option("--linger-ms", help="librdkafka linger.ms: how long a batch waits to fill")] = 5,
     batch_size: Annotated[int, typer.Option("--batch-size", help="librdkafka batch.size in bytes")] = 1_000_000,
     idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence", help="enable.idempotence (implies acks=all)")] = False,
+    properties: Annotated[list[str] | None, typer.Option("-X", help="librdkafka producer property key=value, repeatable (as kcat -X)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Send records as fast as possible (or at --throughput) and report rate and latency."""
     if num_records <= 0 or record_size < 0:
         fail("--num-records must be positive and --record-size not negative", 2)
     _ensure_topic(bootstrap_server, topic, partitions)
-    producer = Producer({"bootstrap.servers": bootstrap_server, "acks": acks,
-                         "compression.type": compression, "linger.ms": linger_ms,
-                         "batch.size": batch_size, "enable.idempotence": idempotence,
-                         "queue.buffering.max.messages": 1_000_000,
-                         "queue.buffering.max.kbytes": 1_048_576})
+    conf = client_config(bootstrap_server, **{
+        "acks": acks, "compression.type": compression, "linger.ms": linger_ms,
+        "batch.size": batch_size, "enable.idempotence": idempotence,
+        "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+        **parse_pairs(properties)})
+    try:
+        producer = Producer(conf)
+    except KafkaException as e:
+        fail(f"bad producer property: {kafka_error_text(e)}", 2)
     payload = os.urandom(record_size)
     latencies: list[float] = []
     errors: list[str] = []
@@ -108,7 +121,7 @@ def produce(
     elapsed = time.perf_counter() - started
     lat = sorted(x * 1000 for x in latencies)
     rate = len(latencies) / elapsed
-    _summary(f"produce: {topic}, {record_size} B records, acks={acks}", [
+    _summary(f"produce: {topic}, {record_size} B records, acks={conf['acks']}", [
         ("records sent", f"{len(latencies):,}"),
         ("errors", f"{len(errors):,}" + (f" (first: {errors[0]})" if errors else "")),
         ("records/s", f"{rate:,.0f}"),
@@ -126,12 +139,17 @@ def consume(
     topic: Annotated[str, typer.Option("--topic", "-t", help="topic to read from the beginning")] = "dmq-bench",
     messages: Annotated[int, typer.Option("--messages", "-n", help="records to consume")] = 1_000_000,
     timeout_s: Annotated[float, typer.Option("--timeout", help="give up after this many seconds")] = 120,
+    properties: Annotated[list[str] | None, typer.Option("-X", help="librdkafka consumer property key=value, repeatable (as kcat -X)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Read records from the beginning of every partition and report the rate."""
-    consumer = Consumer({"bootstrap.servers": bootstrap_server, "group.id": "dmq-bench",
-                         "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
-                         "fetch.wait.max.ms": 100})
+    ensure_reachable(bootstrap_server)
+    try:
+        consumer = Consumer(client_config(bootstrap_server, **{
+            "group.id": "dmq-bench", "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
+            "fetch.wait.max.ms": 100, **parse_pairs(properties)}))
+    except KafkaException as e:
+        fail(f"bad consumer property: {kafka_error_text(e)}", 2)
     md = consumer.list_topics(timeout=10)
     t = md.topics.get(topic)
     if t is None or t.error is not None:

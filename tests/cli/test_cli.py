@@ -53,6 +53,18 @@ def test_bench(broker: BrokerProcess) -> None:
     assert "records/s" in res.stderr and "20,000" in res.stderr
 
 
+def test_bench_takes_client_properties_and_says_its_acks(broker: BrokerProcess) -> None:
+    res = dmq(broker, "bench", "produce", "-t", "cli-bench-x", "-n", "2000", "-X", "acks=all",
+              "-X", "compression.type=lz4")
+    assert "acks=all" in res.stderr  # the summary names the acks in effect...
+    bad = dmq(broker, "bench", "produce", "-t", "cli-bench-x", "-n", "10", "-X", "no.such.property=1",
+              check=False)
+    assert bad.returncode == 2 and "no.such.property" in bad.stderr  # ...and -X reaches librdkafka
+    assert len(bad.stderr.splitlines()) == 1
+    res = dmq(broker, "bench", "consume", "-t", "cli-bench-x", "-n", "2000", "-X", "fetch.wait.max.ms=50")
+    assert "2,000" in res.stderr
+
+
 def test_server_refuses_bad_config(tmp_path) -> None:  # noqa: ANN001
     res = subprocess.run([sys.executable, "-m", "dmq", "server", "--data-dir", str(tmp_path),
                           "--override", "num.partitions=zero"], capture_output=True, timeout=30)
