@@ -742,7 +742,7 @@ def status(
     data_dir: DataDir = DEFAULT_DIR,
     bootstrap_server: Annotated[str | None, typer.Option(
         "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER", metavar="HOST:PORT",
-        help="broker to ask \\[default: the running brokers of the cluster in "
+        help="broker to ask [default: the running brokers of the cluster in "
              "--data-dir, else 127.0.0.1:9092]")] = None,
     include_internal: Annotated[bool, typer.Option(
         "--include-internal", metavar="", help="also list internal topics' partitions (__consumer_offsets)")] = False,

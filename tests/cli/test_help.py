@@ -41,6 +41,8 @@ def test_every_command_help() -> None:
             continue
         if "<bool>" in res.output:
             problems.append(f"{where} --help shows <bool>")
+        if "\\[" in res.output:  # a Rich markup escape, printed literally in plain help
+            problems.append(f"{where} --help shows a stray backslash: {res.output[res.output.index(chr(92)) - 40:][:80]!r}")
         ctx = cmd.context_class(cmd, info_name=path[-1] if path else "dmq")
         for opt in _options(cmd):
             name = f"{' '.join(path)} {opt.opts[0]}".strip()
