@@ -51,11 +51,8 @@ def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     console.print(table)
 
 
-@app.command()
-def describe(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
-    """State, members and per-partition committed offset, log end offset and lag."""
-    a = admin_client(bootstrap_server)
-    desc = _describe(a, group)
+def _offsets_view(a: AdminClient, group: str, desc: Any) -> tuple[list[Any], int]:
+    """Rows (topic, partition, committed, log end, lag, consumer id) and the total lag."""
     committed = _committed(a, group)
     owner: dict[tuple[str, int], Any] = {}
     for m in desc.members:
@@ -63,21 +60,84 @@ def describe(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None
             owner[(tp.topic, tp.partition)] = m
     tps = sorted(set(committed) | set(owner))
     ends = _list_offsets(a, tps, OffsetSpec.latest())
-    state = _state_name(desc.state)
-    if state == "Dead" and not committed:
-        fail(f"group {group} does not exist")
-    console.print(f"Group [bold]{group}[/bold]  state {state}  members {len(desc.members)}  "
-                  f"protocol {desc.partition_assignor or '-'}")
-    table = Table("topic", "partition", "current-offset", "log-end-offset", "lag", "consumer-id", "host",
-                  "client-id")
+    rows, total = [], 0
     for t, p in tps:
-        cur = committed.get((t, p))
-        end = ends.get((t, p))
-        lag = "-" if cur is None or end is None else str(max(0, end - cur))
+        cur, end = committed.get((t, p)), ends.get((t, p))
+        lag = None if cur is None or end is None else max(0, end - cur)
+        total += lag or 0
         m = owner.get((t, p))
-        table.add_row(t, str(p), "-" if cur is None else str(cur), "-" if end is None else str(end), lag,
-                      m.member_id if m else "-", m.host if m else "-", m.client_id if m else "-")
-    console.print(table)
+        rows.append((t, p, cur, end, lag, m.member_id if m else None))
+    return rows, total
+
+
+def _num(v: int | None) -> str:
+    return "-" if v is None else str(v)
+
+
+@app.command()
+def describe(
+    group: Annotated[str | None, typer.Argument(help="the group (or --all-groups)")] = None,
+    all_groups: Annotated[bool, typer.Option("--all-groups", help="describe every group")] = False,
+    members: Annotated[bool, typer.Option(
+        "--members", help="show the members (id, host, client id, partitions) instead of offsets")] = False,
+    state: Annotated[bool, typer.Option(
+        "--state", help="show one line per group: state, assignor, members, coordinator")] = False,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Per-partition committed offset, log end offset and lag with a TOTAL-LAG line (like
+    kafka-consumer-groups.sh --describe); --members or --state for the other views."""
+    if (group is None) == (not all_groups):
+        fail("name one group or pass --all-groups", 2)
+    if members and state:
+        fail("--members and --state are different views: pass one of them", 2)
+    a = admin_client(bootstrap_server)
+    if all_groups:
+        listed = result(a.list_consumer_groups(), "cannot list groups")
+        names = sorted(g.group_id for g in listed.valid)
+        if not names:
+            console.print("No groups.")
+            return
+    else:
+        assert group is not None
+        names = [group]
+    for i, name in enumerate(names):
+        desc = _describe(a, name)
+        state_name = _state_name(desc.state)
+        if state_name == "Dead" and not all_groups and not _committed(a, name):
+            fail(f"group {name} does not exist")
+        if i:
+            console.print()
+        if state:
+            coord = desc.coordinator
+            table = Table("group", "state", "assignor", "members", "coordinator")
+            table.columns[3].justify = "right"
+            table.add_row(name, state_name, desc.partition_assignor or "-", str(len(desc.members)),
+                          f"{coord.id} ({coord.host}:{coord.port})" if coord else "-")
+            console.print(table)
+            continue
+        if members:
+            console.print(f"Group {name}  state {state_name}  members {len(desc.members)}", highlight=False)
+            table = Table("consumer-id", "host", "client-id", "partitions", "assignment")
+            table.columns[3].justify = "right"
+            for m in sorted(desc.members, key=lambda m: m.member_id):
+                tps = m.assignment.topic_partitions if m.assignment else []
+                by_topic: dict[str, list[int]] = {}
+                for tp in tps:
+                    by_topic.setdefault(tp.topic, []).append(tp.partition)
+                table.add_row(m.member_id, m.host, m.client_id, str(len(tps)),
+                              " ".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())))
+            console.print(table)
+            continue
+        rows, total = _offsets_view(a, name, desc)
+        console.print(f"Group {name}  state {state_name}  members {len(desc.members)}  "
+                      f"protocol {desc.partition_assignor or '-'}", highlight=False)
+        table = Table("topic", "partition", "current-offset", "log-end-offset", "lag", "consumer-id")
+        for col in table.columns[1:5]:
+            col.justify = "right"
+        for t, p, cur, end, lag, member in rows:
+            table.add_row(t, str(p), _num(cur), _num(end), _num(lag), member or "-")
+        console.print(table)
+        console.print(f"TOTAL-LAG {total}", highlight=False)
 
 
 @app.command()

@@ -140,10 +140,11 @@ def consume(
 
 
 def _register_subcommands() -> None:
-    from dmq.cli import bench, cluster, groups, partitions, pipeline, topics
+    from dmq.cli import bench, cluster, configs, groups, partitions, pipeline, topics
 
     app.add_typer(topics.app, name="topics")
     app.add_typer(groups.app, name="groups")
+    app.add_typer(configs.app, name="configs")
     app.add_typer(bench.app, name="bench")
     app.add_typer(pipeline.app, name="pipeline")
     app.add_typer(cluster.app, name="cluster")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicCollection
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -16,7 +16,15 @@ from confluent_kafka.admin import (
 from rich.table import Table
 
 from dmq.cli.common import ADMIN_TIMEOUT as TIMEOUT
-from dmq.cli.common import Bootstrap, admin_client, fail, make_console, parse_pairs, result
+from dmq.cli.common import (
+    Bootstrap,
+    admin_client,
+    fail,
+    kafka_error_text,
+    make_console,
+    parse_pairs,
+    result,
+)
 
 app = typer.Typer(help="Manage topics.", no_args_is_help=True)
 console = make_console()
@@ -51,52 +59,98 @@ def create(
     console.print(f"Created topic [bold]{name}[/bold].")
 
 
+def _internal(name: str) -> bool:
+    return name.startswith("__")
+
+
 @app.command("list")
-def list_topics(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
+def list_topics(
+    exclude_internal: Annotated[bool, typer.Option(
+        "--exclude-internal", help="leave out internal topics (__consumer_offsets)")] = False,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
     """List topic names."""
     try:
         md = admin_client(bootstrap_server).list_topics(timeout=TIMEOUT)
     except KafkaException as e:
-        fail(f"cannot reach {bootstrap_server}: {e.args[0].str()}")
+        fail(f"cannot list topics: {kafka_error_text(e)}")
     for name in sorted(md.topics):
-        print(name)
+        if not (exclude_internal and _internal(name)):
+            print(name)
+
+
+def _topic_ids(a: Any, names: list[str]) -> dict[str, str]:
+    """Topic ids (base64, as kafka-topics.sh shows them); empty when the broker cannot say."""
+    if not names:
+        return {}
+    try:
+        futures = a.describe_topics(TopicCollection(names))
+        return {n: str(f.result(TIMEOUT).topic_id) for n, f in futures.items()}
+    except Exception:  # noqa: BLE001 - the ids are extra information, the rest still shows
+        return {}
 
 
 @app.command()
 def describe(
     name: Annotated[str | None, typer.Argument(help="topic (all topics when left out)")] = None,
+    under_replicated: Annotated[bool, typer.Option(
+        "--under-replicated-partitions", help="only partitions whose ISR is smaller than their replicas")] = False,
+    unavailable: Annotated[bool, typer.Option(
+        "--unavailable-partitions", help="only partitions without a leader")] = False,
+    exclude_internal: Annotated[bool, typer.Option(
+        "--exclude-internal", help="leave out internal topics when no topic is named")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
-    """Show partitions (leader, replicas, ISR) and config overrides."""
+    """Show each topic's id, replication factor, partitions (leader, replicas, ISR) and config overrides."""
     a = admin_client(bootstrap_server)
     try:
         # Ask for all topics: a request naming one may auto-create it.
         md = a.list_topics(timeout=TIMEOUT)
     except KafkaException as e:
-        fail(f"cannot reach {bootstrap_server}: {e.args[0].str()}")
-    names = [name] if name else sorted(md.topics)
+        fail(f"cannot list topics: {kafka_error_text(e)}")
+    names = [name] if name else sorted(n for n in md.topics if not (exclude_internal and _internal(n)))
+    filtering = under_replicated or unavailable
+    ids = _topic_ids(a, names)
+    shown = 0
     for topic_name in names:
         t: Any = md.topics.get(topic_name)
         if t is None or t.error is not None:
             fail(f"topic {topic_name} does not exist" if t is None or t.error.code() == 3
                  else f"topic {topic_name}: {t.error.str()}")
         assert t is not None
+        parts = sorted(t.partitions.values(), key=lambda x: x.id)
+        if filtering:
+            parts = [p for p in parts
+                     if (under_replicated and len(p.isrs) < len(p.replicas))
+                     or (unavailable and p.leader < 0)]
+            if not parts:
+                continue
+        shown += 1
+        rf = max((len(p.replicas) for p in t.partitions.values()), default=0)
+        title = (f"{topic_name}  id {ids.get(topic_name, '-')}  {len(t.partitions)} partitions  "
+                 f"replication factor {rf}")
+        console.print(title, highlight=False)
+        table = Table()
+        for col in ("partition", "leader", "replicas", "isr"):
+            table.add_column(col, justify="right" if col in ("partition", "leader") else "left")
+        for p in parts:
+            table.add_row(str(p.id), str(p.leader) if p.leader >= 0 else "none",
+                          ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)))
+        console.print(table)
+        if filtering:
+            continue
         res = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
         try:
             configs = a.describe_configs([res])[res].result(TIMEOUT)
         except KafkaException:
             configs = {}
         overrides = {k: v.value for k, v in configs.items() if v.source == 1}
-        table = Table(title=f"{topic_name}  ({len(t.partitions)} partitions)",
-                      title_justify="left")
-        for col in ("partition", "leader", "replicas", "isr"):
-            table.add_column(col, justify="right" if col in ("partition", "leader") else "left")
-        for p in sorted(t.partitions.values(), key=lambda x: x.id):
-            table.add_row(str(p.id), str(p.leader), ",".join(map(str, p.replicas)),
-                          ",".join(map(str, p.isrs)))
-        console.print(table)
         if overrides:
             console.print("configs: " + ", ".join(f"{k}={v}" for k, v in sorted(overrides.items())))
+    if filtering and not shown:
+        what = " or ".join(w for w, on in (("under-replicated", under_replicated),
+                                           ("unavailable", unavailable)) if on)
+        console.print(f"No {what} partitions.")
 
 
 @app.command()

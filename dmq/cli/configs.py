@@ -1,0 +1,105 @@
+"""``dmq configs``: describe and alter topic and broker configs (like kafka-configs.sh)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from rich.table import Table
+
+from dmq.cli.common import Bootstrap, admin_client, fail, make_console, result
+
+app = typer.Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
+console = make_console()
+
+Topic = Annotated[str | None, typer.Option("--topic", "-t", help="a topic's configs")]
+Broker = Annotated[int | None, typer.Option(
+    "--broker", help="a broker's configs (by broker id; --broker-defaults for the cluster-wide default)")]
+BrokerDefaults = Annotated[bool, typer.Option(
+    "--broker-defaults", help="the dynamic defaults every broker of the cluster uses")]
+
+
+def _resource(topic: str | None, broker: int | None, broker_defaults: bool) -> tuple[ConfigResource, str]:
+    if [topic is not None, broker is not None, broker_defaults].count(True) != 1:
+        fail("pass exactly one of --topic, --broker, --broker-defaults", 2)
+    if topic is not None:
+        return ConfigResource(ConfigResource.Type.TOPIC, topic), f"topic {topic}"
+    if broker is not None:
+        return ConfigResource(ConfigResource.Type.BROKER, str(broker)), f"broker {broker}"
+    return ConfigResource(ConfigResource.Type.BROKER, ""), "the cluster-wide broker defaults"
+
+
+def _source(entry: Any) -> str:
+    try:
+        return ConfigSource(entry.source).name
+    except ValueError:
+        return str(entry.source)
+
+
+def _value(entry: Any) -> str:
+    if entry.is_sensitive:
+        return "[hidden]"
+    return "null" if entry.value is None else str(entry.value)
+
+
+@app.command()
+def describe(
+    topic: Topic = None,
+    broker: Broker = None,
+    broker_defaults: BrokerDefaults = False,
+    all_: Annotated[bool, typer.Option(
+        "--all", help="every config with its source and synonyms, defaults included")] = False,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Configs set on a topic or broker (with --all: every config, its source and synonyms)."""
+    res, what = _resource(topic, broker, broker_defaults)
+    a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
+    configs = result(a.describe_configs([res])[res], f"cannot describe the configs of {what}")
+    entries = sorted(configs.values(), key=lambda e: e.name)
+    if not all_:
+        entries = [e for e in entries if _source(e) != "DEFAULT_CONFIG"]
+    console.print(f"Configs of {what}" + ("" if all_ else " (set explicitly; --all for every config)"),
+                  highlight=False)
+    if not entries:
+        console.print("none")
+        return
+    table = Table("name", "value", "source", *(["synonyms"] if all_ else []))
+    for e in entries:
+        row = [e.name, _value(e), _source(e)]
+        if all_:
+            syn = [f"{_source(s)}:{s.name}={_value(s)}" for s in (e.synonyms or {}).values()]
+            row.append(", ".join(syn) or "-")
+        table.add_row(*row)
+    console.print(table)
+
+
+@app.command()
+def alter(
+    topic: Topic = None,
+    broker: Broker = None,
+    broker_defaults: BrokerDefaults = False,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="config key=value to set, repeatable (kafka-configs.sh --add-config)")] = None,
+    delete: Annotated[list[str] | None, typer.Option(
+        "--delete", help="config to remove so its default applies, repeatable (--delete-config)")] = None,
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
+    """Set or delete configs of a topic or broker (incrementally: others stay as they are)."""
+    res, what = _resource(topic, broker, broker_defaults)
+    entries: list[ConfigEntry] = []
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--set expects key=value, got {item!r}", 2)
+        entries.append(ConfigEntry(key.strip(), value, incremental_operation=AlterConfigOpType.SET))
+    for key in delete or []:
+        entries.append(ConfigEntry(key.strip(), None, incremental_operation=AlterConfigOpType.DELETE))
+    if not entries:
+        fail("nothing to change: pass --set key=value or --delete key", 2)
+    change = ConfigResource(res.restype, res.name, incremental_configs=entries)
+    a = admin_client(bootstrap_server)
+    result(a.incremental_alter_configs([change])[change], f"cannot alter the configs of {what}")
+    done = [f"{e.name}={e.value}" for e in entries if e.value is not None] + \
+        [f"{e.name} (deleted)" for e in entries if e.value is None]
+    console.print(f"Altered {what}: {', '.join(done)}", highlight=False)
