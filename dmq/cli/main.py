@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NoReturn
 
 import typer
 
@@ -154,14 +154,35 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def _interrupted() -> NoReturn:
+    print("interrupted", file=sys.stderr)
+    raise SystemExit(130)
+
+
 def main() -> None:
     """Run the command line: usage errors exit 2 (click), failed operations 1; an unexpected
     exception is one line and exit 1 (``dmq --debug`` re-raises it with its traceback)."""
     try:
-        app()
+        # Not standalone: click would turn Ctrl-C into "Aborted!" with exit 1 and a closed
+        # pipe into exit 1; here Ctrl-C is exit 130 (128 + SIGINT) and a closed pipe exit 0.
+        code = app(standalone_mode=False)
+        if code == 130:  # typer's answer to Ctrl-C
+            _interrupted()
+        if isinstance(code, int) and code:
+            raise SystemExit(code)
+    except KeyboardInterrupt:
+        _interrupted()
     except BrokenPipeError:
         exit_on_broken_pipe()
     except Exception as e:  # noqa: BLE001 - the last resort of a command line
+        # click's own exceptions, matched by shape: typer may bring a vendored copy of click.
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
+            e.show()  # type: ignore[attr-defined]  # a usage error: its message and exit 2
+            raise SystemExit(e.exit_code) from None  # type: ignore[attr-defined]
+        if type(e).__name__ == "Exit" and isinstance(getattr(e, "exit_code", None), int):
+            raise SystemExit(e.exit_code) from None  # type: ignore[attr-defined]
+        if type(e).__name__ == "Abort":
+            _interrupted()
         if VERBOSITY.debug:
             raise
         text = " ".join(str(e).split()) or "(no message)"

@@ -130,3 +130,25 @@ def test_reset_offsets_with_a_bad_partition_list_is_a_usage_error(broker: Broker
     assert res.returncode == 2
     assert res.stderr.splitlines() == [
         "error: --topic expects TOPIC or TOPIC:P1,P2 with partition numbers, got 'reset-errors:x'"]
+
+
+def test_ctrl_c_is_exit_130_with_one_line_and_usage_errors_exit_2() -> None:
+    import signal
+    import socket
+    import time
+
+    # A broker that accepts connections and never answers: the command waits until Ctrl-C.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(50)
+        port = silent.getsockname()[1]
+        proc = subprocess.Popen([sys.executable, "-m", "dmq", "groups", "list", "-b", f"127.0.0.1:{port}"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130  # click said "Aborted!" and exited 1
+    assert err.splitlines() == ["interrupted"] and out == ""
+    usage = subprocess.run([sys.executable, "-m", "dmq", "topics", "create"], capture_output=True,
+                           text=True, timeout=30)
+    assert usage.returncode == 2 and "Missing argument" in usage.stderr
