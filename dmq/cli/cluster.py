@@ -37,7 +37,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dmq.cli.common import ADMIN_TIMEOUT, admin_client, fail, make_console
+from dmq.cli.common import admin_client, fail, list_topics, make_console
 from dmq.cluster.metadata import INTERNAL_TOPICS
 
 app = typer.Typer(help="Run a local cluster and inspect clusters.", no_args_is_help=True)
@@ -766,7 +766,7 @@ def status(
     if bootstrap:
         admin = admin_client(bootstrap)
         try:
-            md = admin.list_topics(timeout=ADMIN_TIMEOUT)
+            md = list_topics(admin)
         except KafkaException as e:
             error = f"cannot reach {bootstrap}: {e.args[0].str()}"
             if state is None and not remote:

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, NoReturn, TypeVar
@@ -156,6 +157,18 @@ def connect_first(bootstrap: str, connect: Callable[[str, int], T]) -> T:
             if reason not in reasons:
                 reasons.append(reason)
     cannot_reach(bootstrap, reasons)
+
+
+def list_topics(client: Any, timeout: float = ADMIN_TIMEOUT) -> Any:
+    """``client.list_topics()`` in one-second slices up to ``timeout``: librdkafka's call
+    blocks in C, where Python cannot act on Ctrl-C until it returns."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return client.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+        except KafkaException:
+            if time.monotonic() >= deadline:
+                raise
 
 
 def admin_client(bootstrap: str) -> AdminClient:

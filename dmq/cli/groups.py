@@ -10,8 +10,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.table import Table
 
-from dmq.cli.common import ADMIN_TIMEOUT as TIMEOUT
-from dmq.cli.common import Bootstrap, admin_client, fail, make_console, result
+from dmq.cli.common import Bootstrap, admin_client, fail, list_topics, make_console, result
 
 app = typer.Typer(help="Manage consumer groups.", no_args_is_help=True)
 console = make_console()
@@ -166,7 +165,7 @@ def reset_offsets(
         fail("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by", 2)
     a = admin_client(bootstrap_server)
     name, _, parts = topic.partition(":")
-    md = a.list_topics(timeout=TIMEOUT)
+    md = list_topics(a)
     if name not in md.topics or md.topics[name].error is not None:
         fail(f"topic {name} does not exist")
     try:

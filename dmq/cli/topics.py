@@ -21,6 +21,7 @@ from dmq.cli.common import (
     admin_client,
     fail,
     kafka_error_text,
+    list_topics,
     make_console,
     parse_pairs,
     result,
@@ -64,14 +65,14 @@ def _internal(name: str) -> bool:
 
 
 @app.command("list")
-def list_topics(
+def list_names(
     exclude_internal: Annotated[bool, typer.Option(
         "--exclude-internal", help="leave out internal topics (__consumer_offsets)")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """List topic names."""
     try:
-        md = admin_client(bootstrap_server).list_topics(timeout=TIMEOUT)
+        md = list_topics(admin_client(bootstrap_server))
     except KafkaException as e:
         fail(f"cannot list topics: {kafka_error_text(e)}")
     for name in sorted(md.topics):
@@ -105,7 +106,7 @@ def describe(
     a = admin_client(bootstrap_server)
     try:
         # Ask for all topics: a request naming one may auto-create it.
-        md = a.list_topics(timeout=TIMEOUT)
+        md = list_topics(a)
     except KafkaException as e:
         fail(f"cannot list topics: {kafka_error_text(e)}")
     names = [name] if name else sorted(n for n in md.topics if not (exclude_internal and _internal(n)))
