@@ -1,0 +1,46 @@
+"""`dmq pipeline run` checks what Spark needs before it starts Spark (issue 10, bug 7):
+Java 17 and PySpark, each with one line that says how to install it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _pipeline(tmp_path: Path, env: dict[str, str], *pre: str) -> subprocess.CompletedProcess[str]:
+    with socket.socket() as listening:  # a "broker" that accepts: the reachability check passes
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(5)
+        port = listening.getsockname()[1]
+        return subprocess.run([sys.executable, *pre, "-m", "dmq", "pipeline", "run", "-b", f"127.0.0.1:{port}",
+                               "--output", str(tmp_path / "out")], capture_output=True, text=True,
+                              timeout=60, env=env)
+
+
+def test_an_old_java_is_named_with_the_install_command(tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "java"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho \'openjdk version "11.0.22" 2024-01-16\' >&2\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("JAVA_HOME", None)
+    res = _pipeline(tmp_path, env)
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == [
+        f"error: {fake} is Java 11; Spark needs Java 17 or newer: apt-get install openjdk-17-jre-headless"]
+
+
+def test_missing_pyspark_names_the_install_command(tmp_path: Path) -> None:
+    blocker = tmp_path / "sitecustomize_dir"
+    blocker.mkdir()
+    (blocker / "pyspark").mkdir()
+    (blocker / "pyspark" / "__init__.py").write_text("raise ImportError('no pyspark here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")])}
+    res = _pipeline(tmp_path, env)
+    assert res.returncode == 1
+    assert res.stderr.splitlines() == [
+        "error: PySpark is not installed: pip install -e '.[spark]' (from the dmq checkout)"]
