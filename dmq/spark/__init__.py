@@ -7,7 +7,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
+
+# Spark's Python workers run ``python3`` from PATH unless told otherwise, which outside an
+# activated virtualenv lacks pyarrow and dmq itself. Importing this package before the
+# SparkSession is built points them at this interpreter (an explicit setting wins).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def register(spark: Any) -> None:
