@@ -11,7 +11,8 @@ session timeout; SIGTERM; ZooKeeper restarts; a broker cut off from
 ZooKeeper only, from its peers and the clients only, or from both. Then
 everything heals and the checks run:
 
-- every acknowledged record is at its acknowledged offset (lost);
+- every acknowledged record is at its acknowledged offset, or in its partition
+  when the client acknowledged it without one (lost);
 - no value twice (duplicates), each producer's values in order per partition;
 - every partition, ``__consumer_offsets`` too, led with its full ISR within
   ``recovery_bound_s`` of healing;
@@ -219,6 +220,8 @@ class ChaosRun:
         self.down: set[int] = set()  # brokers a fault stopped on purpose
         self.busy: set[int] = set()  # brokers some fault is acting on
         self.crashed: list[str] = []
+        self.zk_down = False  # a zk_restart is under way: another one is skipped
+        self.restart_deadline = 0.0  # monotonic; restarts retry a missing ZooKeeper until then
         self.dup_values: dict[str, int] = {}  # duplicated value -> extra copies
         self._restarts: list[threading.Thread] = []
         self._agent: subprocess.Popen[str] | None = None
@@ -331,7 +334,7 @@ class ChaosRun:
         to start while ZooKeeper is unreachable, so that is retried; anything else that
         stops it from starting is a crash."""
         def run() -> None:
-            deadline = time.monotonic() + 150
+            deadline = max(time.monotonic() + 150, self.restart_deadline)
             while True:
                 try:
                     self.brokers[i].start(timeout=90)
@@ -343,7 +346,7 @@ class ChaosRun:
                         time.sleep(1.0)
                         continue
                     self.crashed.append(f"broker {i} did not start again: {str(e)[-300:]}")
-                    break
+                    return  # stays down: no later fault picks a broker that is not running
             self.down.discard(i)
 
         t = threading.Thread(target=run, daemon=True)
@@ -353,12 +356,17 @@ class ChaosRun:
     def _begin(self, fault: Fault, rng: random.Random) -> Any:
         """Start a fault; returns the function that ends it (or None if it could not start)."""
         if fault.kind == "zk_restart":
+            if self.zk_down:
+                fault.target = "(skipped: ZooKeeper is already down)"
+                return None
             fault.target = "zookeeper"
+            self.zk_down = True
             self.zk.stop()
             self._outage_begins(0)
 
             def end_zk() -> None:
                 self.zk.start(60)
+                self.zk_down = False
                 self._outage_ends(0)
             return end_zk
         kind = "kill_leader" if fault.kind == "kill_leader" else fault.kind
@@ -431,6 +439,8 @@ class ChaosRun:
     def _run_schedule(self, faults: list[Fault]) -> None:
         rng = random.Random(self.c.seed * 7919 + 1)
         start = time.monotonic()
+        last_end = max((f.at + f.duration for f in faults), default=0.0)
+        self.restart_deadline = start + last_end + 150
         active: list[tuple[float, Fault, Any]] = []
         pending = list(faults)
         while pending or active:
@@ -442,7 +452,7 @@ class ChaosRun:
                 fault = pending.pop(0)
                 end = self._begin(fault, rng)
                 if end is None:
-                    fault.target = "(skipped: no healthy target)"
+                    fault.target = fault.target or "(skipped: no healthy target)"
                 else:
                     active.append((now + fault.duration, fault, end))
                 self.report.faults.append(fault.describe())
@@ -519,9 +529,7 @@ class ChaosRun:
         for p, recs in data["records"].items():
             for o, v in recs:
                 at[(int(p), int(o))] = v
-        for a in acks:
-            if at.get((a["p"], a["o"])) != a["v"]:
-                self.report.lost.append(f"{a['v']}@{a['p']}:{a['o']} (found {at.get((a['p'], a['o']))})")
+        self.report.lost.extend(find_lost(acks, {int(p): recs for p, recs in data["records"].items()}))
         self.report.records_read = len(at)
         counts = Counter(at.values())
         dups = {v: n for v, n in counts.items() if n > 1}
@@ -749,6 +757,25 @@ def read_batches(partition_dir: Path) -> list[tuple[int, bytes]]:
             out.append((base + last_delta, data[pos:pos + 12 + length]))
             pos += 12 + length
     return out
+
+
+def find_lost(acks: list[dict[str, Any]], records: dict[int, list[tuple[int, str]]]) -> list[str]:
+    """Acknowledged values not where their acknowledgement put them.
+
+    An acknowledgement with an offset must find its value at that offset. One without
+    (librdkafka's "implicit ack": a batch whose reply was lost is known persisted because
+    a later batch of the same producer succeeded) must find it somewhere in its partition.
+    """
+    at = {(p, int(o)): v for p, recs in records.items() for o, v in recs}
+    values = {p: {v for _, v in recs} for p, recs in records.items()}
+    lost = []
+    for a in acks:
+        if a["o"] is None:
+            if a["v"] not in values.get(a["p"], set()):
+                lost.append(f"{a['v']}@{a['p']}:None (found nowhere in partition {a['p']})")
+        elif at.get((a["p"], a["o"])) != a["v"]:
+            lost.append(f"{a['v']}@{a['p']}:{a['o']} (found {at.get((a['p'], a['o']))})")
+    return lost
 
 
 def classify_duplicates(dup_values: dict[str, int],

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 from support.replication import records
 
 from chaos.harness import (
     FAULT_KINDS,
+    ChaosRun,
+    Fault,
     Report,
     classify_duplicates,
+    find_lost,
     longest_good_stretch,
     make_schedule,
     read_batches,
@@ -74,3 +78,24 @@ def test_write_gaps_count_only_time_a_majority_was_up() -> None:
     assert longest_good_stretch(0, 10, [(2, 5)]) == 5  # 5..10
     assert longest_good_stretch(0, 10, [(2, 5), (5, 9)]) == 2
     assert longest_good_stretch(3, 10, [(0, 4), (8, 20)]) == 4  # 4..8
+
+
+def test_an_ack_without_an_offset_counts_if_its_value_is_in_its_partition() -> None:
+    # librdkafka acknowledges a batch whose reply was lost without an offset when a later
+    # batch of the same producer succeeded ("implicit ack"): it was persisted, offset unknown.
+    records = {1: [(10, "0-1"), (11, "0-2")], 2: [(5, "0-3")]}
+    acks = [{"p": 1, "o": 10, "v": "0-1"}, {"p": 1, "o": None, "v": "0-2"},
+            {"p": 2, "o": 5, "v": "0-3"}]
+    assert find_lost(acks, records) == []
+    acks += [{"p": 2, "o": None, "v": "0-2"}, {"p": 1, "o": 12, "v": "0-4"}]
+    assert find_lost(acks, records) == ["0-2@2:None (found nowhere in partition 2)",
+                                        "0-4@1:12 (found None)"]
+
+
+def test_a_zookeeper_restart_while_zookeeper_is_down_is_skipped() -> None:
+    # Overlapping restarts stopped a stopped ZooKeeper and started it under the later one.
+    run = ChaosRun.__new__(ChaosRun)
+    run.zk_down = True
+    fault = Fault(10.0, "zk_restart", 5.0)
+    assert run._begin(fault, random.Random(1)) is None
+    assert "already down" in fault.target
