@@ -120,9 +120,18 @@ def _reap() -> None:
         proc.poll()
 
 
-def _exit_code(pid: int | None) -> int | None:
+def _exit_code(pid: int | None, wait: float = 2.0) -> int | None:
+    """The exit status of a child of this process that is no longer running; None if it is
+    not our child. Waits up to ``wait`` seconds: a SIGKILLed JVM's main thread is a zombie
+    (so not running) while its other threads are still exiting, and until they are gone
+    the kernel has no exit status to give (seen as "ZooKeeper exited" without the signal)."""
     proc = _children.get(pid) if pid is not None else None
-    return proc.poll() if proc is not None else None
+    if proc is None:
+        return None
+    try:
+        return proc.wait(wait)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _describe_exit(code: int | None) -> str:
