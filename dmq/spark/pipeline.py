@@ -81,17 +81,21 @@ def expected_counts(lines: list[LogLine]) -> tuple[Counter[tuple[datetime, int]]
 
 
 def generate(bootstrap: str, topic: str, lines: list[LogLine], rate: float,
-             on_progress: Callable[[int], None] | None = None) -> int:
+             on_progress: Callable[[int], None] | None = None,
+             client_conf: dict[str, Any] | None = None) -> int:
     """Produce the lines (``rate`` lines/s, 0 for as fast as possible), then the end marker.
 
     ``on_progress`` and the return value count lines the broker acknowledged (delivery
-    reports), not lines handed to the client; a line that fails delivery raises."""
+    reports), not lines handed to the client; a line that fails delivery raises (within
+    ``message.timeout.ms``, 30 s unless ``client_conf`` says otherwise). ``client_conf``
+    adds librdkafka settings; the client is quiet (``log_level`` 0) unless it sets one."""
     from confluent_kafka import Producer
 
     from dmq.client.producing import produce_waiting
 
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 5, "log_level": 0})
+    producer = Producer({"log_level": 0, "message.timeout.ms": 30_000, **(client_conf or {}),
+                         "bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
     delivered = [0]
     failures: list[str] = []
 
@@ -119,20 +123,21 @@ def generate(bootstrap: str, topic: str, lines: list[LogLine], rate: float,
     if on_progress is not None:
         on_progress(delivered[0])
     if failures or remaining:
-        why = failures[0] if failures else f"{remaining} still queued after 60 s"
+        why = failures[0] if failures else f"{remaining} still unacknowledged after 60 s"
         raise RuntimeError(f"{len(lines) - delivered[0]} of {len(lines)} log lines were not "
                            f"delivered to {bootstrap}: {why}")
     return delivered[0]
 
 
-def end_offsets(bootstrap: str, topic: str) -> str:
+def end_offsets(bootstrap: str, topic: str, client_conf: dict[str, Any] | None = None) -> str:
     """``startingOffsets`` for a run that reads only what it writes: the topic's current end
     offsets as JSON, or ``earliest`` when the topic does not exist yet."""
     import json
 
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "dmq-pipeline-probe", "log_level": 0})
+    c = Consumer({"log_level": 0, **(client_conf or {}), "bootstrap.servers": bootstrap,
+                  "group.id": "dmq-pipeline-probe"})
     try:
         md = c.list_topics(topic, timeout=10).topics.get(topic)
         if md is None or md.error is not None or not md.partitions:
@@ -144,49 +149,71 @@ def end_offsets(bootstrap: str, topic: str) -> str:
     return json.dumps({topic: ends})
 
 
-def commit_progress(bootstrap: str, group: str, queries: list[Any]) -> dict[tuple[str, int], int]:
-    """Commit to ``group`` the offsets every query has finished with.
-
-    Spark tells a source that a micro-batch is done (``commit``) only when it plans the
-    next one, so a query that stops after its last batch leaves the group one batch
-    behind, or with nothing committed after a one-batch job. Call this once the queries
-    have processed everything (``stop_queries``)."""
+def read_counts_topic(bootstrap: str, topic: str, starting: str, client_conf: dict[str, Any] | None = None,
+                      timeout: float = 60) -> dict[tuple[str, tuple[datetime, str]], int]:
+    """The windowed counts the sink wrote to ``topic`` from ``starting`` (as ``end_offsets``
+    gives it) to the topic's end: ``{(series, (window_start, key)): count}``. A replayed
+    micro-batch writes its records again (at least once); a window and key with two
+    different counts raises ``ValueError``."""
     import json
 
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from dmq.spark.source import flatten
-
-    done: dict[tuple[str, int], int] = {}
-    for q in queries:
-        progress = q.lastProgress
-        if not progress:
-            return {}
-        for source in progress.get("sources", []):
-            end = source.get("endOffset")
-            if isinstance(end, str):
-                end = json.loads(end)
-            for tp, offset in flatten(end or {}).items():
-                done[tp] = min(done.get(tp, offset), offset)
-    if done:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "log_level": 0})
-        try:
-            c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in done.items()],
-                     asynchronous=False)
-        finally:
-            c.close()
-    return done
+    c = Consumer({"log_level": 0, **(client_conf or {}), "bootstrap.servers": bootstrap,
+                  "group.id": "dmq-pipeline-probe", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    out: dict[tuple[str, tuple[datetime, str]], int] = {}
+    try:
+        md = c.list_topics(topic, timeout=10).topics.get(topic)
+        if md is None or md.error is not None:
+            return out
+        begin = json.loads(starting).get(topic, {}) if starting != "earliest" else {}
+        todo: dict[int, int] = {}
+        assign = []
+        for p in sorted(md.partitions):
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            start = max(low, int(begin.get(str(p), low)))
+            if start < high:
+                todo[p] = high
+                assign.append(TopicPartition(topic, p, start))
+        c.assign(assign)
+        deadline = time.monotonic() + timeout
+        while todo:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} was not read to its end within {timeout:g} s")
+            for msg in c.consume(1000, 1.0):
+                m: Any = msg
+                if m.error() is not None:
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(m.error().str())
+                    continue
+                if m.offset() + 1 >= todo.get(m.partition(), 0):
+                    todo.pop(m.partition(), None)
+                r = json.loads(m.value())
+                window = datetime.fromisoformat(r["window_start"]).astimezone(UTC)
+                key = (r["series"], (window, r["key"]))
+                if out.setdefault(key, r["count"]) != r["count"]:
+                    raise ValueError(f"{topic} holds counts {out[key]} and {r['count']} for "
+                                     f"{r['series']} {r['key']} at {window:%H:%M}")
+    finally:
+        c.close()
+    return out
 
 
 def start_queries(spark: Any, bootstrap: str, topic: str, output: str, checkpoint: str,
-                  max_per_trigger: int = 20_000, starting_offsets: str = "earliest") -> list[Any]:
-    """Start the two windowed-count queries; returns the StreamingQuery objects."""
+                  max_per_trigger: int = 20_000, starting_offsets: str = "earliest",
+                  client_conf: dict[str, Any] | None = None) -> list[Any]:
+    """Start the two windowed-count queries; returns the StreamingQuery objects.
+
+    Each commits its progress to the group ``group_for(topic)``. ``client_conf`` holds
+    librdkafka settings for the source's consumers and the sink's producers."""
     from pyspark.sql import functions as F
 
     from dmq.spark import register
 
     register(spark)
-    raw = (spark.readStream.format("dmq").option("bootstrap.servers", bootstrap)
+    kafka = {f"kafka.{k}": str(v) for k, v in (client_conf or {}).items()}
+    raw = (spark.readStream.format("dmq").options(**kafka).option("bootstrap.servers", bootstrap)
            .option("subscribe", topic).option("startingOffsets", starting_offsets)
            .option("maxOffsetsPerTrigger", str(max_per_trigger))
            .option("commitOffsetsToGroup", group_for(topic)).load())
@@ -206,13 +233,14 @@ def start_queries(spark: Any, bootstrap: str, topic: str, output: str, checkpoin
                   .select(F.col("w.start").alias("window_start"), F.col("w.end").alias("window_end"),
                           F.col(column).cast("string").alias("key"), "count"))
         queries.append(counts.writeStream.outputMode("append")
-                       .foreachBatch(_sink(name, bootstrap, f"{topic}-counts", output))
+                       .foreachBatch(_sink(name, bootstrap, f"{topic}-counts", output, kafka))
                        .option("checkpointLocation", f"{checkpoint}/{name}")
                        .trigger(processingTime="1 second").queryName(f"access-logs-{name}").start())
     return queries
 
 
-def _sink(name: str, bootstrap: str, topic: str, output: str) -> Callable[[Any, int], None]:
+def _sink(name: str, bootstrap: str, topic: str, output: str,
+          kafka: dict[str, str]) -> Callable[[Any, int], None]:
     def write(batch: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
@@ -225,7 +253,7 @@ def _sink(name: str, bootstrap: str, topic: str, output: str) -> Callable[[Any, 
             (batch.select(F.concat_ws("|", F.lit(name), F.col("window_start").cast("string"), "key").alias("key"),
                           F.to_json(F.struct(F.lit(name).alias("series"), "window_start", "window_end",
                                              "key", "count")).alias("value"))
-             .write.format("dmq").mode("append").option("bootstrap.servers", bootstrap)
+             .write.format("dmq").mode("append").options(**kafka).option("bootstrap.servers", bootstrap)
              .option("topic", topic).save())
         finally:
             batch.unpersist()
@@ -233,14 +261,42 @@ def _sink(name: str, bootstrap: str, topic: str, output: str) -> Callable[[Any, 
     return write
 
 
-def stop_queries(queries: list[Any]) -> None:
-    """Let running micro-batches finish, then stop (stopping mid-write aborts the write)."""
+def stop_queries(queries: list[Any], wait_s: float = 300) -> bool:
+    """Let the queries process what is available (stopping mid-write aborts the write), for
+    up to ``wait_s`` seconds in all, then stop them. True if every query caught up.
+
+    A query that failed is stopped at once, one that cannot catch up (its broker went
+    away) once the time is up; ``spark.sql.streaming.stopTimeout`` bounds the stop."""
+    import threading
+    import time
+
+    deadline = time.monotonic() + wait_s
+    caught_up = True
     for q in queries:
         try:
-            if q.isActive and q.exception() is None:
-                q.processAllAvailable()
+            if not q.isActive or q.exception() is not None or wait_s <= 0:
+                caught_up = caught_up and q.exception() is None and wait_s > 0
+                continue
+            finished, ok = threading.Event(), [False]
+
+            def drain(q: Any = q, finished: threading.Event = finished, ok: list[bool] = ok) -> None:
+                try:
+                    q.processAllAvailable()
+                    ok[0] = True
+                except Exception:  # noqa: BLE001, S110 - the query failed: q.exception() says why
+                    pass
+                finally:
+                    finished.set()
+
+            threading.Thread(target=drain, daemon=True).start()
+            finished.wait(max(0.0, deadline - time.monotonic()))
+            caught_up = caught_up and ok[0]
         finally:
-            q.stop()
+            try:
+                q.stop()
+            except Exception:  # noqa: BLE001 - a stop that timed out: nothing more to do
+                caught_up = False
+    return caught_up
 
 
 def read_counts(spark: Any, output: str, name: str) -> dict[tuple[datetime, str], int]:

@@ -14,10 +14,17 @@ Options (names and meanings of Spark's Kafka connector):
 - ``endingOffsets`` (batch only): ``latest`` or JSON;
 - ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss`` (default
   true), ``includeHeaders`` (default false);
-- ``commitOffsetsToGroup``: a consumer group to which each finished
-  micro-batch's end offsets are committed, so ``dmq groups describe`` shows
-  the pipeline's lag. Spark commits a batch when the next one starts, so the
-  group trails Spark's checkpoint (the source of truth) by at most one batch.
+- ``commitOffsetsToGroup``: a consumer group to which the end offsets of each
+  finished micro-batch are committed, so ``dmq groups describe`` shows the
+  query's lag. Spark tells a source that a batch is done only when it plans a
+  next batch, which never comes after the last one (``availableNow``, or a
+  query stopped once caught up); so the source also commits the offsets a
+  finished batch ended at as soon as Spark next asks for new data, which it
+  does once more before an ``availableNow`` query ends and at every trigger of
+  a running one. Spark's checkpoint stays the source of truth;
+- ``kafkaConsumer.pollTimeoutMs`` (default 120000): an executor reading a range
+  fails when no record arrives for this long (e.g. the broker went away),
+  rather than wait forever.
 
 Offsets are ``{"topic": {"partition": next offset}}``. Executors read each
 offset range with confluent-kafka; consumers only ever see records below the
@@ -29,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -112,6 +120,7 @@ class SourceConfig:
         self.fail_on_data_loss = _bool(options, "failOnDataLoss", True)
         self.include_headers = _bool(options, "includeHeaders", False)
         self.commit_group = options.get("commitOffsetsToGroup")
+        self.poll_timeout_ms = _int(options, "kafkaConsumer.pollTimeoutMs") or 120_000
         # kafka.<librdkafka setting> options go to the consumers, as in Spark's Kafka source.
         self.extra = {k[len("kafka."):]: v for k, v in options.items()
                       if k.lower().startswith("kafka.") and k.lower() not in
@@ -279,10 +288,19 @@ def read_range(config: SourceConfig, part: RangePartition) -> Iterator[Any]:
                          "queued.max.messages.kbytes": 65536, "fetch.queue.backoff.ms": 10})
     consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
     position = part.start
+    last_heard = time.monotonic()
     try:
         while position < part.end:
             chunk: list[Any] = []
-            for msg in consumer.consume(10000, 1.0):
+            msgs = consumer.consume(10000, 1.0)
+            if msgs:
+                last_heard = time.monotonic()
+            elif time.monotonic() - last_heard > config.poll_timeout_ms / 1000:
+                raise RuntimeError(
+                    f"reading {part.topic}-{part.partition}: nothing from {config.bootstrap} for "
+                    f"{config.poll_timeout_ms / 1000:g} s at offset {position} (of [{part.start}, "
+                    f"{part.end})); is the broker reachable? (kafkaConsumer.pollTimeoutMs)")
+            for msg in msgs:
                 m: Any = msg
                 err = m.error()
                 if err is not None:
@@ -346,6 +364,7 @@ class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, config: SourceConfig) -> None:
         self.config = config
         self.available_now: dict[tuple[str, int], int] | None = None
+        self.committed: dict[tuple[str, int], int] = {}
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read up to what exists now, then stop."""
@@ -369,6 +388,9 @@ class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # Spark runs one micro-batch at a time and asks for new data only once the last
+        # one finished (its commit log written): ``start`` is where that batch ended.
+        self.commit_to_group(start)
         md = Metadata(self.config)
         try:
             tps = md.partitions()
@@ -408,16 +430,23 @@ class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_range(self.config, partition)
 
     def commit(self, end: dict) -> None:
-        if not self.config.commit_group:
+        self.commit_to_group(end)
+
+    def commit_to_group(self, done: dict) -> None:
+        """Commit offsets Spark has finished with to ``commitOffsetsToGroup`` (if set), once
+        per change."""
+        offsets = flatten(done)
+        if not self.config.commit_group or not offsets or offsets == self.committed:
             return
         from confluent_kafka import Consumer, TopicPartition
 
         c = Consumer({**self.config.client_conf(), "group.id": self.config.commit_group})
         try:
-            c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in flatten(end).items()],
+            c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
                      asynchronous=False)
         finally:
             c.close()
+        self.committed = offsets
 
 
 class DmqDataSource(DataSource):

@@ -68,13 +68,18 @@ def test_pipeline_command(broker: BrokerProcess, tmp_path: Path) -> None:
     """`dmq pipeline run access-logs` against a running broker, as the README shows it; run
     again, it refuses the earlier run's state (whose watermark would drop every new line as
     late data, which it once reported as success), or with --reset counts exactly its own
-    lines; its progress is committed to its group after a one-batch job."""
+    lines, deleting that state and nothing else of --output; its progress is committed to
+    its group after a one-batch job. Spark's own log lines stay off the terminal."""
     out = tmp_path / "cli-out"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's, not the pipeline's")
     res = _pipeline(broker.bootstrap, out)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "all 2,000 delivered lines counted, checked window by window" in res.stdout
+    assert "in topic cli-logs-counts" in res.stdout
     assert "2,000 / 2,000" in res.stdout
     assert (out / "by_status").is_dir() and (out / "by_path").is_dir()
+    assert res.stderr == "", "Spark's log (WARN lines, stage progress bars) reached the terminal"
 
     again = _pipeline(broker.bootstrap, out)
     assert again.returncode == 1
@@ -85,6 +90,7 @@ def test_pipeline_command(broker: BrokerProcess, tmp_path: Path) -> None:
     reset = _pipeline(broker.bootstrap, out, "--reset")
     assert reset.returncode == 0, reset.stderr[-2000:]
     assert "all 2,000 delivered lines counted" in reset.stdout  # its own lines, not 4,000
+    assert (out / "notes.txt").read_text() == "the user's, not the pipeline's", "--reset deleted a user's file"
 
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cli-logs-pipeline"})
     try:
@@ -99,8 +105,84 @@ def test_pipeline_with_an_unreachable_broker_fails_before_spark_starts(tmp_path:
     from support.cli import closed_port
 
     started = time.monotonic()
-    res = _pipeline(f"127.0.0.1:{closed_port()}", tmp_path / "out")
+    bootstrap = f"127.0.0.1:{closed_port()}"
+    res = _pipeline(bootstrap, tmp_path / "out")
     assert res.returncode == 1
-    assert len(res.stderr.splitlines()) == 1 and "cannot reach" in res.stderr, res.stderr[-2000:]
+    assert res.stderr.splitlines() == [
+        f"error: cannot reach {bootstrap}: connection refused; is `dmq server` running? "
+        "(pass --bootstrap-server HOST:PORT)"], res.stderr[-2000:]
     assert "Starting Spark" not in res.stdout
     assert time.monotonic() - started < 15
+
+
+def test_pipeline_that_loses_its_broker_fails_with_one_line(fresh_broker: BrokerProcess, tmp_path: Path) -> None:
+    """The broker goes away mid-run: one line naming it, exit 1, within seconds; no
+    librdkafka lines, no Java or Python traceback (they went to Spark's log file)."""
+    import subprocess
+    import sys
+
+    b = fresh_broker.start()
+    args = [sys.executable, "-m", "dmq", "pipeline", "run", "access-logs", "-b", b.bootstrap, "--topic",
+            "lost-logs", "--lines", "20000", "--minutes", "3", "--rate", "500",
+            "--output", str(tmp_path / "out"), "--timeout", "240"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "lost-probe", "log_level": 0})
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                md = c.list_topics("lost-logs", timeout=5).topics.get("lost-logs")
+                if md is not None and md.error is None and \
+                        c.get_watermark_offsets(TopicPartition("lost-logs", 0), timeout=5)[1] > 2000:
+                    break
+                time.sleep(0.5)
+        finally:
+            c.close()
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        b.kill()
+        killed = time.monotonic()
+        stdout, stderr = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    took = time.monotonic() - killed
+    assert proc.returncode == 1, stderr[-2000:]
+    lines = stderr.splitlines()
+    assert len(lines) == 1, f"{len(lines)} lines on stderr, the last ones:\n" + "\n".join(lines[-20:])
+    assert lines[0].startswith(f"error: lost {b.bootstrap} during the run: connection refused; "
+                               "is `dmq server` still running? ("), lines[0]
+    assert "Done" not in stdout
+    assert took < 60, f"it took {took:.0f} s to give up"
+    log = lines[0].rsplit("Spark's log: ", 1)[-1]
+    if Path(log).is_file():
+        Path(log).unlink()
+
+
+def test_pipeline_usage_errors_exit_2(tmp_path: Path) -> None:
+    from support.cli import closed_port
+
+    for extra, message in ((["--rate", "-1"], "error: --rate must be 0 (as fast as possible) or positive"),
+                           (["--timeout", "0"], "error: --timeout must be positive")):
+        res = _pipeline(f"127.0.0.1:{closed_port()}", tmp_path / "out", *extra)
+        assert (res.returncode, res.stderr.splitlines()) == (2, [message])
+
+
+def test_pipeline_without_java_says_how_to_install_java_17(tmp_path: Path) -> None:
+    """No java on PATH (nor JAVA_HOME): one line naming Java 17 and its Debian package,
+    before Spark starts (Spark's own launcher says only that the gateway exited)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = str(tmp_path)  # no java here
+    with socket.socket() as listening:  # a broker address that accepts: the reachability check passes
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(5)
+        res = subprocess.run([sys.executable, "-m", "dmq", "pipeline", "run", "-b",
+                              f"127.0.0.1:{listening.getsockname()[1]}", "--output", str(tmp_path / "out")],
+                             capture_output=True, text=True, timeout=60, env=env)
+    assert (res.returncode, res.stderr.splitlines()) == (1, [
+        "error: no java on PATH; Spark needs Java 17 or newer: apt-get install openjdk-17-jre-headless"])

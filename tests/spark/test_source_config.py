@@ -33,3 +33,40 @@ def test_min_partitions_splits_ranges_without_gaps() -> None:
     covered = sorted((p.partition, o) for p in parts for o in range(p.start, p.end))
     assert covered == [(0, o) for o in range(10, 1010)] + [(1, o) for o in range(10)]
     assert len(parts) >= 6
+
+
+def test_a_read_whose_broker_is_gone_fails_within_poll_timeout() -> None:
+    """An executor reading a range from a broker that does not answer gives up after
+    kafkaConsumer.pollTimeoutMs with a clear error, rather than wait forever."""
+    import threading
+    import time
+
+    from support.cli import closed_port
+
+    from dmq.spark.source import RangePartition, read_range
+
+    port = closed_port()
+    cfg = SourceConfig({"bootstrap.servers": f"127.0.0.1:{port}", "subscribe": "gone",
+                        "kafkaConsumer.pollTimeoutMs": "2000", "kafka.log_level": "0"})
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            list(read_range(cfg, RangePartition("gone", 0, 0, 10)))
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - inspected below
+            outcome.append(e)
+
+    started = time.monotonic()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert outcome, "the read still waits after 30 s"
+    assert isinstance(outcome[0], RuntimeError), outcome[0]
+    assert f"nothing from 127.0.0.1:{port} for 2 s at offset 0" in str(outcome[0])
+    assert time.monotonic() - started < 15
+
+
+def test_poll_timeout_must_be_a_positive_integer() -> None:
+    with pytest.raises(DmqSourceError, match="kafkaConsumer.pollTimeoutMs must be an integer"):
+        SourceConfig({"bootstrap.servers": "h:1", "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "soon"})

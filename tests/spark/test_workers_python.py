@@ -19,22 +19,39 @@ from dmq.spark import register            # as the README's example: before the 
 from pyspark.sql import SparkSession
 spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
 register(spark)
-n = (spark.read.format("dmq").option("bootstrap.servers", sys.argv[1]).option("subscribe", "workers-py")
+n = (spark.read.format("dmq").option("bootstrap.servers", sys.argv[1]).option("subscribe", sys.argv[2])
      .load().count())
 print("rows", n)
 spark.stop()
 """
 
 
-def test_spark_workers_use_this_interpreter_when_the_venv_is_not_activated(broker: BrokerProcess) -> None:
+# A notebook's order: the session first, dmq.spark imported afterwards.
+SESSION_FIRST = """
+import sys
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+from dmq.spark import register
+register(spark)
+n = (spark.read.format("dmq").option("bootstrap.servers", sys.argv[1]).option("subscribe", sys.argv[2])
+     .load().count())
+print("rows", n)
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize("order,script", [("import-first", SCRIPT), ("session-first", SESSION_FIRST)])
+def test_spark_workers_use_this_interpreter_when_the_venv_is_not_activated(
+        broker: BrokerProcess, order: str, script: str) -> None:
+    topic = f"workers-py-{order}"
     p = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(5):
-        p.produce("workers-py", f"v{i}".encode())
+        p.produce(topic, f"v{i}".encode())
     assert p.flush(30) == 0
     # PATH as in a shell that never activated the virtualenv: python3 is the system's.
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
     env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-    res = subprocess.run([sys.executable, "-c", SCRIPT, broker.bootstrap], capture_output=True,
+    res = subprocess.run([sys.executable, "-c", script, broker.bootstrap, topic], capture_output=True,
                          text=True, timeout=240, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "rows 5" in res.stdout
