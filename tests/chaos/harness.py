@@ -61,6 +61,7 @@ class Fault:
     kind: str
     duration: float
     target: str = ""  # filled in when it runs: which broker(s)
+    leader_of: int | None = None  # aim at the leader of this partition of the topic (scripted runs)
 
     def describe(self) -> str:
         return f"{self.at:6.1f}s {self.kind:<15} {self.duration:5.1f}s {self.target}"
@@ -309,10 +310,14 @@ class ChaosRun:
     def _healthy(self) -> list[int]:
         return [i for i in self.brokers if i not in self.busy and i not in self.down]
 
-    def _pick(self, rng: random.Random, kind: str) -> list[int]:
+    def _pick(self, rng: random.Random, kind: str, leader_of: int | None = None) -> list[int]:
         healthy = self._healthy()
         if not healthy:
             return []
+        if leader_of is not None:
+            md = self.metadata()
+            part = (md or {"topics": {}})["topics"].get(TOPIC, {}).get(str(leader_of))
+            return [part["leader"]] if part and part["leader"] in healthy else []
         md = self.metadata() if kind in ("kill_leader", "kill_follower", "kill_controller") else None
         if md is not None and kind == "kill_controller" and md["controller"] in healthy:
             return [md["controller"]]
@@ -369,8 +374,7 @@ class ChaosRun:
                 self.zk_down = False
                 self._outage_ends(0)
             return end_zk
-        kind = "kill_leader" if fault.kind == "kill_leader" else fault.kind
-        targets = self._pick(rng, kind)
+        targets = self._pick(rng, fault.kind, fault.leader_of)
         if not targets:
             return None
         fault.target = "broker " + "+".join(map(str, targets))
@@ -684,10 +688,12 @@ class ChaosRun:
 
     # ----------------------------------------------------------------- run
 
-    def run(self) -> Report:
+    def run(self, faults: list[Fault] | None = None) -> Report:
+        """The seeded schedule, or the ``faults`` given (a scripted run), then every check."""
         started = time.monotonic()
-        faults = make_schedule(self.c.seed, self.c.duration_s, self.c.session_timeout_ms / 1000,
-                               self.c.max_zk_outage_s)
+        if faults is None:
+            faults = make_schedule(self.c.seed, self.c.duration_s, self.c.session_timeout_ms / 1000,
+                                   self.c.max_zk_outage_s)
         self.report.faults_by_kind = dict(Counter(f.kind for f in faults))
         try:
             self.start()
