@@ -23,8 +23,8 @@ show it has.
 
 It also answers the replication layer's questions about the cluster: where a
 broker is (fetchers), whether a partition exists anywhere, whether a broker
-may join an ISR (KIP-841: registered, not shutting down), and writes a
-leader's ISR changes to the store.
+may join an ISR (KIP-841: registered, not shutting down), writes a leader's
+ISR changes to the store and passes on a leader's resignation.
 
 Invariants: ``reconcile()`` is idempotent and reads only cached metadata, so
 calling it on every event is safe and cheap; it never calls ZooKeeper (the
@@ -106,6 +106,11 @@ class ClusterBackend:
         assert self.zk is not None
         return await self.zk.update_isr(partition.topic, partition.index, self.broker_id,
                                         leader_epoch, isr, expected_version)
+
+    async def resign_leadership(self, partition: Partition, leader_epoch: int) -> None:
+        """Ask the controller to elect another ISR member in this leader's place."""
+        assert self.zk is not None
+        await self.zk.request_leader_resignation(partition.topic, partition.index, leader_epoch)
 
     # ------------------------------------------------------------------ reconcile
 

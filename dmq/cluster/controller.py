@@ -24,6 +24,12 @@ What the active controller does:
 - preferred leader election (``/admin/preferred_replica_election``, and every
   ``leader.imbalance.check.interval.seconds`` when
   ``auto.leader.rebalance.enable``): the first replica leads again once in the ISR;
+- leader resignation (``/admin/leader_resignations``, dmq's own): a leader whose
+  followers have all stopped fetching from it while they stay registered (it is
+  cut off from them and its clients, but not from ZooKeeper) asks to be
+  replaced; when at least ``min.insync.replicas`` other ISR members are live,
+  the first of them leads and the old leader leaves the ISR. Kafka's ZooKeeper
+  mode has no such path: such a partition stays unavailable until the cut heals;
 - reassignment (``/admin/reassign_partitions``): the new replicas are added
   (throttled), and once all of them are in the ISR, leadership moves into the
   target set and the old replicas are dropped.
@@ -56,6 +62,7 @@ log = logging.getLogger("dmq.controller")
 
 REASSIGN = "/admin/reassign_partitions"
 PREFERRED = "/admin/preferred_replica_election"
+RESIGNATIONS = "/admin/leader_resignations"
 
 
 class ControllerEvent(enum.Enum):
@@ -149,6 +156,7 @@ class Controller:
             await self._check_partitions()
         await self._progress_reassignments()
         await self._preferred_elections()
+        await self._resignations()
         if self.config["auto.leader.rebalance.enable"] and \
                 time.monotonic() - self._last_rebalance >= self.rebalance_interval:
             self._last_rebalance = time.monotonic()
@@ -171,6 +179,10 @@ class Controller:
     def _unclean_allowed(self, topic: str) -> bool:
         meta = self.store.topic(topic)
         return bool(LogConfig(self.config, meta.configs if meta else {})["unclean.leader.election.enable"])
+
+    def _min_insync_replicas(self, topic: str) -> int:
+        meta = self.store.topic(topic)
+        return int(LogConfig(self.config, meta.configs if meta else {})["min.insync.replicas"])
 
     def decide(self, topic: str, state: PartitionState, excluded: set[int]) -> PartitionState:
         """The partition state the controller wants, given live brokers and shutting-down ones."""
@@ -239,6 +251,36 @@ class Controller:
             await self.store.write_admin(PREFERRED, [], version)
         except MetadataError:
             pass
+
+    async def _resignations(self) -> None:
+        """Replace leaders that asked to be (``Election.RESIGNATION``); an entry whose leader
+        or epoch is no longer current is dropped unanswered."""
+        wanted, version = await self.store.read_admin(RESIGNATIONS)
+        if version < 0:
+            return
+        for entry in wanted:
+            topic, partition = str(entry["topic"]), int(entry["partition"])
+            found = await self.store.read_partition_state(topic, partition)
+            if found is None:
+                continue
+            state, state_version = found
+            if (state.leader, state.leader_epoch) != (int(entry["leader"]), int(entry["leader_epoch"])):
+                continue
+            facts = self.facts(topic)
+            others = [r for r in state.isr if r in facts.eligible and r != state.leader]
+            min_isr = self._min_insync_replicas(topic)
+            new = transition_to(state, PartitionStatus.ONLINE, facts, Election.RESIGNATION) \
+                if len(others) >= min_isr else None
+            if new is None:
+                log.info("%s-%d: leader %d resigns, but fewer than min.insync.replicas=%d other "
+                         "ISR members are live (ISR %s); it stays", topic, partition, state.leader,
+                         min_isr, state.isr)
+                continue
+            await self._write(topic, partition, new, state_version, Election.RESIGNATION.value)
+        try:
+            await self.store.write_admin(RESIGNATIONS, [], version)
+        except MetadataError:
+            pass  # a new request arrived meanwhile: the next event handles it
 
     async def _rebalance_leaders(self) -> None:
         """auto.leader.rebalance.enable: per broker, when too many of its preferred partitions are led elsewhere."""

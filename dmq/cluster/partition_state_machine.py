@@ -45,6 +45,7 @@ class Election(enum.Enum):
     CONTROLLED_SHUTDOWN = "controlled shutdown"
     PREFERRED = "preferred leader election"
     REASSIGNMENT = "reassignment"
+    RESIGNATION = "leader lost its followers"
 
 
 # target status -> the statuses a partition may move to it from
@@ -98,6 +99,10 @@ def elect_leader(election: Election, state: PartitionState, facts: ClusterFacts,
     if election is Election.REASSIGNMENT:
         candidates = [r for r in (target or []) if r in state.isr and r in facts.eligible]
         return candidates[0] if candidates else None
+    if election is Election.RESIGNATION:
+        # The leader cannot reach its followers: another ISR member takes over.
+        others = [r for r in in_isr if r != state.leader]
+        return others[0] if others else None
     raise ValueError(election)
 
 
@@ -127,6 +132,10 @@ def transition_to(state: PartitionState, status: PartitionStatus, facts: Cluster
         isr = [r for r in state.isr if r in (target or [])]
     elif election is Election.PREFERRED:
         isr = list(state.isr)
+    elif election is Election.RESIGNATION:
+        # The resigning leader cannot reach the others: it leaves the ISR (it rejoins once
+        # it has caught up), so the new leader's ISR takes writes at once.
+        isr = [r for r in state.isr if r in facts.eligible and r != state.leader]
     else:
         isr = [r for r in state.isr if r in facts.eligible]
     if leader == state.leader and isr == state.isr:

@@ -126,7 +126,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         await self.client.watch_children(paths.BROKER_TOPICS, lambda c: self._enqueue("topics", c))
         await self.client.watch_data_forever(paths.CONTROLLER, self._controller_changed)
         await self.client.watch_children(paths.CONTROLLED_SHUTDOWN, self._shutdown_requests_changed)
-        for admin in (paths.REASSIGN_PARTITIONS, paths.PREFERRED_REPLICA_ELECTION):
+        for admin in (paths.REASSIGN_PARTITIONS, paths.PREFERRED_REPLICA_ELECTION,
+                      paths.LEADER_RESIGNATIONS):
             await self.client.watch_data_forever(admin, lambda d, s: self._notify("admin"))
         for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
             await self.client.watch_data_forever(paths.broker_config(entity),
@@ -575,6 +576,24 @@ class ZooKeeperMetadataStore(MetadataStore):
                 if e.error != "concurrent_transactions":
                     raise
                 continue
+
+    async def request_leader_resignation(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """Ask the controller to elect another ISR member in this broker's place (dmq's own
+        ``/admin/leader_resignations``: a list of {topic, partition, leader, leader_epoch});
+        the controller ignores an entry whose leader or epoch is no longer current."""
+        path = paths.LEADER_RESIGNATIONS
+        entry = {"topic": topic, "partition": partition, "leader": self.broker_id,
+                 "leader_epoch": leader_epoch}
+        for _ in range(5):
+            current, version = await self.read_admin(path)
+            kept = [e for e in current if (e.get("topic"), e.get("partition")) != (topic, partition)]
+            try:
+                await self.write_admin(path, [*kept, entry], version)
+                return
+            except MetadataError as e:
+                if e.error != "concurrent_transactions":
+                    raise
+        raise MetadataError("concurrent_transactions", f"{path} kept changing; retry")
 
     async def read_assignment(self, topic: str) -> tuple[dict[str, Any], int] | None:
         found = await self.client.get_or_none(paths.topic(topic))

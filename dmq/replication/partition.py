@@ -18,7 +18,12 @@ Invariants:
   follower can never be confirmed into an ISR whose high watermark has
   already passed its log end offset;
 - only eligible replicas (registered, not shutting down: KIP-841) join the ISR;
-- ``acks=all`` and ``min.insync.replicas`` count the confirmed ISR only.
+- ``acks=all`` and ``min.insync.replicas`` count the confirmed ISR only;
+- a leader whose silent followers would take the ISR below
+  ``min.insync.replicas`` while enough of them stay registered to form one
+  without it (it is cut off from them, not they from the cluster) resigns
+  instead, once per leader epoch (``lagging_followers``); it shrinks the ISR
+  as Kafka does only if the controller has not replaced it a lag period later.
 
 ``visible_bytes`` grows by the size of every batch that moves below the high
 watermark (consumers' delayed fetches wait on it); ``appended_bytes`` by every
@@ -89,6 +94,7 @@ class Partition:
         self._write_version = -1  # the state version the change is written against
         self._refused = False  # the store refused it: wait for its newer state
         self._retry_at_ms = 0  # a write with an unknown outcome is retried after this
+        self._resigned_at_ms = 0  # when this leader asked to be replaced in its epoch (0: never)
         self.followers: dict[int, ReplicaState] = {}
         self.high_watermark = log.log_end_offset
         self.visible_bytes = 0
@@ -137,6 +143,7 @@ class Partition:
             self.leader_epoch_start_offset = self.log.log_end_offset
             self.log.leader_epochs.assign(leader_epoch, self.log.log_end_offset)
             self.followers = {}
+            self._resigned_at_ms = 0
         elif version < 0 or version >= self.partition_version:
             self.isr = list(isr)
             self.partition_version = version
@@ -144,7 +151,8 @@ class Partition:
         for r in replicas:
             if r != self.broker_id and r not in self.followers:
                 # Followers in the ISR get a full lag period to show up.
-                self.followers[r] = ReplicaState(last_caught_up_ms=now if r in isr else 0)
+                since = now if r in isr else 0
+                self.followers[r] = ReplicaState(last_caught_up_ms=since, last_fetch_ms=since)
         for r in list(self.followers):
             if r not in replicas:
                 del self.followers[r]
@@ -164,6 +172,7 @@ class Partition:
         self.partition_version = version
         self._clear_isr_change()
         self.followers = {}
+        self._resigned_at_ms = 0
         return changed
 
     # ------------------------------------------------------------- ISR changes
@@ -340,6 +349,47 @@ class Partition:
         leaving = [r for r in self.isr if r != self.broker_id
                    and now - self.followers.get(r, ReplicaState()).last_caught_up_ms > lag_max_ms]
         return [r for r in self.isr if r not in leaving] if leaving else None
+
+    def lagging_followers(self, lag_max_ms: int, resign_after_ms: int,
+                          eligible: Callable[[int], bool] = lambda r: True
+                          ) -> tuple[str, list[int]] | None:
+        """What to do about followers that have not caught up for ``lag_max_ms``:
+        ("shrink", the ISR without them), ("resign", the ISR) or None (nothing, or wait).
+
+        Kafka shrinks the ISR. When that would leave fewer than ``min.insync.replicas``
+        (no acks=all write could succeed) although at least that many other ISR members
+        are ``eligible`` (registered, not shutting down) and every follower dropped has
+        sent no fetch at all for ``lag_max_ms``, this leader is likelier cut off from
+        them than they from the cluster. It then waits until they have been silent for
+        ``resign_after_ms`` (longer than a dead follower's session takes to expire, so
+        dead followers are unregistered by then and it shrinks instead) and resigns,
+        once per leader epoch; should the controller not replace it within a lag
+        period, it shrinks after all.
+        """
+        shrunk = self.isr_after_shrink(lag_max_ms)
+        if shrunk is None or self.pending_isr is not None:
+            return None
+        min_isr = self.min_insync_replicas
+        if len(shrunk) >= min_isr:
+            return "shrink", shrunk
+        others = [r for r in self.isr if r != self.broker_id and eligible(r)]
+        now = now_ms()
+        dropped = [r for r in self.isr if r not in shrunk]
+        silent_ms = min(now - self.followers.get(r, ReplicaState()).last_fetch_ms for r in dropped)
+        if len(others) < min_isr or silent_ms <= lag_max_ms:
+            return "shrink", shrunk  # followers gone, or fetching but slow: as Kafka
+        if self._resigned_at_ms == 0:
+            if silent_ms < resign_after_ms:
+                return None
+            self._resigned_at_ms = now
+            return "resign", list(self.isr)
+        if now - self._resigned_at_ms <= lag_max_ms:
+            return None  # waiting for the controller
+        return "shrink", shrunk
+
+    def resignation_failed(self) -> None:
+        """The request did not reach the controller: ask again next time."""
+        self._resigned_at_ms = 0
 
     # --------------------------------------------------------------- follower
 

@@ -16,7 +16,9 @@ the leader holds and returns the new version, or None when the state moved on
 (the store's watch brings the new one). Until confirmed, the change has no
 effect but to hold the high watermark to the maximal ISR. Only replicas
 ``replica_eligible`` accepts (registered, not shutting down: KIP-841) join.
-With the embedded store the ISR is this broker alone and never changes. The
+A leader that would shrink the ISR below ``min.insync.replicas`` while its
+followers stay registered asks ``resigner`` to have the controller replace it
+instead (``Partition.lagging_followers``). With the embedded store the ISR is this broker alone and never changes. The
 broker's metadata listener calls ``become_leader``/``become_follower``/
 ``remove_partition``. Event-loop thread only.
 
@@ -51,6 +53,8 @@ HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 # (partition, leader epoch, new ISR, expected state version) -> the new version, or None
 # when the store's state moved on; raises when the store cannot be reached.
 IsrWriter = Callable[[Partition, int, list[int], int], Awaitable[int | None]]
+# (partition, leader epoch) -> asks the controller to elect another ISR member
+Resigner = Callable[[Partition, int], Awaitable[None]]
 ISR_RETRY_MS = 500  # after a failed ISR write, the next attempt waits this long
 
 
@@ -77,7 +81,8 @@ class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  isr_writer: IsrWriter | None = None,
                  partition_exists: Callable[[str, int], bool] = lambda topic, index: False,
-                 replica_eligible: Callable[[int], bool] = lambda broker_id: True) -> None:
+                 replica_eligible: Callable[[int], bool] = lambda broker_id: True,
+                 resigner: Resigner | None = None) -> None:
         self.broker_id = broker_id
         self.partition_exists = partition_exists  # in the cluster's metadata, hosted here or not
         self.replica_eligible = replica_eligible  # may join an ISR: registered, not shutting down
@@ -86,6 +91,7 @@ class ReplicaManager:
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.isr_writer = isr_writer
+        self.resigner = resigner
         self._isr_tasks: set[asyncio.Task[None]] = set()
         self._hw_path = os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE)
         self._checkpointed_hw = read_checkpoint(self._hw_path)
@@ -301,18 +307,50 @@ class ReplicaManager:
 
     # ---------------------------------------------------------------------- ISR
 
-    def maybe_shrink_isr(self, lag_max_ms: int) -> None:
-        """Drop followers that have not caught up within ``replica.lag.time.max.ms``;
-        write again the ISR changes whose last write had an unknown outcome."""
+    def maybe_shrink_isr(self, lag_max_ms: int, resign_after_ms: int | None = None) -> None:
+        """Drop followers that have not caught up within ``replica.lag.time.max.ms`` (or
+        resign, when that leaves too few and the followers are fine: ``Partition.
+        lagging_followers``); write again the ISR changes whose last write had an
+        unknown outcome."""
+        if self.isr_writer is None:
+            return
         for partition in list(self.partitions.values()):
-            retry = partition.retry_isr_write() if self.isr_writer is not None else None
+            retry = partition.retry_isr_write()
             if retry is not None:
                 epoch, version, isr = retry
                 self._start_isr_write(partition, epoch, version, isr, "retry")
                 continue
-            shrunk = partition.isr_after_shrink(lag_max_ms)
-            if shrunk is not None:
-                self._change_isr(partition, shrunk, "lagging")
+            decided = partition.lagging_followers(
+                lag_max_ms, resign_after_ms if resign_after_ms is not None else 2 * lag_max_ms,
+                self.replica_eligible if self.resigner is not None else lambda r: False)
+            if decided is None:
+                continue
+            action, isr = decided
+            if action == "shrink":
+                self._change_isr(partition, isr, "lagging")
+            else:
+                self._start_resignation(partition)
+
+    def _start_resignation(self, partition: Partition) -> None:
+        assert self.resigner is not None
+        resigner, epoch = self.resigner, partition.leader_epoch
+        tp = (partition.topic, partition.index)
+        log.warning("%s-%d: no follower has fetched for too long, yet they are registered: "
+                    "this leader seems cut off from them; asking the controller to replace it "
+                    "(leader epoch %d, ISR %s)", *tp, epoch, partition.isr)
+
+        async def resign() -> None:
+            try:
+                await resigner(partition, epoch)
+            except Exception as e:  # noqa: BLE001 - ZooKeeper unreachable: asked again later
+                log.warning("%s-%d: cannot ask to be replaced (%s); asking again later", *tp,
+                            str(e) or type(e).__name__)
+                if partition.leader_epoch == epoch:
+                    partition.resignation_failed()
+
+        task = asyncio.ensure_future(resign())
+        self._isr_tasks.add(task)
+        task.add_done_callback(self._isr_tasks.discard)
 
     def _change_isr(self, partition: Partition, new_isr: list[int], reason: str) -> None:
         if self.isr_writer is None:

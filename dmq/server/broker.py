@@ -166,7 +166,8 @@ class Broker:
         load_s = self.log_manager.load_logs(backend.known_partition)
         self.replica_manager = ReplicaManager(self.broker_id, self.log_manager,
                                               backend.write_isr if self.zk else None,
-                                              backend.partition_exists, backend.replica_eligible)
+                                              backend.partition_exists, backend.replica_eligible,
+                                              backend.resign_leadership if self.zk else None)
         if self.zk is not None:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
                                                   backend.broker_address)
@@ -232,8 +233,12 @@ class Broker:
             assert self.controller is not None
             self._spawn(self.controller.run(self.stopping))
             lag = int(self.config["replica.lag.time.max.ms"])
-            self._spawn(self._every(max(lag // 2, 10),
-                                    lambda: self.replica_manager.maybe_shrink_isr(lag)))
+            # A leader resigns once its followers have been silent for longer than a dead
+            # follower's session takes to expire (ZooKeeper notices within about half a
+            # session more), so that only live, cut-off followers count against it.
+            resign_after = max(lag, int(self.config["zookeeper.session.timeout.ms"]) * 3 // 2 + 1000)
+            self._spawn(self._every(max(min(lag // 2, 1000), 10),
+                                    lambda: self.replica_manager.maybe_shrink_isr(lag, resign_after)))
             backend.reconcile()
         else:
             await self.store.register_broker(info)

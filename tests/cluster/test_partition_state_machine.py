@@ -63,6 +63,18 @@ def test_going_offline_and_back() -> None:
     assert back == s(2, 6, [2])
 
 
+def test_a_resigning_leader_hands_over_to_another_isr_member_and_leaves_the_isr() -> None:
+    f = facts({1, 2, 3})
+    assert elect_leader(Election.RESIGNATION, s(2, 4, [1, 2, 3]), f) == 1  # replica order
+    assert transition_to(s(1, 4, [1, 2, 3]), PartitionStatus.ONLINE, f, Election.RESIGNATION) == \
+        s(2, 5, [2, 3])
+    # Nobody else in the ISR is registered (or all others are shutting down): no change.
+    assert transition_to(s(1, 4, [1, 2]), PartitionStatus.ONLINE, facts({1, 3}),
+                         Election.RESIGNATION) is None
+    assert transition_to(s(1, 4, [1, 2, 3]), PartitionStatus.ONLINE, facts({1, 2, 3}, {2, 3}),
+                         Election.RESIGNATION) is None
+
+
 def test_reconcile_keeps_a_last_isr_member_that_is_shutting_down() -> None:
     assert reconcile_partition(s(1, 4, [1]), facts({1, 2}, {1})) is None
     new, election = reconcile_partition(s(1, 4, [1, 2]), facts({1, 2}, {1})) or (None, None)
@@ -96,3 +108,7 @@ def test_every_transition_keeps_the_invariants(state: PartitionState, live: set[
         elif new.leader >= 0:
             assert unclean and new.isr == [new.leader], "only an unclean election leaves the ISR"
         assert new.leader_epoch == state.leader_epoch + (new.leader != state.leader)
+    resigned = results[0] if election is Election.RESIGNATION else None
+    if resigned is not None:
+        assert resigned.leader != state.leader and resigned.leader in state.isr
+        assert state.leader not in resigned.isr

@@ -45,6 +45,7 @@ class IsrStore:
     failing: bool = False
     lands_before_failing: bool = False
     writes: list[list[int]] = field(default_factory=list)
+    resignations: list[int] = field(default_factory=list)  # leader epochs that asked to go
     _waiting: list[asyncio.Future[None]] = field(default_factory=list)
 
     def hold(self) -> None:
@@ -85,13 +86,21 @@ class IsrStore:
         return self.version
 
 
+    async def resign(self, partition: Partition, leader_epoch: int) -> None:
+        """A leader asks the controller to replace it; fails as writes do."""
+        if self.failing:
+            raise ConnectionError("ZooKeeper connection lost")
+        self.resignations.append(leader_epoch)
+
+
 def replica_manager(path: Path, store: IsrStore | None = None,
                     eligible: Callable[[int], bool] = lambda broker_id: True,
                     topic_configs: dict[str, str] | None = None) -> ReplicaManager:
     """A ReplicaManager of broker 1 on real logs under ``path``."""
     lm = open_log_manager(path, topic_configs)
     return ReplicaManager(1, lm, store.write if store is not None else None,
-                          replica_eligible=eligible)
+                          replica_eligible=eligible,
+                          resigner=store.resign if store is not None else None)
 
 
 async def settle() -> None:

@@ -14,6 +14,8 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 DELETE_TOPICS = "/admin/delete_topics"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+# dmq's own: leaders that lost their followers ask the controller to elect another ISR member.
+LEADER_RESIGNATIONS = "/admin/leader_resignations"
 
 # Created at startup by every broker.
 PERSISTENT_PARENTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, DELETE_TOPICS,
