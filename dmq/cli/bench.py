@@ -14,13 +14,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dmq.cli.common import (
+    Acks,
     Bootstrap,
+    Compression,
     admin_client,
     client_config,
     ensure_reachable,
     fail,
     kafka_error_text,
+    list_topics,
     parse_pairs,
+    resolve_idempotence,
 )
 from dmq.client.producing import produce_waiting
 
@@ -30,7 +34,10 @@ console = Console(stderr=True)
 
 def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> int:
     a = admin_client(bootstrap)
-    md = a.list_topics(timeout=10)
+    try:
+        md = list_topics(a, 10)
+    except KafkaException as e:
+        fail(f"cannot read the cluster's topics: {kafka_error_text(e)}")
     if topic in md.topics and md.topics[topic].error is None:
         return len(md.topics[topic].partitions)
     try:
@@ -68,18 +75,21 @@ def produce(
     num_records: Annotated[int, typer.Option("--num-records", "-n", help="records to produce")] = 1_000_000,
     record_size: Annotated[int, typer.Option("--record-size", "-s", help="bytes per record value")] = 100,
     throughput: Annotated[int, typer.Option("--throughput", help="records/s cap, -1 for none")] = -1,
-    acks: Annotated[str, typer.Option("--acks", help="acks the producer asks for: 0, 1 or all (-1)")] = "1",
+    acks: Annotated[Acks | None, typer.Option("--acks", show_default=False, help="acks the producer asks for [default: all with --idempotence, else 1]")] = None,
     partitions: Annotated[int, typer.Option("--partitions", "-p", help="when the topic is created")] = 1,
-    compression: Annotated[str, typer.Option("--compression", help="none, gzip, snappy, lz4 or zstd")] = "none",
+    compression: Annotated[Compression, typer.Option("--compression", case_sensitive=False, help="compression codec")] = "none",
     linger_ms: Annotated[int, typer.Option("--linger-ms", help="librdkafka linger.ms: how long a batch waits to fill")] = 5,
     batch_size: Annotated[int, typer.Option("--batch-size", help="librdkafka batch.size in bytes")] = 1_000_000,
-    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence", help="enable.idempotence (implies acks=all)")] = False,
+    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence", help="enable.idempotence (needs acks=all, the default with it)")] = False,
     properties: Annotated[list[str] | None, typer.Option("-X", help="librdkafka producer property key=value, repeatable (as kcat -X)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Send records as fast as possible (or at --throughput) and report rate and latency."""
     if num_records <= 0 or record_size < 0:
         fail("--num-records must be positive and --record-size not negative", 2)
+    if acks is None:
+        acks = "all" if idempotence else "1"
+    resolve_idempotence(acks, idempotence)
     _ensure_topic(bootstrap_server, topic, partitions)
     conf = client_config(bootstrap_server, **{
         "acks": acks, "compression.type": compression, "linger.ms": linger_ms,
@@ -150,7 +160,10 @@ def consume(
             "fetch.wait.max.ms": 100, **parse_pairs(properties)}))
     except KafkaException as e:
         fail(f"bad consumer property: {kafka_error_text(e)}", 2)
-    md = consumer.list_topics(timeout=10)
+    try:
+        md = list_topics(consumer, 10)
+    except KafkaException as e:
+        fail(f"cannot read the cluster's topics: {kafka_error_text(e)}")
     t = md.topics.get(topic)
     if t is None or t.error is not None:
         fail(f"topic {topic} does not exist; run `dmq bench produce --topic {topic}` first")

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
 import typer
 from confluent_kafka import KafkaError, KafkaException
@@ -39,10 +39,25 @@ DEBUG_CONTEXTS = "broker,topic,metadata,protocol,msg,fetch,consumer,cgrp,admin"
 # How long ensure_reachable waits for each bootstrap address to accept a connection.
 REACH_TIMEOUT = 3.0
 
+Acks = Literal["0", "1", "all", "-1"]
+Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
+
 
 def fail(message: str, code: int = 1) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(code)
+
+
+def resolve_idempotence(acks: str, idempotence: bool | None) -> bool:
+    """As Kafka's producer (KIP-679): idempotent by default when every in-sync replica
+    acknowledges, not otherwise; asked for explicitly with fewer acks, a usage error."""
+    all_acks = acks in ("all", "-1")
+    if idempotence is None:
+        return all_acks
+    if idempotence and not all_acks:
+        fail(f"--idempotence needs --acks all (got --acks {acks}): a retried batch is only "
+             f"deduplicated when every in-sync replica has it", 2)
+    return idempotence
 
 
 def parse_pairs(items: list[str] | None) -> dict[str, str]:

@@ -9,7 +9,15 @@ from typing import Annotated, Literal, NoReturn
 
 import typer
 
-from dmq.cli.common import VERBOSITY, Bootstrap, exit_on_broken_pipe, parse_pairs
+from dmq.cli.common import (
+    VERBOSITY,
+    Acks,
+    Bootstrap,
+    Compression,
+    exit_on_broken_pipe,
+    parse_pairs,
+    resolve_idempotence,
+)
 from dmq.config import ConfigError
 
 # Plain help (rich markup would eat "[/chroot]" and "[default: ...]"), plain tracebacks
@@ -83,10 +91,6 @@ def server(
     run_server(cfg, log_level)
 
 
-Acks = Literal["0", "1", "all", "-1"]
-Compression = Literal["none", "gzip", "snappy", "lz4", "zstd"]
-
-
 @app.command()
 def produce(
     topic: Annotated[str, typer.Argument(help="topic to produce to")],
@@ -99,13 +103,16 @@ def produce(
     acks: Annotated[Acks, typer.Option("--acks", help="acknowledgements to wait for")] = "all",
     compression: Annotated[Compression, typer.Option(
         "--compression", case_sensitive=False, help="compression codec")] = "none",
-    idempotence: Annotated[bool, typer.Option(
-        "--idempotence/--no-idempotence", help="idempotent producer: no duplicates on retry")] = True,
+    idempotence: Annotated[bool | None, typer.Option(
+        "--idempotence/--no-idempotence", show_default=False,
+        help="idempotent producer: no duplicates on retry (needs --acks all) "
+             "[default: on with --acks all, off otherwise]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Read lines from stdin and produce them as records."""
     from dmq.console.producer import run
 
+    idempotence = resolve_idempotence(acks, idempotence)
     run(bootstrap_server, topic, key_separator, parse_pairs(header), partition, acks,
         compression, idempotence)
 
