@@ -48,8 +48,9 @@ def test_the_readme_marks_its_quickstart() -> None:
 
 def test_every_path_the_readme_names_is_in_the_repository() -> None:
     text = README.read_text()
-    named = set(re.findall(r"`((?:bench|docs|scripts|tests|dmq|\.ci)/[\w./-]+)`", text))
-    named |= set(re.findall(r"\]\(((?:bench|docs|scripts|tests|dmq)/[\w./-]+)\)", text))
+    named = set(re.findall(r"`((?:bench|docs|scripts|tests|dmq|config|\.ci)/[\w./-]+)`", text))
+    named |= set(re.findall(r"\]\(((?:bench|docs|scripts|tests|dmq|config)/[\w./-]+)\)", text))
+    named |= set(re.findall(r"--config ((?:config)/[\w./-]+)", text))
     assert named, "the README names files of the repository"
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, f"the README names files the repository does not have: {missing}"

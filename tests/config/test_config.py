@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from dmq.config import BrokerConfig, ConfigError, ConfigSource, LogConfig, parse_properties
@@ -76,3 +79,21 @@ def test_dynamic_broker_config_validation_names_the_problem() -> None:
         validate_dynamic_broker_configs({"nope": "3"})
     with pytest.raises(ConfigError, match="follower.replication.throttled.rate"):
         validate_dynamic_broker_configs({"follower.replication.throttled.rate": "0"})
+
+
+def test_the_example_server_properties_shows_known_keys_at_their_defaults() -> None:
+    """config/server.properties (named in the README) lists real broker configs, each at
+    dmq's default, and works as a --config file as it is."""
+    path = Path(__file__).resolve().parents[2] / "config" / "server.properties"
+    text = path.read_text()
+    assert BrokerConfig(parse_properties(text)).explicit == {}, "every line is commented out"
+    shown = parse_properties("\n".join(line[1:] for line in text.splitlines()
+                                       if re.match(r"#[a-z]", line)))
+    assert len(shown) >= 20
+    config = BrokerConfig(shown)
+    assert config.unknown == []
+    examples = {"zookeeper.connect", "advertised.listeners"}  # no default: an example value
+    defaults = BrokerConfig()
+    for key, raw in shown.items():
+        if key not in examples:
+            assert config[key] == defaults[key], f"{key}={raw} is not dmq's default {defaults[key]!r}"
