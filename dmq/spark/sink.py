@@ -61,8 +61,10 @@ class _Writer:
         from confluent_kafka import KafkaException, Producer
 
         errors: list[str] = []
+        # Quiet unless the user asks for librdkafka's log (kafka.log_level): failures reach
+        # Spark as this task's exception, not as raw client lines on the terminal.
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
-                             "acks": "all", "linger.ms": 5, **self.extra})
+                             "acks": "all", "linger.ms": 5, "log_level": 0, **self.extra})
 
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None and len(errors) < 5:

@@ -127,7 +127,10 @@ class SourceConfig:
                       ("kafka.bootstrap.servers", "kafka.group.id", "kafka.enable.auto.commit")}
 
     def client_conf(self) -> dict[str, Any]:
-        return {"socket.timeout.ms": 30000, **self.extra, "bootstrap.servers": self.bootstrap,
+        # Quiet unless the user asks for librdkafka's log (kafka.log_level): errors reach
+        # Spark as exceptions, not as raw client lines on the terminal.
+        return {"socket.timeout.ms": 30000, "log_level": 0, **self.extra,
+                "bootstrap.servers": self.bootstrap,
                 "group.id": f"dmq-spark-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
 
 

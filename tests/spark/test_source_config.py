@@ -70,3 +70,24 @@ def test_a_read_whose_broker_is_gone_fails_within_poll_timeout() -> None:
 def test_poll_timeout_must_be_a_positive_integer() -> None:
     with pytest.raises(DmqSourceError, match="kafkaConsumer.pollTimeoutMs must be an integer"):
         SourceConfig({"bootstrap.servers": "h:1", "subscribe": "t", "kafkaConsumer.pollTimeoutMs": "soon"})
+
+
+def test_a_read_from_an_unreachable_broker_prints_no_client_log_lines() -> None:
+    """librdkafka writes its own log lines to stderr (``%3|...|FAIL|...``); the source keeps
+    them off unless ``kafka.log_level`` asks for them, and fails with its own error."""
+    import subprocess
+    import sys
+
+    from support.cli import closed_port
+
+    code = (
+        "from dmq.spark.source import RangePartition, SourceConfig, read_range\n"
+        f"cfg = SourceConfig({{'bootstrap.servers': '127.0.0.1:{closed_port()}', 'subscribe': 't',"
+        " 'kafkaConsumer.pollTimeoutMs': '3000'})\n"
+        "try:\n"
+        "    list(read_range(cfg, RangePartition('t', 0, 0, 10)))\n"
+        "except RuntimeError as e:\n"
+        "    print('failed:', e)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "failed: reading t-0: nothing from 127.0.0.1" in res.stdout, res.stdout + res.stderr
+    assert "%3|" not in res.stderr and "FAIL" not in res.stderr, res.stderr
