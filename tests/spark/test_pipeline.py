@@ -186,3 +186,53 @@ def test_pipeline_without_java_says_how_to_install_java_17(tmp_path: Path) -> No
                              capture_output=True, text=True, timeout=60, env=env)
     assert (res.returncode, res.stderr.splitlines()) == (1, [
         "error: no java on PATH; Spark needs Java 17 or newer: apt-get install openjdk-17-jre-headless"])
+
+
+def test_generate_counts_only_lines_the_broker_acknowledged(broker: BrokerProcess) -> None:
+    """Issue 10, bug 5: the "generated" counter counted lines handed to the client, delivered
+    or not. A topic whose max.message.bytes refuses most batches: generate fails naming how
+    many lines were not delivered, and every count it reported is a count of records the
+    topic holds."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "gen-refused"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": "300"})])[topic].result(30)
+    lines = pipeline.make_lines(500, minutes=1, seed=3)
+    progress: list[int] = []
+    with pytest.raises(RuntimeError, match=r"of 500 log lines were not delivered"):
+        pipeline.generate(broker.bootstrap, topic, lines, rate=0, on_progress=progress.append)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "gen-refused-probe", "log_level": 0})
+    try:
+        in_topic = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        c.close()
+    assert progress and max(progress) == progress[-1] == in_topic < 500
+
+
+def test_verify_refuses_success_when_a_sink_misses_a_line(spark, broker: BrokerProcess,  # noqa: ANN001
+                                                         tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 10, bug 5: success is only reported after checking. Parquet counts one line short
+    in one window: the run fails, naming the output and how many windows differ."""
+    from datetime import timedelta
+
+    with capsys.disabled():  # the module builds its console from the real stdout
+        from dmq.cli.pipeline import _Run, _verify
+
+    lines = pipeline.make_lines(200, minutes=2, seed=5)
+    want_status, want_path = pipeline.expected_counts(lines)
+    output = tmp_path / "out"
+    for name, counts in (("by_status", want_status), ("by_path", want_path)):
+        rows = [(w, w + timedelta(minutes=1), str(k), c, 0) for (w, k), c in counts.items()]
+        if name == "by_path":
+            w, w_end, k, c, b = rows[0]
+            rows[0] = (w, w_end, k, c - 1, b)  # one line missing from one window
+        spark.createDataFrame(rows, pipeline.COUNTS_SCHEMA).write.parquet(str(output / name))
+    with pytest.raises(SystemExit) as exit_info:
+        _verify(spark, _Run(broker.bootstrap, len(lines), None), (want_status, want_path),
+                str(output), "verify-missing", "earliest", {})
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert f"the counts in {output}/by_path differ from those of the delivered lines in 1 of " in err, err
+    assert "199 lines counted" in err, err
