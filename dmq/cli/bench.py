@@ -26,9 +26,10 @@ from dmq.cli.common import (
     parse_pairs,
     resolve_idempotence,
 )
+from dmq.cli.help import Typer
 from dmq.client.producing import produce_waiting
 
-app = typer.Typer(help="Measure produce and consume throughput.", no_args_is_help=True)
+app = Typer(help="Measure produce and consume throughput.", no_args_is_help=True)
 console = Console(stderr=True)
 
 
@@ -71,17 +72,31 @@ def _summary(title: str, rows: list[tuple[str, str]]) -> None:
 
 @app.command()
 def produce(
-    topic: Annotated[str, typer.Option("--topic", "-t", help="topic to write (created when missing)")] = "dmq-bench",
-    num_records: Annotated[int, typer.Option("--num-records", "-n", help="records to produce")] = 1_000_000,
-    record_size: Annotated[int, typer.Option("--record-size", "-s", help="bytes per record value")] = 100,
-    throughput: Annotated[int, typer.Option("--throughput", help="records/s cap, -1 for none")] = -1,
-    acks: Annotated[Acks | None, typer.Option("--acks", show_default=False, help="acks the producer asks for [default: all with --idempotence, else 1]")] = None,
-    partitions: Annotated[int, typer.Option("--partitions", "-p", help="when the topic is created")] = 1,
-    compression: Annotated[Compression, typer.Option("--compression", case_sensitive=False, help="compression codec")] = "none",
-    linger_ms: Annotated[int, typer.Option("--linger-ms", help="librdkafka linger.ms: how long a batch waits to fill")] = 5,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="librdkafka batch.size in bytes")] = 1_000_000,
-    idempotence: Annotated[bool, typer.Option("--idempotence/--no-idempotence", help="enable.idempotence (needs acks=all, the default with it)")] = False,
-    properties: Annotated[list[str] | None, typer.Option("-X", help="librdkafka producer property key=value, repeatable (as kcat -X)")] = None,
+    topic: Annotated[str, typer.Option(
+        "--topic", "-t", metavar="TOPIC", help="topic to write (created when missing)")] = "dmq-bench",
+    num_records: Annotated[int, typer.Option(
+        "--num-records", "-n", metavar="N", help="records to produce")] = 1_000_000,
+    record_size: Annotated[int, typer.Option(
+        "--record-size", "-s", metavar="BYTES", help="bytes per record value")] = 100,
+    throughput: Annotated[int, typer.Option(
+        "--throughput", metavar="N", help="records/s cap, -1 for none")] = -1,
+    acks: Annotated[Acks | None, typer.Option(
+        "--acks", show_default=False, metavar="[0|1|all|-1]",
+        help="acks the producer asks for [default: all with --idempotence, else 1]")] = None,
+    partitions: Annotated[int, typer.Option(
+        "--partitions", "-p", metavar="N", help="partitions of the topic when it is created")] = 1,
+    compression: Annotated[Compression, typer.Option(
+        "--compression", case_sensitive=False, metavar="[none|gzip|snappy|lz4|zstd]",
+        help="compression codec")] = "none",
+    linger_ms: Annotated[int, typer.Option(
+        "--linger-ms", metavar="MS", help="librdkafka linger.ms: how long a batch waits to fill")] = 5,
+    batch_size: Annotated[int, typer.Option(
+        "--batch-size", metavar="BYTES", help="librdkafka batch.size")] = 1_000_000,
+    idempotence: Annotated[bool, typer.Option(
+        "--idempotence/--no-idempotence",
+        help="enable.idempotence (needs acks=all, the default with it)")] = False,
+    properties: Annotated[list[str] | None, typer.Option(
+        "-X", metavar="KEY=VALUE", help="librdkafka producer property, repeatable (as kcat -X)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Send records as fast as possible (or at --throughput) and report rate and latency."""
@@ -146,10 +161,14 @@ def produce(
 
 @app.command()
 def consume(
-    topic: Annotated[str, typer.Option("--topic", "-t", help="topic to read from the beginning")] = "dmq-bench",
-    messages: Annotated[int, typer.Option("--messages", "-n", help="records to consume")] = 1_000_000,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="give up after this many seconds")] = 120,
-    properties: Annotated[list[str] | None, typer.Option("-X", help="librdkafka consumer property key=value, repeatable (as kcat -X)")] = None,
+    topic: Annotated[str, typer.Option(
+        "--topic", "-t", metavar="TOPIC", help="topic to read from the beginning")] = "dmq-bench",
+    messages: Annotated[int, typer.Option(
+        "--messages", "-n", metavar="N", help="records to consume")] = 1_000_000,
+    timeout_s: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="give up after this many seconds")] = 120,
+    properties: Annotated[list[str] | None, typer.Option(
+        "-X", metavar="KEY=VALUE", help="librdkafka consumer property, repeatable (as kcat -X)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Read records from the beginning of every partition and report the rate."""

@@ -38,9 +38,10 @@ from rich.table import Table
 from rich.text import Text
 
 from dmq.cli.common import admin_client, fail, list_topics, make_console
+from dmq.cli.help import Typer
 from dmq.cluster.metadata import INTERNAL_TOPICS
 
-app = typer.Typer(help="Run a local cluster and inspect clusters.", no_args_is_help=True)
+app = Typer(help="Run a local cluster and inspect clusters.", no_args_is_help=True)
 console = make_console()
 
 _MARKS = {"ok": ("✓", "green"), "warn": ("!", "yellow"), "error": ("✗", "red")}

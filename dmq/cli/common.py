@@ -20,8 +20,8 @@ from rich.console import Console
 T = TypeVar("T")
 
 Bootstrap = Annotated[str, typer.Option(
-    "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER",
-    help="broker HOST:PORT[,HOST:PORT...] to connect to")]
+    "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER", metavar="HOST:PORT",
+    help="broker(s) to connect to, comma-separated")]
 
 
 @dataclass

@@ -9,13 +9,14 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from rich.table import Table
 
 from dmq.cli.common import Bootstrap, admin_client, fail, make_console, result
+from dmq.cli.help import Typer
 
-app = typer.Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
+app = Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
 console = make_console()
 
-Topic = Annotated[str | None, typer.Option("--topic", "-t", help="a topic's configs")]
+Topic = Annotated[str | None, typer.Option("--topic", "-t", metavar="TOPIC", help="a topic's configs")]
 Broker = Annotated[int | None, typer.Option(
-    "--broker", help="a broker's configs (by broker id; --broker-defaults for the cluster-wide default)")]
+    "--broker", metavar="ID", help="a broker's configs (--broker-defaults for the cluster-wide defaults)")]
 BrokerDefaults = Annotated[bool, typer.Option(
     "--broker-defaults", help="the dynamic defaults every broker of the cluster uses")]
 
@@ -80,9 +81,9 @@ def alter(
     broker: Broker = None,
     broker_defaults: BrokerDefaults = False,
     set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="config key=value to set, repeatable (kafka-configs.sh --add-config)")] = None,
+        "--set", metavar="KEY=VALUE", help="config to set, repeatable (kafka-configs.sh --add-config)")] = None,
     delete: Annotated[list[str] | None, typer.Option(
-        "--delete", help="config to remove so its default applies, repeatable (--delete-config)")] = None,
+        "--delete", metavar="KEY", help="config to remove so its default applies, repeatable (--delete-config)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Set or delete configs of a topic or broker (incrementally: others stay as they are)."""

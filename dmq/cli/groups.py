@@ -11,8 +11,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.table import Table
 
 from dmq.cli.common import Bootstrap, admin_client, fail, list_topics, make_console, result
+from dmq.cli.help import Typer
 
-app = typer.Typer(help="Manage consumer groups.", no_args_is_help=True)
+app = Typer(help="Manage consumer groups.", no_args_is_help=True)
 console = make_console()
 
 
@@ -75,7 +76,8 @@ def _num(v: int | None) -> str:
 
 @app.command()
 def describe(
-    group: Annotated[str | None, typer.Argument(help="the group (or --all-groups)")] = None,
+    group: Annotated[str | None, typer.Argument(
+        metavar="GROUP", help="consumer group to describe (or --all-groups)")] = None,
     all_groups: Annotated[bool, typer.Option("--all-groups", help="describe every group")] = False,
     members: Annotated[bool, typer.Option(
         "--members", help="show the members (id, host, client id, partitions) instead of offsets")] = False,
@@ -140,7 +142,10 @@ def describe(
 
 
 @app.command()
-def delete(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
+def delete(
+    group: Annotated[str, typer.Argument(metavar="GROUP", help="consumer group to delete")],
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
     """Delete an empty group and its committed offsets."""
     a = admin_client(bootstrap_server)
     result(a.delete_consumer_groups([group])[group], f"cannot delete group {group}")
@@ -149,13 +154,20 @@ def delete(group: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
 
 @app.command("reset-offsets")
 def reset_offsets(
-    group: Annotated[str, typer.Option("--group", "-g", help="the consumer group whose offsets move")],
-    topic: Annotated[str, typer.Option("--topic", "-t", help="TOPIC or TOPIC:P1,P2")],
+    group: Annotated[str, typer.Option(
+        "--group", "-g", metavar="GROUP", help="the consumer group whose offsets move")],
+    topic: Annotated[str, typer.Option(
+        "--topic", "-t", metavar="TOPIC[:P1,P2]", help="the topic, or some of its partitions")],
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="to each partition's log start offset")] = False,
     to_latest: Annotated[bool, typer.Option("--to-latest", help="to each partition's log end offset")] = False,
-    to_offset: Annotated[int | None, typer.Option("--to-offset", help="to this offset (clamped to each partition's range)")] = None,
-    to_datetime: Annotated[str | None, typer.Option("--to-datetime", help="ISO 8601, e.g. 2026-01-02T03:04:05")] = None,
-    shift_by: Annotated[int | None, typer.Option("--shift-by", help="by this many records from the committed offset (negative: back)")] = None,
+    to_offset: Annotated[int | None, typer.Option(
+        "--to-offset", metavar="OFFSET", help="to this offset (clamped to each partition's range)")] = None,
+    to_datetime: Annotated[str | None, typer.Option(
+        "--to-datetime", metavar="DATETIME",
+        help="to the first offset at or after this time, ISO 8601 like 2026-01-02T03:04:05 "
+             "(local time unless it ends in Z or +HH:MM)")] = None,
+    shift_by: Annotated[int | None, typer.Option(
+        "--shift-by", metavar="N", help="by N records from the committed offset (negative: back)")] = None,
     execute: Annotated[bool, typer.Option("--execute", help="apply; without it this is a dry run")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:

@@ -18,12 +18,13 @@ from dmq.cli.common import (
     parse_pairs,
     resolve_idempotence,
 )
+from dmq.cli.help import Typer
 from dmq.config import ConfigError
 
 # Plain help (rich markup would eat "[/chroot]" and "[default: ...]"), plain tracebacks
 # (main() turns unexpected errors into one line; --debug shows them whole).
-app = typer.Typer(help="dmq: a Kafka-compatible message queue in Python.", no_args_is_help=True,
-                  add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
+app = Typer(help="dmq: a Kafka-compatible message queue in Python.", no_args_is_help=True,
+            add_completion=False, rich_markup_mode=None, pretty_exceptions_enable=False)
 
 
 def dmq_version() -> str:
@@ -61,23 +62,24 @@ LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 @app.command()
 def server(
     listen: Annotated[str | None, typer.Option(
-        "--listen", help="HOST:PORT to listen on (listeners) [default: 127.0.0.1:9092]")] = None,
+        "--listen", metavar="HOST:PORT", help="address to listen on (listeners) [default: 127.0.0.1:9092]")] = None,
     advertised_listener: Annotated[str | None, typer.Option(
-        "--advertised-listener", help="HOST:PORT given to clients (advertised.listeners) "
+        "--advertised-listener", metavar="HOST:PORT", help="address given to clients (advertised.listeners) "
                                       "[default: the address listened on]")] = None,
     data_dir: Annotated[str | None, typer.Option(
-        "--data-dir", help="data directory (log.dirs) [default: ./dmq-data]")] = None,
+        "--data-dir", metavar="DIR", help="data directory (log.dirs) [default: ./dmq-data]")] = None,
     config: Annotated[str | None, typer.Option(
-        "--config", help="Kafka-style key=value broker config file")] = None,
+        "--config", metavar="FILE", help="Kafka-style key=value broker config file (server.properties)")] = None,
     override: Annotated[list[str] | None, typer.Option(
-        "--override", help="key=value broker config, repeatable")] = None,
+        "--override", metavar="KEY=VALUE", help="broker config, repeatable")] = None,
     broker_id: Annotated[int | None, typer.Option(
-        "--broker-id", help="broker id (broker.id) [default: 0]")] = None,
+        "--broker-id", metavar="ID", help="broker id (broker.id) [default: 0]")] = None,
     zookeeper: Annotated[str | None, typer.Option(
-        "--zookeeper", help="HOST:PORT[,HOST:PORT...][/chroot]: join a ZooKeeper-coordinated "
+        "--zookeeper", metavar="HOST:PORT[/CHROOT]", help="HOST:PORT[,HOST:PORT...][/chroot]: join a ZooKeeper-coordinated "
                             "cluster (zookeeper.connect)")] = None,
     log_level: Annotated[LogLevel, typer.Option(
-        "--log-level", case_sensitive=False, help="broker log level")] = "info",
+        "--log-level", case_sensitive=False, metavar="[debug|info|warning|error|critical]",
+        help="broker log level")] = "info",
 ) -> None:
     """Run a dmq broker: alone with embedded metadata, or in a cluster with --zookeeper."""
     from dmq.cli.server import build_config, run_server
@@ -93,16 +95,18 @@ def server(
 
 @app.command()
 def produce(
-    topic: Annotated[str, typer.Argument(help="topic to produce to")],
+    topic: Annotated[str, typer.Argument(metavar="TOPIC", help="topic to produce to")],
     key_separator: Annotated[str | None, typer.Option(
-        "--key-separator", help="split each line into key and value at the first SEP")] = None,
+        "--key-separator", metavar="SEP", help="split each line into key and value at the first SEP")] = None,
     header: Annotated[list[str] | None, typer.Option(
-        "--header", "-H", help="key=value header on every record, repeatable")] = None,
+        "--header", "-H", metavar="KEY=VALUE", help="header on every record, repeatable")] = None,
     partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", help="produce every record to this partition [default: by key]")] = None,
-    acks: Annotated[Acks, typer.Option("--acks", help="acknowledgements to wait for")] = "all",
+        "--partition", "-p", metavar="PARTITION", help="produce every record to this partition [default: by key]")] = None,
+    acks: Annotated[Acks, typer.Option(
+        "--acks", metavar="[0|1|all|-1]", help="acknowledgements to wait for (-1 is all)")] = "all",
     compression: Annotated[Compression, typer.Option(
-        "--compression", case_sensitive=False, help="compression codec")] = "none",
+        "--compression", case_sensitive=False, metavar="[none|gzip|snappy|lz4|zstd]",
+        help="compression codec")] = "none",
     idempotence: Annotated[bool | None, typer.Option(
         "--idempotence/--no-idempotence", show_default=False,
         help="idempotent producer: no duplicates on retry (needs --acks all) "
@@ -119,24 +123,24 @@ def produce(
 
 @app.command()
 def consume(
-    topic: Annotated[str, typer.Argument(help="topic to read")],
+    topic: Annotated[str, typer.Argument(metavar="TOPIC", help="topic to read")],
     from_beginning: Annotated[bool, typer.Option(
         "--from-beginning", help="start at the earliest record [default: only new records]")] = False,
     partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", help="read only this partition [default: all]")] = None,
+        "--partition", "-p", metavar="PARTITION", help="read only this partition [default: all]")] = None,
     offset: Annotated[int | None, typer.Option(
-        "--offset", "-o", help="start offset (with --partition)")] = None,
+        "--offset", "-o", metavar="OFFSET", help="start offset (with --partition)")] = None,
     max_messages: Annotated[int | None, typer.Option(
-        "--max-messages", "-n", min=1, help="exit after this many records [default: no limit]")] = None,
+        "--max-messages", "-n", min=1, metavar="N", help="exit after this many records [default: no limit]")] = None,
     print_key: Annotated[bool, typer.Option("--print-key", help="print each record's key")] = False,
     print_headers: Annotated[bool, typer.Option(
         "--print-headers", help="print each record's headers as k=v,k=v")] = False,
     print_offset: Annotated[bool, typer.Option(
         "--print-offset", help="print each record's PARTITION:OFFSET")] = False,
     separator: Annotated[str, typer.Option(
-        "--separator", show_default="TAB", help="between printed fields")] = "\t",
+        "--separator", show_default="TAB", metavar="SEP", help="between printed fields")] = "\t",
     timeout_ms: Annotated[int | None, typer.Option(
-        "--timeout-ms", min=0, help="exit after this long without records [default: never]")] = None,
+        "--timeout-ms", min=0, metavar="MS", help="exit after this long without records [default: never]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Print records to stdout."""

@@ -21,11 +21,12 @@ from kio.schema.errors import ErrorCode
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dmq.cli.common import Bootstrap, connect_first, fail, make_console
+from dmq.cli.help import Typer
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
 
-app = typer.Typer(help="Move partitions between brokers and elect leaders.", no_args_is_help=True,
-                  rich_markup_mode=None, pretty_exceptions_enable=False)
+app = Typer(help="Move partitions between brokers and elect leaders.", no_args_is_help=True,
+            pretty_exceptions_enable=False)
 console = make_console()
 
 
@@ -69,14 +70,27 @@ def _moving_to(c: WireClient, targets: dict[tuple[str, int], list[int]]) -> list
 
 @app.command()
 def reassign(
-    topic: Annotated[str | None, typer.Option("--topic", "-t", help="topic of the partition to move")] = None,
-    partition: Annotated[int | None, typer.Option("--partition", "-p", help="partition to move")] = None,
-    replicas: Annotated[str | None, typer.Option("--replicas", "-r", help="new replicas, e.g. 2,3,4 (the first is preferred leader)")] = None,
-    plan: Annotated[str | None, typer.Option("--plan", help='Kafka reassignment JSON: {"partitions":[{"topic","partition","replicas"}]}')] = None,
+    topic: Annotated[str | None, typer.Option(
+        "--topic", "-t", metavar="TOPIC", help="topic of the partition to move")] = None,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", "-p", metavar="PARTITION", help="partition to move")] = None,
+    replicas: Annotated[str | None, typer.Option(
+        "--replicas", "-r", metavar="IDS",
+        help="new replicas' broker ids, e.g. 2,3,4 (the first is the preferred leader)")] = None,
+    plan: Annotated[str | None, typer.Option(
+        "--plan", metavar="FILE",
+        help='a reassignment plan in Kafka\'s JSON (kafka-reassign-partitions.sh '
+             '--reassignment-json-file): {"partitions": [{"topic": T, "partition": P, '
+             '"replicas": [IDS]}, ...]}')] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="show progress until done")] = True,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="seconds to wait for completion")] = 600,
-    throttle: Annotated[int | None, typer.Option("--throttle", min=1, help="bytes/s each receiving broker may copy; removed when done")] = None,
-    cancel: Annotated[bool, typer.Option("--cancel", help="stop the moves in progress of these partitions; they go back to their replicas before the move")] = False,
+    timeout_s: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="seconds to wait for completion")] = 600,
+    throttle: Annotated[int | None, typer.Option(
+        "--throttle", min=1, metavar="BYTES_PER_S",
+        help="bytes/s each receiving broker may copy; removed when done")] = None,
+    cancel: Annotated[bool, typer.Option(
+        "--cancel", help="stop the moves in progress of these partitions; they go back to their "
+                         "replicas before the move")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Move partitions to other brokers while they keep serving."""
@@ -151,8 +165,9 @@ def reassign(
 
 @app.command()
 def throttle(
-    brokers: Annotated[str, typer.Option("--brokers", help="broker ids, e.g. 2,3")],
-    rate: Annotated[int | None, typer.Option("--rate", min=1, help="bytes/s for replicas being added")] = None,
+    brokers: Annotated[str, typer.Option("--brokers", metavar="IDS", help="broker ids, e.g. 2,3")],
+    rate: Annotated[int | None, typer.Option(
+        "--rate", min=1, metavar="BYTES_PER_S", help="bytes/s for replicas being added")] = None,
     clear: Annotated[bool, typer.Option("--clear", help="remove the throttle")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
@@ -170,9 +185,11 @@ def throttle(
 
 @app.command("elect-leaders")
 def elect_leaders(
-    topic: Annotated[str | None, typer.Option("--topic", "-t", help="only this topic")] = None,
+    topic: Annotated[str | None, typer.Option(
+        "--topic", "-t", metavar="TOPIC", help="only this topic [default: every topic]")] = None,
     partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", help="only this partition of --topic [default: all]")] = None,
+        "--partition", "-p", metavar="PARTITION",
+        help="only this partition of --topic [default: all of them]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Move leadership back to each partition's preferred (first) replica."""

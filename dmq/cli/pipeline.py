@@ -34,8 +34,9 @@ from dmq.cli.common import (
     make_console,
     reach_reason,
 )
+from dmq.cli.help import Typer
 
-app = typer.Typer(help="Run data pipelines on Spark.", no_args_is_help=True)
+app = Typer(help="Run data pipelines on Spark.", no_args_is_help=True)
 console = make_console()
 
 JAVA_HINT = "Spark needs Java 17 or newer: apt-get install openjdk-17-jre-headless"
@@ -174,17 +175,23 @@ def _start_spark(quiet: bool) -> tuple[Any, str | None]:
 
 @app.command("run")
 def run(
-    name: Annotated[str, typer.Argument(help="pipeline to run: access-logs")] = "access-logs",
-    topic: Annotated[str, typer.Option("--topic", help="topic the generated access-log lines go to")] = "access-logs",
-    lines: Annotated[int, typer.Option("--lines", "-n", help="log lines to generate")] = 20_000,
-    minutes: Annotated[int, typer.Option("--minutes", help="event-time span of the lines")] = 10,
-    rate: Annotated[float, typer.Option("--rate", help="lines per second, 0 for as fast as possible")] = 2000,
-    output: Annotated[str, typer.Option("--output", help="directory for the Parquet results")] = "./pipeline-output",
+    name: Annotated[str, typer.Argument(
+        metavar="PIPELINE", help="pipeline to run: access-logs")] = "access-logs",
+    topic: Annotated[str, typer.Option(
+        "--topic", metavar="TOPIC", help="topic the generated access-log lines go to")] = "access-logs",
+    lines: Annotated[int, typer.Option("--lines", "-n", metavar="N", help="log lines to generate")] = 20_000,
+    minutes: Annotated[int, typer.Option(
+        "--minutes", metavar="N", help="event-time span of the lines, in minutes")] = 10,
+    rate: Annotated[float, typer.Option(
+        "--rate", metavar="LINES_PER_S", help="lines per second, 0 for as fast as possible")] = 2000,
+    output: Annotated[str, typer.Option(
+        "--output", metavar="DIR", help="directory for the Parquet results")] = "./pipeline-output",
     checkpoint: Annotated[str | None, typer.Option(
-        "--checkpoint", help="Spark checkpoint directory [default: OUTPUT/_checkpoint]")] = None,
+        "--checkpoint", metavar="DIR", help="Spark checkpoint directory [default: OUTPUT/_checkpoint]")] = None,
     reset: Annotated[bool, typer.Option(
         "--reset", help="delete an earlier run's results and checkpoint (only those) first")] = False,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="give up after this many seconds")] = 900,
+    timeout_s: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", help="give up after this many seconds")] = 900,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Generate access-log lines into a topic and count them per minute with Spark Structured Streaming.

@@ -26,8 +26,9 @@ from dmq.cli.common import (
     parse_pairs,
     result,
 )
+from dmq.cli.help import Typer
 
-app = typer.Typer(help="Manage topics.", no_args_is_help=True)
+app = Typer(help="Manage topics.", no_args_is_help=True)
 console = make_console()
 
 
@@ -39,10 +40,14 @@ def _wait(futures: dict, what: str) -> None:
 
 @app.command()
 def create(
-    name: str,
-    partitions: Annotated[int, typer.Option("--partitions", "-p", help="number of partitions (-1: broker default)")] = -1,
-    replication_factor: Annotated[int, typer.Option("--replication-factor", "-r", help="-1: broker default")] = -1,
-    config: Annotated[list[str] | None, typer.Option("--config", "-c", help="topic config key=value, repeatable")] = None,
+    name: Annotated[str, typer.Argument(metavar="TOPIC", help="name of the topic to create")],
+    partitions: Annotated[int, typer.Option(
+        "--partitions", "-p", metavar="N", help="number of partitions (-1: the broker's num.partitions)")] = -1,
+    replication_factor: Annotated[int, typer.Option(
+        "--replication-factor", "-r", metavar="N",
+        help="copies of each partition (-1: the broker's default.replication.factor)")] = -1,
+    config: Annotated[list[str] | None, typer.Option(
+        "--config", "-c", metavar="KEY=VALUE", help="topic config, repeatable")] = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="succeed when the topic already exists")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
@@ -93,7 +98,8 @@ def _topic_ids(a: Any, names: list[str]) -> dict[str, str]:
 
 @app.command()
 def describe(
-    name: Annotated[str | None, typer.Argument(help="topic (all topics when left out)")] = None,
+    name: Annotated[str | None, typer.Argument(
+        metavar="TOPIC", help="topic to describe [default: all topics]", show_default=False)] = None,
     under_replicated: Annotated[bool, typer.Option(
         "--under-replicated-partitions", help="only partitions whose ISR is smaller than their replicas")] = False,
     unavailable: Annotated[bool, typer.Option(
@@ -155,7 +161,10 @@ def describe(
 
 
 @app.command()
-def delete(name: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
+def delete(
+    name: Annotated[str, typer.Argument(metavar="TOPIC", help="topic to delete")],
+    bootstrap_server: Bootstrap = "127.0.0.1:9092",
+) -> None:
     """Delete a topic and its data."""
     a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
     _wait(a.delete_topics([name]), "deleting topic")
@@ -164,10 +173,13 @@ def delete(name: str, bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
 
 @app.command()
 def alter(
-    name: str,
-    partitions: Annotated[int | None, typer.Option("--partitions", "-p", help="new (larger) partition count")] = None,
-    config: Annotated[list[str] | None, typer.Option("--config", "-c", help="set key=value, repeatable")] = None,
-    delete_config: Annotated[list[str] | None, typer.Option("--delete-config", help="remove an override, repeatable")] = None,
+    name: Annotated[str, typer.Argument(metavar="TOPIC", help="topic to change")],
+    partitions: Annotated[int | None, typer.Option(
+        "--partitions", "-p", metavar="N", help="new (larger) partition count")] = None,
+    config: Annotated[list[str] | None, typer.Option(
+        "--config", "-c", metavar="KEY=VALUE", help="config override to set, repeatable")] = None,
+    delete_config: Annotated[list[str] | None, typer.Option(
+        "--delete-config", metavar="KEY", help="config override to remove, repeatable")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Add partitions or change config overrides."""

@@ -1,7 +1,10 @@
-"""Every command's --help works and documents every option (issue 10)."""
+"""Every command's --help works and documents every option and argument, with metavars a
+Kafka or rpk user reads at a glance (TOPIC, HOST:PORT, KEY=VALUE), wrapped between words
+(issue 10)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +29,16 @@ def _options(cmd: Any) -> list[Any]:
     return [p for p in cmd.params if p.param_type_name == "option" and p.name != "help"]
 
 
+def _arguments(cmd: Any) -> list[Any]:
+    return [p for p in cmd.params if p.param_type_name == "argument"]
+
+
+# What typer shows for a parameter without a metavar of its own: <str>, <int>, <list[str]>,
+# <int range>, <float>; and {name} for a required argument in the usage line.
+TYPE_METAVAR = re.compile(r"<(?:str|int|float|bool|list\[\w+\]|\w+ range|path)>")
+BRACED_ARGUMENT = re.compile(r"\{\w+\}")
+
+
 def test_every_command_help() -> None:
     root = typer.main.get_command(app)
     runner = CliRunner()
@@ -41,6 +54,11 @@ def test_every_command_help() -> None:
             continue
         if "<bool>" in res.output:
             problems.append(f"{where} --help shows <bool>")
+        for found in sorted(set(TYPE_METAVAR.findall(res.output))):
+            problems.append(f"{where} --help shows the type metavar {found}")
+        usage = res.output.split("\n\n", 1)[0]
+        if BRACED_ARGUMENT.search(usage):
+            problems.append(f"{where} --help usage shows {BRACED_ARGUMENT.search(usage).group()}: {usage!r}")
         if "\\[" in res.output:  # a Rich markup escape, printed literally in plain help
             problems.append(f"{where} --help shows a stray backslash: {res.output[res.output.index(chr(92)) - 40:][:80]!r}")
         ctx = cmd.context_class(cmd, info_name=path[-1] if path else "dmq")
@@ -48,6 +66,8 @@ def test_every_command_help() -> None:
             name = f"{' '.join(path)} {opt.opts[0]}".strip()
             if not (opt.help or "").strip():
                 missing.add(name)
+            if not opt.is_flag and not opt.count and not opt.metavar:
+                problems.append(f"{name} has no metavar (typer shows its type)")
             default = opt.default
             if default is not None and not opt.is_flag and not (opt.multiple and not default):
                 record = opt.get_help_record(ctx)
@@ -55,8 +75,17 @@ def test_every_command_help() -> None:
                 # "[default: X]", or "[env var: NAME; default: X]"
                 if "default: " not in text or "default: " not in " ".join(res.output.split()):
                     problems.append(f"{name} has default {default!r} but its help does not show it")
+        for arg in _arguments(cmd):
+            name = f"{' '.join(path)} {arg.name}"
+            if not (arg.help or "").strip():
+                missing.add(name)
+            if not arg.metavar or not arg.metavar.isupper():
+                problems.append(f"{name}: an argument is named by an upper-case metavar like TOPIC, "
+                                f"got {arg.metavar!r}")
+            elif not re.search(rf"^  {re.escape(arg.metavar)}  \S", res.output, re.MULTILINE):
+                problems.append(f"{where} --help does not list argument {arg.metavar} with its help")
     assert not problems, "\n".join(problems)
-    assert missing <= KNOWN_MISSING_HELP, f"options without help: {sorted(missing - KNOWN_MISSING_HELP)}"
+    assert missing <= KNOWN_MISSING_HELP, f"options or arguments without help: {sorted(missing - KNOWN_MISSING_HELP)}"
     assert not KNOWN_MISSING_HELP - missing, (
         f"now documented, drop from KNOWN_MISSING_HELP: {sorted(KNOWN_MISSING_HELP - missing)}")
 
@@ -71,3 +100,25 @@ def test_server_help_and_version_as_a_user_runs_them() -> None:
                          timeout=60, text=True)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("dmq ") and res.stdout.split()[1][0].isdigit()
+
+
+def test_help_at_80_columns_wraps_between_words() -> None:
+    """Click wraps at hyphens: '[default: ./dmq-' / 'data]', '--broker-' / 'defaults'."""
+    root = typer.main.get_command(app)
+    runner = CliRunner()
+    problems: list[str] = []
+    for path, _ in _commands(root, []):
+        res = runner.invoke(app, [*path, "--help"], terminal_width=80)
+        assert res.exit_code == 0, res.output
+        for line in res.output.splitlines():
+            if len(line) > 80:
+                problems.append(f"dmq {' '.join(path)} --help: a line of {len(line)} characters: {line!r}")
+            if re.search(r"\w-$", line):
+                problems.append(f"dmq {' '.join(path)} --help: a word broken at a hyphen: {line!r}")
+    assert not problems, "\n".join(problems)
+    server = runner.invoke(app, ["server", "--help"], terminal_width=80).output
+    assert "./dmq-data]" in server, server
+    usage = runner.invoke(app, ["topics", "create", "--help"], terminal_width=80).output
+    assert " topics create [OPTIONS] TOPIC\n" in usage, usage
+    assert re.search(r"^  TOPIC  name of the topic to create  \[required\]$", usage, re.MULTILINE), usage
+    assert "-c, --config KEY=VALUE" in usage and "-b, --bootstrap-server HOST:PORT" in usage, usage
