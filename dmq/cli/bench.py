@@ -75,16 +75,16 @@ def produce(
     topic: Annotated[str, typer.Option(
         "--topic", "-t", metavar="TOPIC", help="topic to write (created when missing)")] = "dmq-bench",
     num_records: Annotated[int, typer.Option(
-        "--num-records", "-n", metavar="N", help="records to produce")] = 1_000_000,
+        "--num-records", "-n", min=1, metavar="N", help="records to produce")] = 1_000_000,
     record_size: Annotated[int, typer.Option(
-        "--record-size", "-s", metavar="BYTES", help="bytes per record value")] = 100,
+        "--record-size", "-s", min=0, metavar="BYTES", help="bytes per record value")] = 100,
     throughput: Annotated[int, typer.Option(
         "--throughput", metavar="N", help="records/s cap, -1 for none")] = -1,
     acks: Annotated[Acks | None, typer.Option(
         "--acks", show_default=False, metavar="[0|1|all|-1]",
         help="acks the producer asks for [default: all with --idempotence, else 1]")] = None,
     partitions: Annotated[int, typer.Option(
-        "--partitions", "-p", metavar="N", help="partitions of the topic when it is created")] = 1,
+        "--partitions", "-p", min=1, metavar="N", help="partitions of the topic when it is created")] = 1,
     compression: Annotated[Compression, typer.Option(
         "--compression", case_sensitive=False, metavar="[none|gzip|snappy|lz4|zstd]",
         help="compression codec")] = "none",
@@ -100,8 +100,6 @@ def produce(
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Send records as fast as possible (or at --throughput) and report rate and latency."""
-    if num_records <= 0 or record_size < 0:
-        fail("--num-records must be positive and --record-size not negative", 2)
     if acks is None:
         acks = "all" if idempotence else "1"
     resolve_idempotence(acks, idempotence)
@@ -164,7 +162,7 @@ def consume(
     topic: Annotated[str, typer.Option(
         "--topic", "-t", metavar="TOPIC", help="topic to read from the beginning")] = "dmq-bench",
     messages: Annotated[int, typer.Option(
-        "--messages", "-n", metavar="N", help="records to consume")] = 1_000_000,
+        "--messages", "-n", min=1, metavar="N", help="records to consume")] = 1_000_000,
     timeout_s: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS", help="give up after this many seconds")] = 120,
     properties: Annotated[list[str] | None, typer.Option(
@@ -172,6 +170,8 @@ def consume(
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Read records from the beginning of every partition and report the rate."""
+    if timeout_s <= 0:
+        fail("--timeout must be positive", 2)
     ensure_reachable(bootstrap_server)
     try:
         consumer = Consumer(client_config(bootstrap_server, **{

@@ -6,11 +6,19 @@ from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from rich.table import Table
 
-from dmq.cli.common import Bootstrap, admin_client, fail, list_topics, make_console, result
+from dmq.cli.common import (
+    Bootstrap,
+    admin_client,
+    fail,
+    kafka_error_text,
+    list_topics,
+    make_console,
+    result,
+)
 from dmq.cli.help import Typer
 
 app = Typer(help="Manage consumer groups.", no_args_is_help=True)
@@ -152,6 +160,16 @@ def delete(
     console.print(f"Deleted group [bold]{group}[/bold].")
 
 
+def _timestamp_ms(text: str) -> int:
+    """An ISO 8601 date-time (local time unless it names its offset) in epoch milliseconds;
+    anything else is a usage error (exit 2)."""
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        fail(f"cannot parse --to-datetime {text!r}: use ISO 8601 like 2026-01-02T03:04:05 "
+             f"(local time) or 2026-01-02T03:04:05Z", 2)
+
+
 @app.command("reset-offsets")
 def reset_offsets(
     group: Annotated[str, typer.Option(
@@ -175,16 +193,27 @@ def reset_offsets(
     chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None, shift_by is not None]
     if sum(chosen) != 1:
         fail("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by", 2)
-    a = admin_client(bootstrap_server)
+    # Everything the command line alone can tell is checked before the broker is asked.
+    ts = _timestamp_ms(to_datetime) if to_datetime is not None else None
     name, _, parts = topic.partition(":")
-    md = list_topics(a)
+    try:
+        chosen_partitions = [int(p) for p in parts.split(",")] if parts else None
+    except ValueError:
+        chosen_partitions = None
+    if not name or (parts and (chosen_partitions is None or min(chosen_partitions) < 0)):
+        fail(f"--topic expects TOPIC or TOPIC:P1,P2 with partition numbers, got {topic!r}", 2)
+    a = admin_client(bootstrap_server)
+    try:
+        md = list_topics(a)
+    except KafkaException as e:
+        fail(f"cannot list topics: {kafka_error_text(e)}")
     if name not in md.topics or md.topics[name].error is not None:
         fail(f"topic {name} does not exist")
-    try:
-        partitions = [int(p) for p in parts.split(",")] if parts else sorted(md.topics[name].partitions)
-    except ValueError:
-        fail(f"--topic expects TOPIC or TOPIC:P1,P2 with partition numbers, got {topic!r}", 2)
-    tps = [(name, p) for p in partitions]
+    existing = sorted(md.topics[name].partitions)
+    missing = sorted(set(chosen_partitions or []) - set(existing))
+    if missing:
+        fail(f"topic {name} has no partition {', '.join(map(str, missing))} (it has {len(existing)})")
+    tps = [(name, p) for p in (chosen_partitions or existing)]
     desc = _describe(a, group)
     state = _state_name(desc.state)
     if state not in ("Empty", "Dead"):
@@ -194,11 +223,7 @@ def reset_offsets(
     latest = _list_offsets(a, tps, OffsetSpec.latest())
     committed = _committed(a, group)
     target: dict[tuple[str, int], int] = {}
-    if to_datetime is not None:
-        try:
-            ts = int(datetime.fromisoformat(to_datetime).timestamp() * 1000)
-        except ValueError:
-            fail(f"cannot parse --to-datetime {to_datetime!r}: use ISO 8601 like 2026-01-02T03:04:05")
+    if ts is not None:
         by_time = _list_offsets(a, tps, OffsetSpec.for_timestamp(ts))
     for tp in tps:
         lo, hi = earliest[tp], latest[tp]

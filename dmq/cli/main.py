@@ -15,6 +15,7 @@ from dmq.cli.common import (
     Bootstrap,
     Compression,
     exit_on_broken_pipe,
+    fail,
     parse_pairs,
     resolve_idempotence,
 )
@@ -101,7 +102,7 @@ def produce(
     header: Annotated[list[str] | None, typer.Option(
         "--header", "-H", metavar="KEY=VALUE", help="header on every record, repeatable")] = None,
     partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", metavar="PARTITION", help="produce every record to this partition [default: by key]")] = None,
+        "--partition", "-p", min=0, metavar="PARTITION", help="produce every record to this partition [default: by key]")] = None,
     acks: Annotated[Acks, typer.Option(
         "--acks", metavar="[0|1|all|-1]", help="acknowledgements to wait for (-1 is all)")] = "all",
     compression: Annotated[Compression, typer.Option(
@@ -116,6 +117,8 @@ def produce(
     """Read lines from stdin and produce them as records."""
     from dmq.console.producer import run
 
+    if key_separator == "":
+        fail("--key-separator must not be empty", 2)
     idempotence = resolve_idempotence(acks, idempotence)
     run(bootstrap_server, topic, key_separator, parse_pairs(header), partition, acks,
         compression, idempotence)
@@ -127,7 +130,7 @@ def consume(
     from_beginning: Annotated[bool, typer.Option(
         "--from-beginning", help="start at the earliest record [default: only new records]")] = False,
     partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", metavar="PARTITION", help="read only this partition [default: all]")] = None,
+        "--partition", "-p", min=0, metavar="PARTITION", help="read only this partition [default: all]")] = None,
     offset: Annotated[int | None, typer.Option(
         "--offset", "-o", metavar="OFFSET", help="start offset (with --partition)")] = None,
     max_messages: Annotated[int | None, typer.Option(

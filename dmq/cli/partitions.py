@@ -11,8 +11,11 @@ kafka-reassign-partitions.sh does with ``--throttle`` and ``--verify``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -30,8 +33,40 @@ app = Typer(help="Move partitions between brokers and elect leaders.", no_args_i
 console = make_console()
 
 
-def _client(bootstrap: str) -> WireClient:
-    return connect_first(bootstrap, lambda host, port: WireClient(host, port, client_id="dmq-partitions"))
+# Seconds to wait for a broker's answer; requests that make the broker wait (ElectLeaders,
+# AlterPartitionReassignments) get their own timeout on top.
+ANSWER_TIMEOUT = 10.0
+BROKER_WAIT = 30.0
+
+
+@contextlib.contextmanager
+def _client(bootstrap: str) -> Iterator[WireClient]:
+    """A connection to the first bootstrap address that answers; a broker that stops
+    answering or drops the connection is one line and exit 1, not a traceback."""
+    c = connect_first(bootstrap, lambda host, port: WireClient(
+        host, port, client_id="dmq-partitions", timeout=ANSWER_TIMEOUT))
+    try:
+        yield c
+    except TimeoutError:
+        fail(f"{bootstrap} did not answer within {c.sock.gettimeout():g} s; is the broker overloaded "
+             f"or stopped?")
+    except OSError as e:  # ConnectionError: reset or closed by the broker
+        fail(f"lost the connection to {bootstrap}: {(e.strerror or str(e) or type(e).__name__).lower()}")
+    finally:
+        c.close()
+
+
+def _waiting_request(c: WireClient, request: Any) -> Any:
+    """A request the broker answers only after up to BROKER_WAIT seconds of its own."""
+    c.sock.settimeout(BROKER_WAIT + ANSWER_TIMEOUT)
+    try:
+        return c.request(request)
+    finally:
+        c.sock.settimeout(ANSWER_TIMEOUT)
+
+
+def _error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
 
 
 def ongoing(c: WireClient, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], Any]:
@@ -73,7 +108,7 @@ def reassign(
     topic: Annotated[str | None, typer.Option(
         "--topic", "-t", metavar="TOPIC", help="topic of the partition to move")] = None,
     partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", metavar="PARTITION", help="partition to move")] = None,
+        "--partition", "-p", min=0, metavar="PARTITION", help="partition to move")] = None,
     replicas: Annotated[str | None, typer.Option(
         "--replicas", "-r", metavar="IDS",
         help="new replicas' broker ids, e.g. 2,3,4 (the first is the preferred leader)")] = None,
@@ -126,12 +161,12 @@ def reassign(
             set_throttle(c, receiving, throttle)
             console.print(f"throttled replication to {throttle:,} B/s on broker(s) "
                           f"{', '.join(map(str, receiving))}")
-        resp = c.request(make(request_class(45, 0), timeout=timedelta(seconds=30), topics=tuple(
+        resp = _waiting_request(c, make(request_class(45, 0), timeout=timedelta(seconds=BROKER_WAIT), topics=tuple(
             make(mod.ReassignableTopic, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
         failed = [(t.name, p.partition_index, p.error_code, p.error_message)
                   for t in resp.responses for p in t.partitions if p.error_code != ErrorCode.none]
         for t, p, code, message in failed:
-            console.print(f"[red]{t}-{p}: {code.name.upper()}[/red] {message or ''}")
+            _error(f"{t}-{p}: {code.name.upper()}" + (f" {message}" if message else ""))
         if failed:
             if receiving:
                 set_throttle(c, receiving, None)
@@ -188,11 +223,13 @@ def elect_leaders(
     topic: Annotated[str | None, typer.Option(
         "--topic", "-t", metavar="TOPIC", help="only this topic [default: every topic]")] = None,
     partition: Annotated[int | None, typer.Option(
-        "--partition", "-p", metavar="PARTITION",
+        "--partition", "-p", min=0, metavar="PARTITION",
         help="only this partition of --topic [default: all of them]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Move leadership back to each partition's preferred (first) replica."""
+    if partition is not None and topic is None:
+        fail("--partition needs --topic", 2)
     mod = request_module(43, 2)
     parts = None
     if topic is not None:
@@ -207,8 +244,8 @@ def elect_leaders(
         chosen = [partition] if partition is not None else found
         parts = (make(mod.TopicPartitions, topic=topic, partitions=tuple(chosen)),)
     with _client(bootstrap_server) as c:
-        resp = c.request(make(request_class(43, 2), election_type=0, timeout=timedelta(seconds=30),
-                              topic_partitions=parts))
+        resp = _waiting_request(c, make(request_class(43, 2), election_type=0,
+                                        timeout=timedelta(seconds=BROKER_WAIT), topic_partitions=parts))
     table_rows = sorted((r.topic, p.partition_id, p.error_code) for r in resp.replica_election_results
                         for p in r.partition_result)
     elected = [r for r in table_rows if r[2] == ErrorCode.none]
@@ -216,7 +253,7 @@ def elect_leaders(
     for t, p, _ in elected:
         console.print(f"{t}-{p}: preferred leader elected")
     for t, p, code in failed:
-        console.print(f"[red]{t}-{p}: {code.name.upper()}[/red]")
+        _error(f"{t}-{p}: {code.name.upper()}")
     console.print(f"{len(elected)} elected, {len(table_rows) - len(elected) - len(failed)} already "
                   f"led by their preferred replica, {len(failed)} failed")
     if failed:

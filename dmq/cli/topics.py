@@ -52,8 +52,11 @@ def create(
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Create a topic."""
-    a = admin_client(bootstrap_server)
+    for flag, value in (("--partitions", partitions), ("--replication-factor", replication_factor)):
+        if value == 0 or value < -1:
+            fail(f"{flag} must be at least 1 (or -1 for the broker's default), got {value}", 2)
     topic = NewTopic(name, partitions, replication_factor, config=parse_pairs(config))
+    a = admin_client(bootstrap_server)
     fut = a.create_topics([topic])[name]
     try:
         fut.result(TIMEOUT)
@@ -184,15 +187,17 @@ def alter(
 ) -> None:
     """Add partitions or change config overrides."""
     if partitions is None and not config and not delete_config:
-        fail("nothing to alter: give --partitions, --config or --delete-config")
-    a = admin_client(bootstrap_server)
-    if partitions is not None:
-        _wait(a.create_partitions([NewPartitions(name, partitions)]), "adding partitions to")
-        console.print(f"Topic {name} now has {partitions} partitions.")
+        fail("nothing to alter: give --partitions, --config or --delete-config", 2)
+    if partitions is not None and partitions < 1:
+        fail(f"--partitions must be at least 1, got {partitions}", 2)
     entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
                for k, v in parse_pairs(config).items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE)
                 for k in delete_config or []]
+    a = admin_client(bootstrap_server)
+    if partitions is not None:
+        _wait(a.create_partitions([NewPartitions(name, partitions)]), "adding partitions to")
+        console.print(f"Topic {name} now has {partitions} partitions.")
     if entries:
         res = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=entries)
         _wait(a.incremental_alter_configs([res]), "altering configs of")
