@@ -37,7 +37,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from dmq.cli.common import admin_client, fail, list_topics, make_console
+from dmq.cli.common import (
+    admin_client,
+    cannot_reach,
+    fail,
+    kafka_error_text,
+    list_topics,
+    make_console,
+    unreachable,
+)
 from dmq.cli.help import Typer
 from dmq.cluster.metadata import INTERNAL_TOPICS
 
@@ -774,11 +782,19 @@ def status(
     md = None
     error = ""
     if bootstrap:
+        # Asked before the client is made: with no local cluster, the answer says so.
+        reasons = unreachable(bootstrap)
+        if reasons and state is None and not remote:
+            fail(f"no cluster is running in {base}, and nothing answers at {bootstrap} "
+                 f"({'; '.join(reasons)}); start one with `{_hint('start', base)}`, or pass "
+                 f"--bootstrap-server HOST:PORT")
+        if reasons:
+            cannot_reach(bootstrap, reasons)
         admin = admin_client(bootstrap)
         try:
             md = list_topics(admin)
         except KafkaException as e:
-            error = f"cannot reach {bootstrap}: {e.args[0].str()}"
+            error = f"cannot read the cluster's metadata from {bootstrap}: {kafka_error_text(e)}"
             if state is None and not remote:
                 error += f" (and no cluster is running in {base})"
     else:

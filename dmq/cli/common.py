@@ -140,19 +140,26 @@ def reach_reason(e: OSError, host: str) -> str:
     return (e.strerror or str(e) or type(e).__name__).lower()
 
 
-def ensure_reachable(bootstrap: str) -> None:
-    """Return once one bootstrap address accepts a TCP connection; otherwise fail with one
-    line (exit 1) rather than let the client retry and log for half a minute."""
+def unreachable(bootstrap: str) -> list[str]:
+    """Why no bootstrap address accepts a TCP connection; empty once one does."""
     reasons: list[str] = []
     for host, port in bootstrap_addresses(bootstrap):
         try:
             with socket.create_connection((host, port), timeout=REACH_TIMEOUT):
-                return
+                return []
         except OSError as e:
             reason = reach_reason(e, host)
             if reason not in reasons:
                 reasons.append(reason)
-    cannot_reach(bootstrap, reasons)
+    return reasons
+
+
+def ensure_reachable(bootstrap: str) -> None:
+    """Return once one bootstrap address accepts a TCP connection; otherwise fail with one
+    line (exit 1) rather than let the client retry and log for half a minute."""
+    reasons = unreachable(bootstrap)
+    if reasons:
+        cannot_reach(bootstrap, reasons)
 
 
 def cannot_reach(bootstrap: str, reasons: list[str]) -> NoReturn:

@@ -48,13 +48,25 @@ def _state_name(state: Any) -> str:
             "COMPLETING_REBALANCE": "CompletingRebalance"}.get(name, name.title())
 
 
+def _list_groups(a: AdminClient) -> list[Any]:
+    """Every group the brokers know; a broker that did not answer is a failure (the client
+    reports it beside an empty list, which would read as "no groups")."""
+    res = result(a.list_consumer_groups(), "cannot list groups")
+    if res.errors:
+        fail(f"cannot list groups: {kafka_error_text(res.errors[0])}")
+    return list(res.valid)
+
+
 @app.command("list")
 def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     """List consumer groups with their state."""
     a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
-    res = result(a.list_consumer_groups(), "cannot list groups")
+    groups = _list_groups(a)
+    if not groups:
+        console.print("No consumer groups.")
+        return
     table = Table("group", "state")
-    for g in sorted(res.valid, key=lambda g: g.group_id):
+    for g in sorted(groups, key=lambda g: g.group_id):
         table.add_row(g.group_id, _state_name(g.state))
     console.print(table)
 
@@ -101,10 +113,9 @@ def describe(
         fail("--members and --state are different views: pass one of them", 2)
     a = admin_client(bootstrap_server)
     if all_groups:
-        listed = result(a.list_consumer_groups(), "cannot list groups")
-        names = sorted(g.group_id for g in listed.valid)
+        names = sorted(g.group_id for g in _list_groups(a))
         if not names:
-            console.print("No groups.")
+            console.print("No consumer groups.")
             return
     else:
         assert group is not None

@@ -40,7 +40,7 @@ app = Typer(help="Run data pipelines on Spark.", no_args_is_help=True)
 console = make_console()
 
 JAVA_HINT = "Spark needs Java 17 or newer: apt-get install openjdk-17-jre-headless"
-PYSPARK_HINT = "pip install -e '.[spark]' (from the dmq checkout)"
+PYSPARK_HINT = "run .venv/bin/pip install -e '.[spark]' in the dmq checkout"
 # Seconds a TCP connect to a bootstrap address may take; how long the broker may stay
 # unreachable during a run before the run gives up.
 PROBE_TIMEOUT = 3.0

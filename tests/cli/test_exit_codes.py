@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from support.broker import BrokerProcess
@@ -127,3 +128,37 @@ def test_reset_offsets_of_a_partition_the_topic_lacks(broker: BrokerProcess) -> 
     assert res.returncode == 1
     # it said "cannot list offsets: Failed to query partition leaders: No leaders found"
     assert res.stderr.splitlines() == ["error: topic exit-reset has no partition 5 (it has 2)"]
+
+
+def test_groups_list_with_a_stalled_broker_fails_rather_than_show_no_groups(silent_broker: str) -> None:
+    for args in (("groups", "list"), ("groups", "describe", "--all-groups")):
+        res = run_dmq(silent_broker, *args, check=False, timeout=60)
+        # it exited 0 with an empty table: the client's error sat beside an empty list
+        assert res.returncode == 1, (args, res.stdout, res.stderr)
+        assert res.stderr.splitlines() == ["error: cannot list groups: Local: Timed out"], res.stderr
+        assert res.stdout == "", res.stdout
+
+
+def test_cluster_status_without_a_cluster_says_so(tmp_path: Path) -> None:
+    bootstrap = f"127.0.0.1:{closed_port()}"  # from DMQ_BOOTSTRAP_SERVER, as a user's shell has it
+    res = run_dmq(bootstrap, "cluster", "status", "--data-dir", str(tmp_path), check=False)
+    assert res.returncode == 1
+    # it said "cannot reach ...; is `dmq server` running?": the local cluster was never mentioned
+    assert res.stderr.splitlines() == [
+        f"error: no cluster is running in {tmp_path}, and nothing answers at {bootstrap} "
+        f"(connection refused); start one with `dmq cluster start --data-dir {tmp_path}`, or pass "
+        f"--bootstrap-server HOST:PORT"]
+    # Asked about a broker by name, it speaks of that broker only.
+    res = run_dmq(None, "cluster", "status", "-b", bootstrap, "--data-dir", str(tmp_path), check=False)
+    assert res.returncode == 1 and "no cluster is running" in res.stderr
+    res = run_dmq(None, "cluster", "status", "-b", bootstrap, check=False)
+    assert res.returncode == 1 and res.stderr.splitlines() == [
+        f"error: cannot reach {bootstrap}: connection refused; is `dmq server` running? "
+        f"(pass --bootstrap-server HOST:PORT)"]
+
+
+def test_groups_list_without_groups_says_so(fresh_broker: BrokerProcess) -> None:
+    fresh_broker.start()
+    for args in (("groups", "list"), ("groups", "describe", "--all-groups")):
+        res = run_dmq(fresh_broker.bootstrap, *args)
+        assert res.stdout == "No consumer groups.\n", res.stdout  # an empty table, before

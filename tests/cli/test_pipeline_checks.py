@@ -43,4 +43,4 @@ def test_missing_pyspark_names_the_install_command(tmp_path: Path) -> None:
     res = _pipeline(tmp_path, env)
     assert res.returncode == 1
     assert res.stderr.splitlines() == [
-        "error: PySpark is not installed: pip install -e '.[spark]' (from the dmq checkout)"]
+        "error: PySpark is not installed: run .venv/bin/pip install -e '.[spark]' in the dmq checkout"]
