@@ -64,7 +64,7 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 def _summary(title: str, rows: list[tuple[str, str]]) -> None:
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("metric")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")
     for k, v in rows:
         table.add_row(k, v)
     console.print(table)

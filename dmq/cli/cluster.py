@@ -34,7 +34,6 @@ import typer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from dmq.cli.common import (
@@ -44,6 +43,7 @@ from dmq.cli.common import (
     kafka_error_text,
     list_topics,
     make_console,
+    make_table,
     unreachable,
 )
 from dmq.cli.help import Typer
@@ -525,9 +525,7 @@ def _relative(path: str, base: Path) -> str:
 
 def _print_started(state: ClusterState, detach: bool) -> None:
     say(f"dmq development cluster in {state.base}")
-    table = Table()
-    for col in ("broker", "pid", "listener", "data dir", "log"):
-        table.add_column(col, justify="right" if col in ("broker", "pid") else "left")
+    table = make_table("broker", "pid", "listener", "data dir", "log", numbers=("broker", "pid"))
     for i, m in sorted(state.brokers.items()):
         table.add_row(str(i), str(m.pid), f"127.0.0.1:{m.port}",
                       escape(_relative(m.data_dir, state.base)), escape(_relative(m.log, state.base)))
@@ -812,10 +810,9 @@ def status(
 def _print_brokers(state: ClusterState | None, md: Any, stopped: set[int]) -> None:
     registered = dict(md.brokers) if md is not None else {}
     controller = md.controller_id if md is not None else -1
-    table = Table(title="brokers" + (f" (cluster {md.cluster_id})" if md is not None else ""))
     cols = ["broker", "state"] + (["pid"] if state is not None else []) + ["host", "port", "role"]
-    for col in cols:
-        table.add_column(col, justify="right" if col in ("broker", "pid", "port") else "left")
+    table = make_table(*cols, numbers=("broker", "pid", "port"),
+                       title="brokers" + (f" (cluster {md.cluster_id})" if md is not None else ""))
     local = state.brokers if state is not None else {}
     for bid in sorted(set(local) | set(registered)):
         m, b = local.get(bid), registered.get(bid)
@@ -837,9 +834,8 @@ def _print_brokers(state: ClusterState | None, md: Any, stopped: set[int]) -> No
 
 def _print_partitions(md: Any, include_internal: bool, stopped: set[int]) -> None:
     live = set(md.brokers) - stopped
-    parts = Table(title="partitions")
-    for col in ("topic", "partition", "leader", "replicas", "isr", "status"):
-        parts.add_column(col, justify="right" if col in ("partition", "leader") else "left")
+    parts = make_table("topic", "partition", "leader", "replicas", "isr", "status",
+                       numbers=("partition", "leader"), title="partitions")
     counts = {"under-replicated": 0, "awaiting failover": 0, "offline": 0}
     hidden = hidden_bad = 0
     for name in sorted(md.topics):
@@ -865,7 +861,7 @@ def _print_partitions(md: Any, include_internal: bool, stopped: set[int]) -> Non
                           ",".join(map(str, p.isrs)), state)
     console.print(parts)
     stale = sorted(stopped & set(md.brokers))
-    summary = (f"{len(md.brokers)} brokers registered"
+    summary = (f"{len(md.brokers)} broker{'' if len(md.brokers) == 1 else 's'} registered"
                + (f" (stopped but registered until {'its' if len(stale) == 1 else 'their'} "
                   f"ZooKeeper session expires: {', '.join(map(str, stale))})" if stale else "")
                + f", controller {md.controller_id}; "
@@ -874,4 +870,4 @@ def _print_partitions(md: Any, include_internal: bool, stopped: set[int]) -> Non
     if hidden:
         summary += (f"; {hidden} partitions of internal topics not shown"
                     + (f" ({hidden_bad} not ok)" if hidden_bad else "") + " (--include-internal)")
-    say(summary)
+    console.print(Text(summary), highlight=False)  # wrapped between words, unlike say()

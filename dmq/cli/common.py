@@ -16,6 +16,7 @@ import typer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
+from rich.table import Table
 
 T = TypeVar("T")
 
@@ -79,6 +80,20 @@ def make_console() -> Console:
     if stdout_is_tty():
         return Console()
     return Console(width=max(shutil.get_terminal_size((200, 24)).columns, 200))
+
+
+def make_table(*headers: str, numbers: tuple[str, ...] = (), **kwargs: Any) -> Table:
+    """A table that fits an 80-column terminal by wrapping, never by cutting: text columns
+    fold long topic names and ids onto more lines instead of ending them in "…"; number
+    columns (the headers in ``numbers``) are right-aligned and never wrapped, so their
+    headers are short (two lines where needed: "current\noffset")."""
+    table = Table(**kwargs)
+    for header in headers:
+        if header in numbers:
+            table.add_column(header, justify="right", no_wrap=True)
+        else:
+            table.add_column(header, overflow="fold")
+    return table
 
 
 ADMIN_TIMEOUT = 30

@@ -6,9 +6,8 @@ from typing import Annotated, Any
 
 import typer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
-from rich.table import Table
 
-from dmq.cli.common import Bootstrap, admin_client, fail, make_console, result
+from dmq.cli.common import Bootstrap, admin_client, fail, make_console, make_table, result
 from dmq.cli.help import Typer
 
 app = Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
@@ -60,18 +59,21 @@ def describe(
     entries = sorted(configs.values(), key=lambda e: e.name)
     if not all_:
         entries = [e for e in entries if _source(e) != "DEFAULT_CONFIG"]
-    console.print(f"Configs of {what}" + ("" if all_ else " (set explicitly; --all for every config)"),
+    console.print(f"Configs of {what}" + (" (all; ↳ its synonyms, by precedence)" if all_ else
+                                          " (set explicitly; --all for every config)"),
                   highlight=False)
     if not entries:
         console.print("none")
         return
-    table = Table("name", "value", "source", *(["synonyms"] if all_ else []))
+    # Synonyms (name, value, source: kafka-configs.sh's SOURCE:name=value) go in rows of their
+    # own under their config, so three columns fit an 80-column terminal.
+    table = make_table("name", "value", "source")
+    table.columns[2].no_wrap = True  # one word, at most 29 characters: the room goes to the rest
     for e in entries:
-        row = [e.name, _value(e), _source(e)]
+        table.add_row(e.name, _value(e), _source(e))
         if all_:
-            syn = [f"{_source(s)}:{s.name}={_value(s)}" for s in (e.synonyms or {}).values()]
-            row.append(", ".join(syn) or "-")
-        table.add_row(*row)
+            for syn in (e.synonyms or {}).values():
+                table.add_row(f"  ↳ {syn.name}", _value(syn), _source(syn), style="dim")
     console.print(table)
 
 

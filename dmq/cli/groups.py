@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from rich.table import Table
 
 from dmq.cli.common import (
     Bootstrap,
@@ -17,6 +16,7 @@ from dmq.cli.common import (
     kafka_error_text,
     list_topics,
     make_console,
+    make_table,
     result,
 )
 from dmq.cli.help import Typer
@@ -65,7 +65,7 @@ def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
     if not groups:
         console.print("No consumer groups.")
         return
-    table = Table("group", "state")
+    table = make_table("group", "state")
     for g in sorted(groups, key=lambda g: g.group_id):
         table.add_row(g.group_id, _state_name(g.state))
     console.print(table)
@@ -129,31 +129,30 @@ def describe(
             console.print()
         if state:
             coord = desc.coordinator
-            table = Table("group", "state", "assignor", "members", "coordinator")
-            table.columns[3].justify = "right"
+            table = make_table("group", "state", "assignor", "members", "coordinator",
+                               numbers=("members",))
             table.add_row(name, state_name, desc.partition_assignor or "-", str(len(desc.members)),
                           f"{coord.id} ({coord.host}:{coord.port})" if coord else "-")
             console.print(table)
             continue
         if members:
             console.print(f"Group {name}  state {state_name}  members {len(desc.members)}", highlight=False)
-            table = Table("consumer-id", "host", "client-id", "partitions", "assignment")
-            table.columns[3].justify = "right"
+            table = make_table("consumer-id", "host", "client-id", "partitions", "assignment",
+                               numbers=("partitions",))
             for m in sorted(desc.members, key=lambda m: m.member_id):
                 tps = m.assignment.topic_partitions if m.assignment else []
                 by_topic: dict[str, list[int]] = {}
                 for tp in tps:
                     by_topic.setdefault(tp.topic, []).append(tp.partition)
                 table.add_row(m.member_id, m.host, m.client_id, str(len(tps)),
-                              " ".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())))
+                              "\n".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())))
             console.print(table)
             continue
         rows, total = _offsets_view(a, name, desc)
         console.print(f"Group {name}  state {state_name}  members {len(desc.members)}  "
                       f"protocol {desc.partition_assignor or '-'}", highlight=False)
-        table = Table("topic", "partition", "current-offset", "log-end-offset", "lag", "consumer-id")
-        for col in table.columns[1:5]:
-            col.justify = "right"
+        table = make_table("topic", "partition", "current\noffset", "log-end\noffset", "lag",
+                           "consumer-id", numbers=("partition", "current\noffset", "log-end\noffset", "lag"))
         for t, p, cur, end, lag, member in rows:
             table.add_row(t, str(p), _num(cur), _num(end), _num(lag), member or "-")
         console.print(table)
@@ -249,7 +248,8 @@ def reset_offsets(
         else:
             new = by_time[tp] if by_time[tp] >= 0 else hi
         target[tp] = min(max(new, lo), hi)
-    table = Table("topic", "partition", "current-offset", "new-offset")
+    table = make_table("topic", "partition", "current\noffset", "new\noffset",
+                       numbers=("partition", "current\noffset", "new\noffset"))
     for (t, p), new in target.items():
         cur = committed.get((t, p))
         table.add_row(t, str(p), "-" if cur is None else str(cur), str(new))

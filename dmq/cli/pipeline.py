@@ -52,7 +52,7 @@ def _status(produced: int, total: int, consumed: int, windows: dict[str, int], c
             elapsed: float) -> Table:
     table = Table(title="access-logs pipeline", title_justify="left", show_header=False)
     table.add_column("stage")
-    table.add_column("progress", justify="right")
+    table.add_column("progress", justify="right", overflow="fold")
     table.add_row("log lines delivered to dmq", f"{produced:,} / {total:,}")
     table.add_row("read by Spark", f"{consumed:,}")
     for name in SERIES:

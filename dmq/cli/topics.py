@@ -13,7 +13,6 @@ from confluent_kafka.admin import (
     NewPartitions,
     NewTopic,
 )
-from rich.table import Table
 
 from dmq.cli.common import ADMIN_TIMEOUT as TIMEOUT
 from dmq.cli.common import (
@@ -23,6 +22,7 @@ from dmq.cli.common import (
     kafka_error_text,
     list_topics,
     make_console,
+    make_table,
     parse_pairs,
     result,
 )
@@ -140,9 +140,7 @@ def describe(
         title = (f"{topic_name}  id {ids.get(topic_name, '-')}  {len(t.partitions)} partitions  "
                  f"replication factor {rf}")
         console.print(title, highlight=False)
-        table = Table()
-        for col in ("partition", "leader", "replicas", "isr"):
-            table.add_column(col, justify="right" if col in ("partition", "leader") else "left")
+        table = make_table("partition", "leader", "replicas", "isr", numbers=("partition", "leader"))
         for p in parts:
             table.add_row(str(p.id), str(p.leader) if p.leader >= 0 else "none",
                           ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)))

@@ -167,6 +167,8 @@ def test_failover_by_killing_stopping_and_restarting_single_brokers(make_cluster
         assert rows[i][1].strip() == "running" and int(rows[i][2]) > 0, res.stdout
         assert int(rows[i][4]) == c.ports[i]
     assert all(right_aligned(rows[i][col]) for i in ids for col in (0, 2, 4)), res.stdout
+    parts = [cells for cells in table_rows(res.stdout) if cells[0].strip() == "failover"]
+    assert parts and all(right_aligned(p[1]) and right_aligned(p[2]) for p in parts), res.stdout
     assert "__consumer_offsets" not in res.stdout and "failover" in res.stdout
     res = c.cluster("status", "--include-internal")
     assert res.returncode == 0 and "__consumer_offsets" in res.stdout, res.stderr
@@ -221,6 +223,9 @@ def test_detached_cluster_and_clear_errors(make_cluster: MakeCluster) -> None:
     res = c.run(*c.start_args(), "--detach")  # returns once ZooKeeper and the brokers listen
     assert res.returncode == 0, res.stderr
     assert "runs in the background" in res.stdout
+    started = [cells for cells in table_rows(res.stdout) if len(cells) == 5]
+    assert [c[0].strip() for c in started] == ["1", "2"], res.stdout  # broker, pid, listener, ...
+    assert all(right_aligned(c[0]) and right_aligned(c[1]) for c in started), res.stdout
     assert len(processes_under(c.base)) == 3  # ZooKeeper and two brokers; the CLI has exited
 
     again = c.run(*c.start_args(), "--detach")
