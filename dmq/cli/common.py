@@ -3,20 +3,24 @@ quiet unless asked (``dmq --verbose`` / ``--debug``), clear failures."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import typer
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from dmq.client.wire import WireClient
 
 T = TypeVar("T")
 
@@ -194,6 +198,30 @@ def connect_first(bootstrap: str, connect: Callable[[str, int], T]) -> T:
             if reason not in reasons:
                 reasons.append(reason)
     cannot_reach(bootstrap, reasons)
+
+
+# Seconds dmq's own wire client waits for a broker's answer.
+ANSWER_TIMEOUT = 10.0
+
+
+@contextlib.contextmanager
+def wire_client(bootstrap: str, client_id: str) -> Iterator[WireClient]:
+    """dmq's wire client (for requests confluent-kafka cannot send) connected to the first
+    bootstrap address that answers; a broker that stops answering or drops the connection
+    is one line and exit 1, not a traceback."""
+    from dmq.client.wire import WireClient  # kio: imported by the commands that use it
+
+    c = connect_first(bootstrap, lambda host, port: WireClient(
+        host, port, client_id=client_id, timeout=ANSWER_TIMEOUT))
+    try:
+        yield c
+    except TimeoutError:
+        fail(f"{bootstrap} did not answer within {c.sock.gettimeout():g} s; is the broker overloaded "
+             f"or stopped?")
+    except OSError as e:  # ConnectionError: reset or closed by the broker
+        fail(f"lost the connection to {bootstrap}: {(e.strerror or str(e) or type(e).__name__).lower()}")
+    finally:
+        c.close()
 
 
 def list_topics(client: Any, timeout: float = ADMIN_TIMEOUT) -> Any:

@@ -1,13 +1,27 @@
-"""``dmq configs``: describe and alter topic and broker configs (like kafka-configs.sh)."""
+"""``dmq configs``: describe and alter topic and broker configs (like kafka-configs.sh).
+
+The cluster-wide broker defaults are the BROKER resource with an empty name, which
+confluent-kafka refuses to send (``Invalid ConfigResource``); ``--broker-defaults`` asks
+with dmq's own wire client instead.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
-from dmq.cli.common import Bootstrap, admin_client, fail, make_console, make_table, result
+from dmq.cli.common import (
+    Bootstrap,
+    admin_client,
+    fail,
+    make_console,
+    make_table,
+    result,
+    wire_client,
+)
 from dmq.cli.help import Typer
 
 app = Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
@@ -28,6 +42,71 @@ def _resource(topic: str | None, broker: int | None, broker_defaults: bool) -> t
     if broker is not None:
         return ConfigResource(ConfigResource.Type.BROKER, str(broker)), f"broker {broker}"
     return ConfigResource(ConfigResource.Type.BROKER, ""), "the cluster-wide broker defaults"
+
+
+BROKER = 4  # DescribeConfigs / IncrementalAlterConfigs resource type
+SET, DELETE = 0, 1  # IncrementalAlterConfigs operations
+
+
+@dataclass
+class _Entry:
+    """A config as confluent-kafka's ConfigEntry has it, read with dmq's wire client (its
+    synonyms keyed by source and name: a broker config's layers share its name)."""
+
+    name: str
+    value: str | None
+    source: int
+    is_sensitive: bool = False
+    synonyms: dict[str, _Entry] = field(default_factory=dict)
+
+
+def _describe_defaults(bootstrap: str, what: str) -> dict[str, _Entry]:
+    from kio.schema.errors import ErrorCode
+
+    from dmq.protocol.codec import make, request_class, request_module
+
+    mod = request_module(32, 4)
+    with wire_client(bootstrap, "dmq-configs") as c:
+        resp = c.request(make(request_class(32, 4), resources=(make(
+            mod.DescribeConfigsResource, resource_type=BROKER, resource_name="",
+            configuration_keys=None),), include_synonyms=True, include_documentation=False))
+    (res,) = resp.results
+    if res.error_code != ErrorCode.none:
+        fail(f"cannot describe the configs of {what}: "
+             f"{res.error_message or res.error_code.name.upper()}")
+    return {e.name: _Entry(e.name, e.value, int(e.config_source), e.is_sensitive, {
+        f"{int(s.source)}:{s.name}": _Entry(s.name, s.value, int(s.source), e.is_sensitive)
+        for s in e.synonyms}) for e in res.configs}
+
+
+def _set_as_defaults(configs: dict[str, _Entry]) -> dict[str, _Entry]:
+    """The configs set as cluster-wide defaults. The broker answers for the defaults' resource
+    with its own config, where a default can sit under the broker's own setting: a default is
+    an entry, or a synonym, whose source is DYNAMIC_DEFAULT_BROKER_CONFIG."""
+    out: dict[str, _Entry] = {}
+    for e in configs.values():
+        for layer in (e, *e.synonyms.values()):
+            if layer.name == e.name and layer.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value:
+                out[e.name] = _Entry(e.name, layer.value, layer.source, e.is_sensitive)
+                break
+    return out
+
+
+def _alter_defaults(bootstrap: str, what: str, entries: list[ConfigEntry]) -> None:
+    from kio.schema.errors import ErrorCode
+
+    from dmq.protocol.codec import make, request_class, request_module
+
+    mod = request_module(44, 0)
+    configs = tuple(make(mod.AlterableConfig, name=e.name, value=e.value,
+                         config_operation=SET if e.value is not None else DELETE) for e in entries)
+    with wire_client(bootstrap, "dmq-configs") as c:
+        resp = c.request(make(request_class(44, 0), validate_only=False, resources=(make(
+            mod.AlterConfigsResource, resource_type=BROKER, resource_name="", configs=configs),)))
+    (res,) = resp.responses
+    if res.error_code != ErrorCode.none:
+        fail(f"cannot alter the configs of {what}: "
+             f"{res.error_message or res.error_code.name.upper()}")
 
 
 def _source(entry: Any) -> str:
@@ -54,8 +133,13 @@ def describe(
 ) -> None:
     """Configs set on a topic or broker (with --all: every config, its source and synonyms)."""
     res, what = _resource(topic, broker, broker_defaults)
-    a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
-    configs = result(a.describe_configs([res])[res], f"cannot describe the configs of {what}")
+    if broker_defaults:
+        configs: dict[str, Any] = _describe_defaults(bootstrap_server, what)
+        if not all_:
+            configs = _set_as_defaults(configs)
+    else:
+        a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
+        configs = result(a.describe_configs([res])[res], f"cannot describe the configs of {what}")
     entries = sorted(configs.values(), key=lambda e: e.name)
     if not all_:
         entries = [e for e in entries if _source(e) != "DEFAULT_CONFIG"]
@@ -100,9 +184,12 @@ def alter(
         entries.append(ConfigEntry(key.strip(), None, incremental_operation=AlterConfigOpType.DELETE))
     if not entries:
         fail("nothing to change: pass --set key=value or --delete key", 2)
-    change = ConfigResource(res.restype, res.name, incremental_configs=entries)
-    a = admin_client(bootstrap_server)
-    result(a.incremental_alter_configs([change])[change], f"cannot alter the configs of {what}")
+    if broker_defaults:
+        _alter_defaults(bootstrap_server, what, entries)
+    else:
+        change = ConfigResource(res.restype, res.name, incremental_configs=entries)
+        a = admin_client(bootstrap_server)
+        result(a.incremental_alter_configs([change])[change], f"cannot alter the configs of {what}")
     done = [f"{e.name}={e.value}" for e in entries if e.value is not None] + \
         [f"{e.name} (deleted)" for e in entries if e.value is None]
     console.print(f"Altered {what}: {', '.join(done)}", highlight=False)

@@ -15,7 +15,6 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -23,7 +22,7 @@ import typer
 from kio.schema.errors import ErrorCode
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dmq.cli.common import Bootstrap, connect_first, fail, make_console
+from dmq.cli.common import ANSWER_TIMEOUT, Bootstrap, fail, make_console, wire_client
 from dmq.cli.help import Typer
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
@@ -33,27 +32,13 @@ app = Typer(help="Move partitions between brokers and elect leaders.", no_args_i
 console = make_console()
 
 
-# Seconds to wait for a broker's answer; requests that make the broker wait (ElectLeaders,
-# AlterPartitionReassignments) get their own timeout on top.
-ANSWER_TIMEOUT = 10.0
+# Seconds the broker may take for requests that make it wait (ElectLeaders,
+# AlterPartitionReassignments), on top of ANSWER_TIMEOUT.
 BROKER_WAIT = 30.0
 
 
-@contextlib.contextmanager
-def _client(bootstrap: str) -> Iterator[WireClient]:
-    """A connection to the first bootstrap address that answers; a broker that stops
-    answering or drops the connection is one line and exit 1, not a traceback."""
-    c = connect_first(bootstrap, lambda host, port: WireClient(
-        host, port, client_id="dmq-partitions", timeout=ANSWER_TIMEOUT))
-    try:
-        yield c
-    except TimeoutError:
-        fail(f"{bootstrap} did not answer within {c.sock.gettimeout():g} s; is the broker overloaded "
-             f"or stopped?")
-    except OSError as e:  # ConnectionError: reset or closed by the broker
-        fail(f"lost the connection to {bootstrap}: {(e.strerror or str(e) or type(e).__name__).lower()}")
-    finally:
-        c.close()
+def _client(bootstrap: str) -> contextlib.AbstractContextManager[WireClient]:
+    return wire_client(bootstrap, "dmq-partitions")
 
 
 def _waiting_request(c: WireClient, request: Any) -> Any:

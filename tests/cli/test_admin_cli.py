@@ -103,3 +103,53 @@ def test_under_replicated_and_unavailable_partitions_show_once_brokers_stop(tmp_
         assert "adm-one" in out and "none" in out and "adm-ur" not in out, out
     finally:
         c.stop()
+
+
+def _row(out: str, name: str) -> list[str]:
+    """The cells of the table row of config ``name``."""
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells and cells[0] == name:
+            return cells
+    raise AssertionError(f"no row {name} in:\n{out}")
+
+
+def test_configs_of_a_broker_and_of_the_broker_defaults(fresh_broker: BrokerProcess) -> None:
+    """kafka-configs.sh --entity-type brokers --entity-name 0 / --entity-default."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    b = fresh_broker.start()
+    rate = "follower.replication.throttled.rate"  # dmq's dynamic broker config
+    res = run_dmq(b.bootstrap, "configs", "alter", "--broker", "0", "--set", f"{rate}=1000000")
+    assert res.stdout == f"Altered broker 0: {rate}=1000000\n"
+    assert _row(run_dmq(b.bootstrap, "configs", "describe", "--broker", "0").stdout, rate) == [
+        rate, "1000000", "DYNAMIC_BROKER_CONFIG"]
+    # as another client sees it
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 0})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    entry = admin.describe_configs([resource])[resource].result(30)[rate]
+    assert (entry.value, entry.source) == ("1000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+
+    # The cluster-wide default ("--entity-default"): it said "unexpected ValueError: Invalid
+    # ConfigResource(4,)", confluent-kafka refusing the resource's empty name.
+    res = run_dmq(b.bootstrap, "configs", "alter", "--broker-defaults", "--set", f"{rate}=5000000")
+    assert res.stdout == f"Altered the cluster-wide broker defaults: {rate}=5000000\n", res.stderr
+    defaults = run_dmq(b.bootstrap, "configs", "describe", "--broker-defaults").stdout
+    assert _row(defaults, rate) == [rate, "5000000", "DYNAMIC_DEFAULT_BROKER_CONFIG"]
+    assert "STATIC_BROKER_CONFIG" not in defaults  # only what is set as a default
+    # the broker's own setting wins over the default; deleted, the default applies
+    assert _row(run_dmq(b.bootstrap, "configs", "describe", "--broker", "0").stdout, rate)[1] == "1000000"
+    run_dmq(b.bootstrap, "configs", "alter", "--broker", "0", "--delete", rate)
+    assert _row(run_dmq(b.bootstrap, "configs", "describe", "--broker", "0", "--all").stdout, rate) == [
+        rate, "5000000", "DYNAMIC_DEFAULT_BROKER_CONFIG"]
+    res = run_dmq(b.bootstrap, "configs", "alter", "--broker-defaults", "--delete", rate)
+    assert res.stdout == f"Altered the cluster-wide broker defaults: {rate} (deleted)\n"
+    assert run_dmq(b.bootstrap, "configs", "describe", "--broker-defaults").stdout.splitlines()[-1] == "none"
+    assert _row(run_dmq(b.bootstrap, "configs", "describe", "--broker", "0", "--all").stdout, rate)[2] == \
+        "DEFAULT_CONFIG"
+
+    # a static broker config cannot change at run time: one line, exit 1
+    for target in (("--broker", "0"), ("--broker-defaults",)):
+        res = run_dmq(b.bootstrap, "configs", "alter", *target, "--set", "log.retention.ms=5", check=False)
+        assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
+        assert "log.retention.ms is a static broker config" in res.stderr, res.stderr
