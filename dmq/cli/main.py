@@ -44,7 +44,9 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="show the Kafka client's own log lines (librdkafka)")] = False,
+        "--verbose", "-v", help="show the Kafka client's own log lines (librdkafka: lost "
+                                "connections, failed requests; quiet while all is well), and "
+                                "Spark's log in `dmq pipeline run`")] = False,
     debug: Annotated[bool, typer.Option(
         "--debug", help="show the Kafka client's debug traces, and a traceback on an unexpected "
                         "error")] = False,

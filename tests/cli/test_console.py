@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import subprocess
@@ -185,3 +186,60 @@ def test_consume_into_a_closed_pipe_exits_quietly(broker: BrokerProcess) -> None
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_produce_names_exactly_the_lines_not_delivered(broker: BrokerProcess) -> None:
+    """Lines the broker refuses (here: larger than the topic's max.message.bytes) are named
+    by number, the others delivered; the delivery callbacks, not the lines read, decide."""
+    run_dmq(broker.bootstrap, "topics", "create", "con-refused", "-p", "1", "-c", "max.message.bytes=300")
+    proc = subprocess.Popen([sys.executable, "-m", "dmq", "produce", "con-refused"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dmq_env(broker.bootstrap))
+    assert proc.stdin is not None
+    big = b"x" * 1000
+    # Pauses between the groups keep each group in batches of its own (linger.ms is 5).
+    for group in ([b"one", b"two", b"three"], [big, big, big], [b"seven", b"eight"], [big], [b"ten"]):
+        proc.stdin.write(b"".join(line + b"\n" for line in group))
+        proc.stdin.flush()
+        time.sleep(1)
+    proc.stdin.close()
+    try:
+        assert proc.wait(90) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.stderr is not None
+    assert proc.stderr.read().decode().splitlines() == [
+        "error: 4 of 10 records were not produced to con-refused: lines 4-6, 9 "
+        "(Broker: Message size too large)"]
+    got = run_dmq(broker.bootstrap, "consume", "con-refused", "--from-beginning",
+                  "--timeout-ms", "2000").stdout.splitlines()
+    assert got == ["one", "two", "three", "seven", "eight", "ten"]
+
+
+@pytest.mark.parametrize("acks", ["1", "0"])
+def test_produce_with_fewer_acks_delivers(broker: BrokerProcess, acks: str) -> None:
+    """--acks 0 and 1 failed with a raw KafkaError while idempotence (which needs acks=all)
+    was on by default."""
+    topic = f"con-acks-{acks}"
+    run_dmq(broker.bootstrap, "topics", "create", topic, "-p", "1")
+    res = run_dmq(broker.bootstrap, "produce", topic, "--acks", acks,
+                  stdin=b"".join(b"line %d\n" % i for i in range(20)))
+    assert res.stderr.splitlines() == [f"produced 20 records to {topic}"]
+    got = run_dmq(broker.bootstrap, "consume", topic, "--from-beginning", "-n", "20",
+                  "--timeout-ms", "10000").stdout.splitlines()
+    assert got == [f"line {i}" for i in range(20)]
+    res = run_dmq(broker.bootstrap, "produce", topic, "--acks", acks, "--idempotence", stdin=b"x\n",
+                  check=False)
+    assert res.returncode == 2
+    assert res.stderr.splitlines() == [
+        f"error: --idempotence needs --acks all (got --acks {acks}): a retried batch is only "
+        f"deduplicated when every in-sync replica has it"]
+
+
+def test_bench_produce_with_idempotence_asks_for_all_acks(broker: BrokerProcess) -> None:
+    res = run_dmq(broker.bootstrap, "bench", "produce", "-t", "con-bench-idem", "-n", "1000",
+                  "--idempotence")
+    assert "produce: con-bench-idem, 100 B records, acks=all" in res.stderr, res.stderr
+    assert re.search(r"records sent\s+│\s+1,000\s+│", res.stderr), res.stderr
+    assert re.search(r"errors\s+│\s+0\s+│", res.stderr), res.stderr

@@ -3,11 +3,14 @@ logs (issue 10)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import time
 
 import pytest
 from support.broker import BrokerProcess
-from support.cli import closed_port, run_dmq
+from support.cli import closed_port, dmq_env, run_dmq
 
 
 @pytest.mark.parametrize("args, stdin", [
@@ -41,3 +44,33 @@ def test_client_logs_only_when_asked(broker: BrokerProcess) -> None:
     loud = run_dmq(broker.bootstrap, "--debug", "topics", "list")
     assert "|rdkafka#" in loud.stderr  # librdkafka's debug lines, e.g. %7|...|BROKER|rdkafka#...
     assert quiet.stdout == loud.stdout
+
+
+def test_verbose_shows_the_clients_own_log_lines(fresh_broker: BrokerProcess) -> None:
+    """--verbose shows what librdkafka logs (at its default level, info: here a broker going
+    away mid-consume), which dmq hides otherwise; its debug traces only come with --debug."""
+    b = fresh_broker.start()
+    run_dmq(b.bootstrap, "topics", "create", "verbose-t", "-p", "1")
+    run_dmq(b.bootstrap, "produce", "verbose-t", stdin=b"first\n")
+    procs = {flags: subprocess.Popen(
+        [sys.executable, "-m", "dmq", *flags, "consume", "verbose-t", "--from-beginning",
+         "--timeout-ms", "6000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dmq_env(b.bootstrap))
+        for flags in ((), ("--verbose",))}
+    try:
+        for proc in procs.values():
+            assert proc.stdout is not None
+            assert proc.stdout.readline() == b"first\n"  # consuming, connected to the broker
+        b.kill()
+        err = {flags: proc.communicate(timeout=60)[1].decode() for flags, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    assert err[()].splitlines() == ["Processed a total of 1 messages"]
+    lines = err[("--verbose",)].splitlines()
+    assert lines[-1] == "Processed a total of 1 messages"
+    logged = [line for line in lines if re.match(r"%[0-6]\|[\d.]+\|\w+\|rdkafka#consumer-\d+\| ", line)]
+    assert any(b.bootstrap in line and "Connection refused" in line for line in logged), lines[:20]
+    assert len(logged) == len(lines) - 1, "only librdkafka's lines and dmq's own"
+    assert not any(line.startswith("%7|") for line in lines)  # debug traces: --debug only
