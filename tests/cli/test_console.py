@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from support.broker import BrokerProcess
 from support.cli import dmq_env, run_dmq
 
@@ -195,16 +195,31 @@ def test_produce_names_exactly_the_lines_not_delivered(broker: BrokerProcess) ->
     proc = subprocess.Popen([sys.executable, "-m", "dmq", "produce", "con-refused"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dmq_env(broker.bootstrap))
     assert proc.stdin is not None
+    watch = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "con-refused-watch",
+                      "log_level": 0})
+
+    def stored() -> int:
+        return int(watch.get_watermark_offsets(TopicPartition("con-refused", 0), timeout=10)[1])
+
     big = b"x" * 1000
-    # Pauses between the groups keep each group in batches of its own (linger.ms is 5).
-    for group in ([b"one", b"two", b"three"], [big, big, big], [b"seven", b"eight"], [big], [b"ten"]):
-        proc.stdin.write(b"".join(line + b"\n" for line in group))
-        proc.stdin.flush()
-        time.sleep(1)
-    proc.stdin.close()
+    # Each group in batches of its own (linger.ms is 5): the next is written once the broker
+    # has the small lines before it, or 1.5 s after refused lines.
     try:
+        for group, stored_after in (([b"one", b"two", b"three"], 3), ([big, big, big], None),
+                                    ([b"seven", b"eight"], 5), ([big], None), ([b"ten"], 6)):
+            proc.stdin.write(b"".join(line + b"\n" for line in group))
+            proc.stdin.flush()
+            if stored_after is None:
+                time.sleep(1.5)
+                continue
+            deadline = time.monotonic() + 30
+            while stored() < stored_after:
+                assert time.monotonic() < deadline, f"{stored()} records stored, not {stored_after}"
+                time.sleep(0.1)
+        proc.stdin.close()
         assert proc.wait(90) == 1
     finally:
+        watch.close()
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
