@@ -43,6 +43,7 @@ from dmq.cluster.metadata import (
     MetadataError,
 )
 from dmq.cluster.producer_ids import ProducerIdManager
+from dmq.cluster.zk.client import ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import LONG_MAX, BrokerConfig, LogConfig
 from dmq.group.coordinator import GroupConfig, GroupCoordinator
@@ -225,10 +226,7 @@ class Broker:
         rack = self.config["broker.rack"]
         info = BrokerInfo(self.broker_id, host, port, str(rack) if rack else None)
         if self.zk is not None:
-            try:
-                await self.zk.register_broker(info)
-            except MetadataError as e:
-                raise SystemExit(f"error: {e}") from None
+            await self._register(self.zk, info)
             self.zk.on_change = self._on_metadata_change
             assert self.controller is not None
             self._spawn(self.controller.run(self.stopping))
@@ -410,6 +408,33 @@ class Broker:
         self.log_manager.checkpoint()
 
     # --------------------------------------------------------------- shutdown
+
+    async def _register(self, zk: ZooKeeperMetadataStore, info: BrokerInfo) -> None:
+        """Register in ZooKeeper. ZooKeeper going away meanwhile (say it restarts while this
+        broker waits for its previous session's registration to expire) is waited out as
+        long as a first connection would be (``zookeeper.connection.timeout.ms``), as
+        Kafka's ZooKeeper client retries until connected; then the broker exits saying so."""
+        connect = self.config["zookeeper.connect"]
+        configured = self.config["zookeeper.connection.timeout.ms"]
+        bound_s = int(configured if configured else self.config["zookeeper.session.timeout.ms"]) / 1000
+        unreachable_since: float | None = None
+        while True:
+            try:
+                await zk.register_broker(info)
+                return
+            except ZooKeeperUnavailable as e:  # a MetadataError too: caught first
+                now = time.monotonic()
+                if unreachable_since is None:
+                    unreachable_since = now
+                    log.warning("ZooKeeper stopped answering while broker %d registers (%s); "
+                                "retrying for up to %.0f s", self.broker_id, e, bound_s)
+                elif now - unreachable_since > bound_s:
+                    raise SystemExit(
+                        f"error: cannot connect to ZooKeeper at {connect}: {e}. Is ZooKeeper "
+                        f"running there? (dmq cluster start runs one for development)") from None
+                await asyncio.sleep(0.5)
+            except MetadataError as e:
+                raise SystemExit(f"error: {e}") from None
 
     async def run(self) -> None:
         await self.start()

@@ -347,6 +347,43 @@ def test_broker_restarted_while_old_session_lingers_waits_and_rejoins(make_clust
         "the restarted broker did not log what it was waiting for; log:\n" + new_log[-1500:])
 
 
+@pytest.mark.slow
+def test_broker_waiting_for_its_old_session_outlasts_a_zookeeper_restart(make_cluster: Any) -> None:
+    """Found by a chaos run (seed 108): a broker restarted while its old registration
+    lingered, ZooKeeper restarted while it waited, and the broker exited with "ZooKeeper did
+    not answer create /brokers/ids/1". It must wait for ZooKeeper as a first connection
+    would (zookeeper.connection.timeout.ms), then register and stay up."""
+    cluster = make_cluster({"zookeeper.session.timeout.ms": "8000"}).start()
+    b = cluster.brokers[2]
+    old_log = len(b.log_text())
+    b.kill()
+    result: dict[str, Any] = {}
+
+    def restart() -> None:
+        try:
+            b.start(timeout=60)
+            result["ok"] = True
+        except Exception as e:  # noqa: BLE001 - asserted below
+            result["error"] = e
+
+    t = threading.Thread(target=restart, daemon=True)
+    t.start()
+    cluster.wait_for(lambda: "still registered by an earlier session" in b.log_text()[old_log:],
+                     "the restarted broker waits for its old registration", timeout=30)
+    cluster.zookeeper.stop()
+    # Longer than one ZooKeeper call waits (the 8 s session timeout), so a call fails; within
+    # that plus the connection timeout (8 s more), which registration waits out.
+    time.sleep(11)
+    cluster.zookeeper.start()
+    t.join(65)
+    new_log = b.log_text()[old_log:]
+    assert "error" not in result, f"restarted broker failed: {str(result['error'])[:300]}"
+    assert "ZooKeeper stopped answering while broker 2 registers" in new_log, new_log[-1500:]
+    cluster.wait_for(lambda: 2 in {x.id for x in cluster.metadata().brokers.values()}, "broker 2 registered",
+                     timeout=30)
+    assert b.alive(), f"restarted broker exited; log tail:\n{new_log[-1500:]}"
+
+
 # --- 7 -----------------------------------------------------------------------------------------
 
 @pytest.mark.slow
