@@ -228,6 +228,11 @@ class ReplicaManager:
 
         await self.produce_purgatory.wait_until([key], timeout_s, done)
         p = self.partitions.get(key)
+        if p is not None and p is start and not p.is_leader and p.high_watermark > last_offset:
+            # Committed (the whole ISR had it) before this broker stopped leading, say by a
+            # controlled shutdown in the same turn of the loop: the batch is safe, and
+            # answering an error would only make the client send it again.
+            return ErrorCode.none, None
         if p is None or p is not start or not p.is_leader:
             return (ErrorCode.not_leader_or_follower,
                     f"leadership of {topic}-{index} moved before the batch was replicated")

@@ -219,3 +219,31 @@ def test_an_outcome_from_an_older_leader_epoch_is_ignored(tmp_path: Path) -> Non
         rm.log_manager.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_batch_committed_just_before_leadership_moves_is_acknowledged(tmp_path: Path) -> None:
+    """Found by a chaos run (seed 110): the high watermark passed an acks=all batch, and in
+    the same turn of the event loop a controlled shutdown made this broker a follower; the
+    waiting produce then answered NOT_LEADER_OR_FOLLOWER for a committed batch, the client
+    sent it again, and after an epoch bump it was written twice."""
+
+    async def scenario() -> None:
+        store = IsrStore(isr=[1, 2])
+        rm = replica_manager(tmp_path, store, topic_configs=MIN_ISR_2)
+        p = rm.become_leader(*TP, "id", 0, [1, 2], store.isr, store.version)
+        produce = asyncio.ensure_future(rm.append_records({TP: records(3)}, -1, 5.0))
+        await settle()
+        await follower_fetch(rm, 2, 3)  # the high watermark passes the batch...
+        rm.become_follower(*TP, "id", 2, 1, [1, 2], [1, 2], store.version + 1)  # ...and it moves
+        assert p.high_watermark == 3 and not p.is_leader
+        assert (await produce)[TP].error == ErrorCode.none
+        # A batch not committed when leadership moved still fails, as it must.
+        p = rm.become_leader(*TP, "id", 2, [1, 2], [1, 2], store.version + 2)
+        store.leader_epoch, store.version = 2, store.version + 2
+        late = asyncio.ensure_future(rm.append_records({TP: records(2)}, -1, 5.0))
+        await settle()
+        rm.become_follower(*TP, "id", 2, 3, [1, 2], [1, 2], store.version + 1)
+        assert (await late)[TP].error == ErrorCode.not_leader_or_follower
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
