@@ -350,7 +350,9 @@ class ChaosRun:
                     if "cannot connect to ZooKeeper" in str(e) and time.monotonic() < deadline:
                         time.sleep(1.0)
                         continue
-                    self.crashed.append(f"broker {i} did not start again: {str(e)[-300:]}")
+                    errors = [line for line in str(e).splitlines() if line.startswith("error:")]
+                    why = errors[-1] if errors else str(e)[-300:]
+                    self.crashed.append(f"broker {i} did not start again: {why}")
                     return  # stays down: no later fault picks a broker that is not running
             self.down.discard(i)
 
