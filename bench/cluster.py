@@ -22,8 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,60 +34,19 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-ZK_JAR = "/usr/share/java/zookeeper.jar"
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from procs import ZK_JAR, Proc, Processes, broker, stop_on_sigterm, zookeeper  # noqa: E402
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), 0.5):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on {port}")
-
-
-class Proc:
-    def __init__(self, cmd: list[str], log: Path, port: int) -> None:
-        self.cmd, self.log, self.port = cmd, log, port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=out)
-        wait_port(self.port)
-        return self
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-
-def broker_cmd(port: int, data: Path, broker_id: int, zk: str | None, overrides: list[str]) -> list[str]:
-    cmd = [sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data),
-           "--broker-id", str(broker_id)]
-    if zk:
-        cmd += ["--zookeeper", zk]
-    for o in overrides:
-        cmd += ["--override", o]
-    return cmd
+QUIET = {"log_level": 0}  # librdkafka's own log lines stay off the terminal
 
 
 def produce_throughput(bootstrap: str, rf: int, records: int, size: int) -> float:
     topic = "tp-" + uuid.uuid4().hex[:8]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic(topic, 6, rf)])[topic].result(30)
     time.sleep(1.0)
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+    p = Producer({"bootstrap.servers": bootstrap, **QUIET, "acks": "all", "linger.ms": 5,
                   "batch.size": 262144, "queue.buffering.max.messages": 1000000})
     payload = b"x" * size
     p.produce(topic, payload)
@@ -118,9 +76,9 @@ def leader_of(admin: AdminClient, topic: str) -> int:
 
 def failover_once(brokers: dict[int, Proc], topic: str) -> float:
     live = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())
-    admin = AdminClient({"bootstrap.servers": live})
+    admin = AdminClient({"bootstrap.servers": live, **QUIET})
     leader = leader_of(admin, topic)
-    p = Producer({"bootstrap.servers": live, "acks": "all", "linger.ms": 0, "enable.idempotence": True,
+    p = Producer({"bootstrap.servers": live, **QUIET, "acks": "all", "linger.ms": 0, "enable.idempotence": True,
                   "topic.metadata.refresh.interval.ms": 250, "retry.backoff.ms": 50,
                   "retry.backoff.max.ms": 200, "message.timeout.ms": 60000})
     for _ in range(20):
@@ -141,9 +99,10 @@ def failover_once(brokers: dict[int, Proc], topic: str) -> float:
         p.poll(0.05)
     p.flush(60)
     took = (acked_after[0] if acked_after else float("nan")) - killed_at
-    brokers[leader].start()
+    brokers[leader].spawn()
+    brokers[leader].wait_listening()
     survivors = ",".join(f"127.0.0.1:{b.port}" for i, b in brokers.items() if i != leader)
-    admin = AdminClient({"bootstrap.servers": survivors})
+    admin = AdminClient({"bootstrap.servers": survivors, **QUIET})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -167,24 +126,16 @@ def main() -> int:
     if not os.path.exists(ZK_JAR):
         print("ZooKeeper is not installed: apt-get install -y zookeeper", file=sys.stderr)
         return 2
+    stop_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="dmq-bench-cluster-"))
-    zk_port = free_port()
-    (work / "zk").mkdir()
-    (work / "zk" / "zoo.cfg").write_text(f"tickTime=2000\ndataDir={work / 'zk'}\nclientPort={zk_port}\n"
-                                         "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n")
-    zk = Proc(["java", "-Xmx256m", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}", f"-Dzookeeper.log.dir={work / 'zk'}",
-               "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(work / "zk" / "zoo.cfg")],
-              work / "zk.log", zk_port).start()
-    connect = f"127.0.0.1:{zk_port}/dmq"
-    brokers = {i: Proc(broker_cmd(port, work / f"b{i}", i, connect, args.override), work / f"b{i}.log", port)
-               for i, port in ((i, free_port()) for i in (1, 2, 3))}
-    single_port = free_port()
-    single = Proc(broker_cmd(single_port, work / "single", 0, None, args.override), work / "single.log", single_port)
+    procs = Processes()
     results: list[dict[str, object]] = []
     try:
-        for b in brokers.values():
-            b.start()
-        single.start()
+        zk = procs.start(zookeeper(work, tick_ms=2000))
+        connect = f"127.0.0.1:{zk.port}/dmq"
+        brokers = {i: procs.start(broker(work, i, connect, args.override)) for i in (1, 2, 3)}
+        single = procs.start(broker(work, 0, None, args.override))
+        single_port = single.port
         cluster_bs = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())
         single_bs = f"127.0.0.1:{single_port}"
         time.sleep(2)
@@ -200,16 +151,19 @@ def main() -> int:
             row = {"metric": "latency_acks_all_1000rps", "target": label, **lat}
             print(json.dumps(row), flush=True)
             results.append(row)
-        admin = AdminClient({"bootstrap.servers": cluster_bs})
+        admin = AdminClient({"bootstrap.servers": cluster_bs, **QUIET})
         admin.create_topics([NewTopic("failover", 1, 3)])["failover"].result(30)
         time.sleep(2)
         times = [failover_once(brokers, "failover") for _ in range(args.failovers)]
         row = {"metric": "failover_s", "target": "cluster-rf3", "median": statistics.median(times), "runs": times}
         print(json.dumps(row), flush=True)
         results.append(row)
+    except (RuntimeError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     finally:
-        for b in [*brokers.values(), single, zk]:
-            b.kill()
+        procs.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
     print("\nsummary")
     for size in (int(s) for s in args.sizes.split(",")):
         s = next(r for r in results if r["metric"] == "produce_acks_all" and r["size"] == size and r["target"] == "single")

@@ -125,7 +125,15 @@ def main() -> int:
         brokers = {"dmq": f"127.0.0.1:{dmq_port}"}
         if not args.no_reference:
             ref_port = free_port()
-            procs["reference"] = reference.start(ref_port, Path(tmp, "reference.log"))
+            try:
+                procs["reference"] = reference.start(ref_port, Path(tmp, "reference.log"))
+            except (OSError, RuntimeError, TimeoutError) as e:
+                log = Path(tmp, "reference.log")
+                last = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+                print(f"error: the reference broker did not start: {e}"
+                      + (f" ({last[0]})" if last else "") + "; --no-reference measures dmq alone",
+                      file=sys.stderr)
+                return 1
             brokers["reference"] = f"127.0.0.1:{ref_port}"
         with open(args.out, "w") as out:
             for rep in range(args.repeats):

@@ -24,10 +24,7 @@ import argparse
 import json
 import re
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,71 +36,11 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-ZK_JAR = "/usr/share/java/zookeeper.jar"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procs import Processes, broker, stop_on_sigterm, zookeeper  # noqa: E402
+
 TIMELINE = re.compile(r"session|expir|controller|elect|leader|isr|registered|broker.*(dead|gone|lost)", re.I)
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[.,]\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), 0.5):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"nothing listens on {port}")
-
-
-class Proc:
-    def __init__(self, cmd: list[str], log: Path, port: int) -> None:
-        self.cmd, self.log, self.port = cmd, log, port
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=out)
-        wait_port(self.port)
-        return self
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-
-def start_zookeeper(work: Path) -> Proc:
-    port = free_port()
-    (work / "zkdata").mkdir(parents=True)
-    cfg = work / "zoo.cfg"
-    cfg.write_text(f"tickTime=500\ndataDir={work / 'zkdata'}\nclientPort={port}\n"
-                   "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
-                   "minSessionTimeout=1000\nmaxSessionTimeout=60000\n")
-    return Proc(["java", "-Xmx256m", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}", f"-Dzookeeper.log.dir={work}",
-                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)], work / "zookeeper.log", port).start()
-
-
-def start_brokers(work: Path, zk_port: int, session_ms: int, extra: list[str]) -> dict[int, Proc]:
-    brokers = {}
-    for i in (1, 2, 3):
-        port = free_port()
-        cmd = [sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
-               "--data-dir", str(work / f"broker-{i}"), "--broker-id", str(i),
-               "--zookeeper", f"127.0.0.1:{zk_port}/dmq",
-               "--override", f"zookeeper.session.timeout.ms={session_ms}",
-               "--override", "leader.imbalance.check.interval.seconds=3600"]
-        for o in extra:
-            cmd += ["--override", o]
-        brokers[i] = Proc(cmd, work / f"broker-{i}.log", port)
-    for b in brokers.values():
-        b.start()
-    return brokers
 
 
 class SteadyProducer:
@@ -160,12 +97,14 @@ def timeline(work: Path, killed: int, kill_wall: float, window: float) -> list[s
 
 def one_run(session_ms: int, extra: list[str], show_timeline: bool, keep: bool) -> float:
     work = Path(tempfile.mkdtemp(prefix="dmq-failover-"))
-    zk: Proc | None = None
-    brokers: dict[int, Proc] = {}
+    procs = Processes()
     prod: SteadyProducer | None = None
     try:
-        zk = start_zookeeper(work)
-        brokers = start_brokers(work, zk.port, session_ms, extra)
+        zk = procs.start(zookeeper(work))
+        overrides = [f"zookeeper.session.timeout.ms={session_ms}",
+                     "leader.imbalance.check.interval.seconds=3600", *extra]
+        brokers = {i: procs.start(broker(work, i, f"127.0.0.1:{zk.port}/dmq", overrides))
+                   for i in (1, 2, 3)}
         bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         admin.create_topics([NewTopic("failover", 1, 3, config={"min.insync.replicas": "2"})])["failover"].result(30)
@@ -206,10 +145,7 @@ def one_run(session_ms: int, extra: list[str], show_timeline: bool, keep: bool) 
             prod.p.purge()
             prod.p.flush(0)
             del prod
-        for b in brokers.values():
-            b.kill()
-        if zk is not None:
-            zk.kill()
+        procs.stop_all()
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -222,9 +158,14 @@ def main() -> int:
     ap.add_argument("--timeline", action="store_true", help="print survivors' log lines around each kill")
     ap.add_argument("--keep", action="store_true", help="keep each run's directory (logs)")
     args = ap.parse_args()
+    stop_on_sigterm()
     rows = []
     for session_ms in (int(s) for s in args.session_timeouts.split(",")):
-        runs = [one_run(session_ms, args.override, args.timeline, args.keep) for _ in range(args.repeats)]
+        try:
+            runs = [one_run(session_ms, args.override, args.timeline, args.keep) for _ in range(args.repeats)]
+        except (RuntimeError, TimeoutError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         ok = [r for r in runs if r == r]
         med = statistics.median(ok) if ok else float("nan")
         mx = max(ok) if len(ok) == len(runs) else float("inf")

@@ -47,10 +47,10 @@ def main() -> int:
     args = ap.parse_args()
 
     topic = "lat-" + uuid.uuid4().hex[:8]
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    admin = AdminClient({"bootstrap.servers": args.bootstrap, "log_level": 0})
     admin.create_topics([NewTopic(topic, 1, args.replication_factor)])[topic].result(30)
     time.sleep(0.5)
-    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "lat-" + topic,
+    consumer = Consumer({"bootstrap.servers": args.bootstrap, "log_level": 0, "group.id": "lat-" + topic,
                          "enable.auto.commit": False, "fetch.wait.max.ms": args.fetch_wait_ms,
                          "fetch.queue.backoff.ms": 0, "socket.nagle.disable": True})
     consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
@@ -68,7 +68,7 @@ def main() -> int:
             if sent_ns > 0:
                 latencies.append((now - sent_ns) / 1e6)
 
-    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": args.acks, "linger.ms": 0,
+    producer = Producer({"bootstrap.servers": args.bootstrap, "log_level": 0, "acks": args.acks, "linger.ms": 0,
                          "socket.nagle.disable": True, "enable.idempotence": False})
     t = threading.Thread(target=consume, daemon=True)
     t.start()

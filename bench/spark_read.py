@@ -38,6 +38,8 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
+    # SIGTERM ends the run like Ctrl-C: through the finally below, which stops the broker.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -49,14 +51,16 @@ def main() -> int:
     port = free_port()
     broker = subprocess.Popen([sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
                                "--data-dir", os.path.join(tmp, "data"), "--log-level", "WARNING"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert broker.stdout is not None
-    broker.stdout.readline()
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
     bootstrap = f"127.0.0.1:{port}"
     try:
-        a = AdminClient({"bootstrap.servers": bootstrap})
+        assert broker.stdout is not None
+        if not broker.stdout.readline():
+            print(f"error: dmq server did not start (exit {broker.wait(10)})", file=sys.stderr)
+            return 1
+        a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         a.create_topics([NewTopic("bench", args.partitions, 1)])["bench"].result(30)
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1_000_000,
+        p = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "linger.ms": 5, "batch.size": 1_000_000,
                       "queue.buffering.max.messages": 1_000_000})
         payload = os.urandom(args.size)
         for _ in range(args.records):
@@ -99,8 +103,13 @@ def main() -> int:
                       file=sys.stderr)
         spark.stop()
     finally:
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(30)
+        if broker.poll() is None:
+            broker.send_signal(signal.SIGTERM)
+            try:
+                broker.wait(30)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+                broker.wait(10)
         shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     print("| source | records/s (median) | MB/s |\n| --- | --- | --- |")

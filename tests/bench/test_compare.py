@@ -19,7 +19,7 @@ def _run_in_own_session(args: list[str], timeout: float = 240) -> tuple[subproce
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True, cwd=ROOT)
     out, err = proc.communicate(timeout=timeout)
-    left = subprocess.run(["ps", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
+    left = subprocess.run(["ps", "-ww", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
     leftovers = [line for line in left.splitlines()
                  if line.split()[1] == str(proc.pid) or ("dmq-bench-" in line and "dmq server" in line)]
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), leftovers
