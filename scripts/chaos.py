@@ -50,7 +50,7 @@ def main() -> int:
         failures = report.failures()
         rows.append((seed, report, failures))
         print(f"  acked {report.acknowledged}, lost {len(report.lost)}, duplicates {report.duplicates} "
-              f"({report.duplicates_after_epoch_bump} re-sent after {report.epoch_bumps} epoch bumps), "
+              f"({report.duplicates_after_epoch_bump} re-sent after {report.epoch_bumps} producer epoch bumps), "
               f"reordered {len(report.reordered)}, divergent {len(report.divergent)}, recovery "
               f"{report.recovery_s:.1f}s, longest write gap with a majority up "
               f"{report.max_gap_with_majority_s:.1f}s (any: {report.max_ack_gap_s:.1f}s), crashes "

@@ -122,7 +122,10 @@ class Report:
     duplicate_batches: list[str] = field(default_factory=list)
     duplicates_after_epoch_bump: int = 0  # copies under different producer ids/epochs
     duplicates_same_producer: int = 0  # copies under one producer id and epoch: a broker bug
-    epoch_bumps: int = 0  # InitProducerId requests that asked to bump an epoch (KIP-360)
+    # Producer epochs the clients moved to (KIP-360): librdkafka bumps an idempotent producer's
+    # epoch itself, so they are counted from the batches on disk (identities per producer id
+    # beyond the first), plus InitProducerId requests that asked the broker for one.
+    epoch_bumps: int = 0
     produce_rejections: dict[str, int] = field(default_factory=dict)
     reordered: list[str] = field(default_factory=list)
     recovery_s: float = -1.0
@@ -652,6 +655,14 @@ class ChaosRun:
                     self.report.produce_rejections[m.group(1)] = self.report.produce_rejections.get(m.group(1), 0) + 1
                 if "asked to bump its epoch" in line:
                     self.report.epoch_bumps += 1
+        epochs: dict[int, set[int]] = defaultdict(set)
+        data = self.base / self.names[0] / "data"
+        for d in sorted(data.glob(f"{TOPIC}-*")) if data.exists() else []:
+            for _last, raw in read_batches(d):
+                producer_id, producer_epoch = struct.unpack_from(">qh", raw, 43)
+                if producer_id >= 0:
+                    epochs[producer_id].add(producer_epoch)
+        self.report.epoch_bumps += sum(len(e) - 1 for e in epochs.values())
         wanted = set(self.dup_values)
         if not wanted:
             return
