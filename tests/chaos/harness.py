@@ -344,16 +344,21 @@ class ChaosRun:
         def run() -> None:
             deadline = max(time.monotonic() + 150, self.restart_deadline)
             while True:
+                # This attempt's part of the log: its error line can be far from the end of
+                # the exception's log tail (kazoo logs each reconnect while the process exits).
+                since = len(self.brokers[i].log_text())
                 try:
                     self.brokers[i].start(timeout=90)
                     self._outage_ends(i)
                     break
                 except Exception as e:  # noqa: BLE001 - reported as a crash unless retried
                     self.brokers[i].proc = None
-                    if "cannot connect to ZooKeeper" in str(e) and time.monotonic() < deadline:
+                    attempt = self.brokers[i].log_text()[since:]
+                    errors = [line for line in attempt.splitlines() if line.startswith("error:")]
+                    if any("cannot connect to ZooKeeper" in line for line in errors) \
+                            and time.monotonic() < deadline:
                         time.sleep(1.0)
                         continue
-                    errors = [line for line in str(e).splitlines() if line.startswith("error:")]
                     why = errors[-1] if errors else str(e)[-300:]
                     self.crashed.append(f"broker {i} did not start again: {why}")
                     return  # stays down: no later fault picks a broker that is not running
