@@ -326,7 +326,7 @@ def test_cancelled_reassignment_goes_back_to_the_old_replicas(cluster: Cluster) 
     assert f"{topic}-0: reassignment cancelled; back on [{source}]" in log_text
     # Nothing to cancel any more: NO_REASSIGNMENT_IN_PROGRESS.
     again = dmq("partitions", "reassign", "--cancel", "-t", topic, "-p", "0", "-b", cluster.bootstrap)
-    assert again.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in again.stdout
+    assert again.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in again.stderr  # errors go to stderr
     assert dmq("partitions", "throttle", "--clear", "--brokers", str(receiver),
                "-b", cluster.bootstrap).returncode == 0
     # Every record is still there, in order.
