@@ -195,16 +195,43 @@ def summarize(rows: list[dict], cases: list[tuple[int, int, str, int]]) -> str:
         dc, rc = med("dmq", "consume", "records_per_s"), med("reference", "consume", "records_per_s")
         rss = max([(r["kbench"] or {}).get("produce", {}).get("broker_rss_mb") or 0 for r in rows
                    if r["broker"] == "dmq" and r["case"] == ci and r.get("kbench")] or [0])
-        lines.append(f"| p{parts} {size} B acks={acks} | {_fmt(dp)} | {_fmt(rp)} | "
-                     f"{(dp / rp) if dp and rp else float('nan'):.2f} | {_fmt(dc)} | {_fmt(rc)} | "
-                     f"{(dc / rc) if dc and rc else float('nan'):.2f} | {rss:.0f} |")
+        lines.append(f"| p{parts} {size} B acks={acks} | {_fmt(dp)} | {_fmt(rp)} | {_ratio(dp, rp)} | "
+                     f"{_fmt(dc)} | {_fmt(rc)} | {_ratio(dc, rc)} | {rss:.0f} |")
     lines += ["", "| broker | e2e p50 ms | e2e p99 ms | e2e p99.9 ms |", "| --- | --- | --- | --- |"]
     for broker in ("dmq", "reference"):
         lat = [r["latency"] for r in rows if r["broker"] == broker and r["case"] == "latency" and r.get("latency")]
         if lat:
             lines.append(f"| {broker} | {_median([x['p50_ms'] for x in lat]):.2f} | "
                          f"{_median([x['p99_ms'] for x in lat]):.2f} | {_median([x['p999_ms'] for x in lat]):.2f} |")
-    return "\n".join(lines)
+    notes = _notes(rows)
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a and b else "n/a"
+
+
+def _notes(rows: list[dict]) -> list[str]:
+    """What the table leaves out: failed phases (shown as n/a) and high watermarks that
+    differed from the delivered count (informational: the consume phase read every record)."""
+    notes = []
+    for broker in ("dmq", "reference"):
+        runs = [r["kbench"] for r in rows if r["broker"] == broker and r["case"] != "latency"]
+        if not runs:
+            continue
+        failed = [f"{phase}" + (f" ({(k or {}).get('error')})" if (k or {}).get("error") else "")
+                  for k in runs for phase in ("produce", "consume")
+                  if not ((k or {}).get(phase) or {}).get("ok")]
+        if failed:
+            notes.append(f"- {broker}: {len(failed)} of {2 * len(runs)} phases failed and count as n/a: "
+                         + ", ".join(sorted(set(failed))))
+        short = [p for k in runs if (p := (k or {}).get("produce") or {}).get("hwm_matches") is False]
+        if short:
+            worst = max(abs(p["delivered_ok"] - p["broker_hwm_total"]) / max(p["delivered_ok"], 1) for p in short)
+            notes.append(f"- {broker}: the high watermarks differed from the delivered count after {len(short)} "
+                         f"of {len(runs)} produce phases (by up to {worst:.1%}); informational, every "
+                         "consume phase that passed read all delivered records")
+    return notes
 
 
 if __name__ == "__main__":
