@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from rich.table import Table
 
 from dmq.cli.common import (
     Bootstrap,
@@ -157,8 +158,18 @@ def describe(
         table.add_row(e.name, _value(e), _source(e))
         if all_:
             for syn in (e.synonyms or {}).values():
-                table.add_row(f"  ↳ {syn.name}", _value(syn), _source(syn), style="dim")
+                table.add_row(_synonym_name(syn.name), _value(syn), _source(syn), style="dim")
     console.print(table)
+
+
+def _synonym_name(name: str) -> Table:
+    """"  ↳ NAME", NAME folding under itself when the column is narrower: wrapped as plain
+    text, a long synonym broke after the arrow and started the next line like a config."""
+    cell = Table.grid()
+    cell.add_column(no_wrap=True)
+    cell.add_column(overflow="fold")
+    cell.add_row("  ↳ ", name)
+    return cell
 
 
 @app.command()

@@ -195,6 +195,12 @@ def test_configs_describe_all_at_80_columns(broker: BrokerProcess, member: dict[
     i = rows.index(["retention.ms", "86400000", "DYNAMIC_TOPIC_CONFIG"])
     assert rows[i + 1] == ["↳ retention.ms", "86400000", "DYNAMIC_TOPIC_CONFIG"], rows[i:i + 3]
     assert rows[i + 2][0].startswith("↳ log.retention.") and rows[i + 2][2] == "DEFAULT_CONFIG", rows[i:i + 3]
+    # A synonym too long for its column stays under its arrow, indented: it once wrapped
+    # after the "↳", its name starting the next line like a config of its own.
+    for cells, row in zip(table.body_lines, rows, strict=True):
+        assert row[0] != "↳", rows
+        if row[0] and not row[1]:  # a name's continuation line
+            assert cells[0].startswith("     "), f"{cells[0]!r} reads as a config of its own:\n{out}"
     out = at_80(broker.bootstrap, "configs", "describe", "--broker", "0", "--all")
     (table,) = tables(out)
     sources = {c.strip() for c in table.column("source")}
