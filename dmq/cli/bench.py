@@ -10,7 +10,14 @@ import typer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from dmq.cli.common import (
@@ -53,6 +60,13 @@ def _progress() -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
                     transient=False)
+
+
+def shown(progress: Progress, task: TaskID, done: int, started: float) -> None:
+    """Progress and rate so far (the rate too: updating only the count left the bar
+    ending at '20000/20000 0 rec/s', the rate of the last update while sending)."""
+    elapsed = time.perf_counter() - started
+    progress.update(task, completed=done, rate=f"{done / max(elapsed, 1e-9):,.0f} rec/s")
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -134,13 +148,11 @@ def produce(
             produce_waiting(producer, topic, value=payload, on_delivery=on_delivery)
             if i % 5000 == 0:
                 producer.poll(0)
-                elapsed = time.perf_counter() - started
-                progress.update(task, completed=len(latencies),
-                                rate=f"{len(latencies) / max(elapsed, 1e-9):,.0f} rec/s")
+                shown(progress, task, len(latencies), started)
         while len(latencies) + len(errors) < num_records and time.perf_counter() - started < 600:
             producer.poll(0.05)
-            progress.update(task, completed=len(latencies))
-        progress.update(task, completed=len(latencies))
+            shown(progress, task, len(latencies), started)
+        shown(progress, task, len(latencies), started)
     elapsed = time.perf_counter() - started
     lat = sorted(x * 1000 for x in latencies)
     rate = len(latencies) / elapsed
@@ -201,8 +213,7 @@ def consume(
                     first = time.perf_counter()
                 count += 1
                 nbytes += len(m.value() or b"")
-            elapsed = time.perf_counter() - started
-            progress.update(task, completed=count, rate=f"{count / max(elapsed, 1e-9):,.0f} rec/s")
+            shown(progress, task, count, started)
     consumer.close()
     elapsed = time.perf_counter() - (first or started)
     _summary(f"consume: {topic}", [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -46,11 +47,21 @@ def test_console_produce_consume(broker: BrokerProcess) -> None:
     assert len(part) < 50
 
 
+def _final_rate(stderr: str, phase: str) -> int:
+    """The rate on the progress bar's last line ("produce ━━━ 20000/20000 263,621 rec/s")."""
+    bar = [line for line in stderr.splitlines() if line.startswith(f"{phase} ")][-1]
+    m = re.search(r"20000/20000 ([\d,]+) rec/s", bar)
+    assert m, bar
+    return int(m.group(1).replace(",", ""))
+
+
 def test_bench(broker: BrokerProcess) -> None:
     res = dmq(broker, "bench", "produce", "-t", "cli-bench", "-n", "20000", "-s", "200", "-p", "2")
     assert "records/s" in res.stderr and "20,000" in res.stderr
+    assert _final_rate(res.stderr, "produce") > 0  # it ended at '0 rec/s'
     res = dmq(broker, "bench", "consume", "-t", "cli-bench", "-n", "20000")
     assert "records/s" in res.stderr and "20,000" in res.stderr
+    assert _final_rate(res.stderr, "consume") > 0
 
 
 def test_bench_takes_client_properties_and_says_its_acks(broker: BrokerProcess) -> None:
