@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from support.broker import BrokerProcess  # noqa: E402
+
+# CLI tests press Ctrl-C (SIGINT) on dmq commands as a terminal does. A suite started in
+# the background by a non-interactive shell (`./scripts/test.sh &`, some CI runners)
+# inherits SIGINT ignored, and so would every dmq it starts: they never saw the Ctrl-C.
+# Children get the disposition a terminal gives them.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="module")
