@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -115,6 +116,22 @@ def _cause(text: str) -> str:
             return m.group(1).strip()
     first = next((line.strip() for line in text.splitlines() if line.strip()), "") or "(no message)"
     return first if len(first) <= 300 else first[:297] + "..."
+
+
+class _SparkReads:
+    """Rows the streaming query has read, from its progress updates. Spark keeps only the
+    last ``spark.sql.streaming.numRecentProgressUpdates`` (100) of them, fewer than a long
+    run's batches, so each batch's rows are kept here by batch id as they are seen; an idle
+    update repeats the last batch's id with 0 rows, hence the max."""
+
+    def __init__(self) -> None:
+        self._rows: dict[int, int] = {}
+
+    def update(self, progress: Iterable[Mapping[str, Any]]) -> int:
+        for p in progress:
+            batch = int(p["batchId"])
+            self._rows[batch] = max(self._rows.get(batch, 0), int(p["numInputRows"]))
+        return sum(self._rows.values())
 
 
 class _Run:
@@ -270,10 +287,10 @@ def _run(topic: str, lines: int, minutes: int, rate: float, output: str, checkpo
             generator_done.set()
 
     generator = threading.Thread(target=produce, daemon=True)
+    started = time.monotonic()  # the generator's first line, not the queries' start, seconds later
     generator.start()
     queries = pipeline.start_queries(spark, bootstrap, topic, output, checkpoint,
                                      starting_offsets=starting, client_conf=client_conf)
-    started = time.monotonic()
     deadline = started + timeout_s
     try:
         _follow(spark, queries, state, errors, generator_done, output, deadline, started)
@@ -299,8 +316,10 @@ def _run(topic: str, lines: int, minutes: int, rate: float, output: str, checkpo
                   "First windows by status:")
     for (window, status), count in top:
         console.print(f"  {window:%Y-%m-%d %H:%M}  status {status}: {count}")
-    console.print(f"Read them with Spark: spark.read.parquet('{output}/by_path')"
-                  ".groupBy('key').sum('count').show()")
+    console.print("Read them with Spark:")
+    # One line however narrow the terminal: wrapped, it broke inside the code ('.show' / '()').
+    console.print(f"  spark.read.parquet('{output}/by_path').groupBy('key').sum('count').show()",
+                  soft_wrap=True, markup=False, highlight=False)
     spark.stop()
     if log_path is not None:
         os.remove(log_path)
@@ -312,6 +331,7 @@ def _follow(spark: Any, queries: list[Any], state: _Run, errors: list[BaseExcept
     from dmq.spark import pipeline
 
     lost_since: float | None = None
+    reads = _SparkReads()
     with Live(console=console, refresh_per_second=2) as live:
         while True:
             if errors:
@@ -330,7 +350,8 @@ def _follow(spark: Any, queries: list[Any], state: _Run, errors: list[BaseExcept
             counts = {n: pipeline.read_counts(spark, output, n) for n in SERIES}
             counted = {n: sum(c.values()) for n, c in counts.items()}
             state.counted = min(counted.values())
-            consumed = sum(p["numInputRows"] for p in queries[0].recentProgress)
+            # Every line read, without the end marker that follows them (the run's only other record).
+            consumed = min(reads.update(queries[0].recentProgress), state.lines)
             live.update(_status(state.delivered, state.lines, consumed,
                                 {n: len(c) for n, c in counts.items()}, counted, time.monotonic() - started))
             if generator_done.is_set() and not errors and state.counted >= state.delivered:

@@ -78,6 +78,10 @@ def test_pipeline_command(broker: BrokerProcess, tmp_path: Path) -> None:
     assert "all 2,000 delivered lines counted, checked window by window" in res.stdout
     assert "in topic cli-logs-counts" in res.stdout
     assert "2,000 / 2,000" in res.stdout
+    read = [line for line in res.stdout.splitlines() if "read by Spark" in line][-1]
+    assert "2,001" not in read, read  # the end marker that follows the lines is not one of them
+    hint = f"  spark.read.parquet('{out}/by_path').groupBy('key').sum('count').show()"
+    assert hint in res.stdout.splitlines(), res.stdout  # one line, wider than the terminal or not
     assert (out / "by_status").is_dir() and (out / "by_path").is_dir()
     assert res.stderr == "", "Spark's log (WARN lines, stage progress bars) reached the terminal"
 
