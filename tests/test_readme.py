@@ -98,6 +98,8 @@ def test_the_quickstart_runs_top_to_bottom(tmp_path: Path) -> None:
             assert "Traceback" not in res.stderr, f"{where}printed a traceback:\n{res.stderr[-3000:]}"
             assert not re.search(r"^%\d\|", res.stderr, re.MULTILINE), (
                 f"{where}printed raw librdkafka log lines:\n{res.stderr[-3000:]}")
+            # an example that shows nothing reads as broken (--partition 0 was empty)
+            assert "Processed a total of 0 messages" not in res.stderr, f"{where}a consume printed no record"
         assert (tmp_path / "dmq-data").is_dir(), "the broker keeps its data in ./dmq-data"
     finally:
         if server is not None and server.poll() is None:
