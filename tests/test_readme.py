@@ -112,3 +112,10 @@ def test_the_quickstart_runs_top_to_bottom(tmp_path: Path) -> None:
         subprocess.run(["ip", "netns", "del", NS], capture_output=True)
     log_text = (tmp_path / "server.log").read_text(errors="replace")
     assert "Traceback" not in log_text, log_text[-3000:]
+    # The README's "Data directory" names every kind of file the broker left there.
+    listing = re.search(r"## Data directory\s*\n```\n(.*?)```", README.read_text(), re.DOTALL)
+    assert listing, "the README shows the data directory"
+    names = {re.sub(r"^\d{20}\.", "00000000000000000000.", p.name)
+             for p in (tmp_path / "dmq-data").rglob("*") if p.is_file()}
+    unnamed = sorted(n for n in names if n.replace("00000000000000000000", "") not in listing.group(1))
+    assert not unnamed, f"files of dmq-data the README's listing does not name: {unnamed}"
