@@ -85,6 +85,18 @@ class Command(TyperCommand):
 class Group(TyperGroup):
     context_class = Context
 
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """Each command with its summary whole, wrapped (Click cut it to one line with "...",
+        as in 'Run a dmq broker: alone with embedded metadata, or in a...')."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
 
 class Typer(typer.Typer):
     """A command group whose commands (and itself) have dmq's help."""

@@ -122,3 +122,24 @@ def test_help_at_80_columns_wraps_between_words() -> None:
     assert " topics create [OPTIONS] TOPIC\n" in usage, usage
     assert re.search(r"^  TOPIC  name of the topic to create  \[required\]$", usage, re.MULTILINE), usage
     assert "-c, --config KEY=VALUE" in usage and "-b, --bootstrap-server HOST:PORT" in usage, usage
+
+
+def test_command_lists_show_each_summary_whole() -> None:
+    """Click cut a command's summary to what fits one line: 'server  Run a dmq broker: alone
+    with embedded metadata, or in a...'; rpk and Kafka's tools show it whole."""
+    root = typer.main.get_command(app)
+    runner = CliRunner()
+    problems: list[str] = []
+    for path, cmd in _commands(root, []):
+        if not getattr(cmd, "commands", None):
+            continue
+        out = runner.invoke(app, [*path, "--help"], terminal_width=80).output
+        listed = " ".join(out.split("Commands:\n", 1)[1].split())
+        if "..." in listed:
+            problems.append(f"dmq {' '.join(path)} --help cuts a summary short: {listed!r}")
+        for name, sub in cmd.commands.items():
+            first = " ".join((sub.help or "").split("\n\n")[0].split())
+            summary = first.split(". ")[0].rstrip(".")
+            if f"{name} {summary}" not in listed:
+                problems.append(f"dmq {' '.join(path)} --help lists {name} without {summary!r}")
+    assert not problems, "\n".join(problems)
