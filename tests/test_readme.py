@@ -46,6 +46,15 @@ def test_the_readme_marks_its_quickstart() -> None:
     assert text.startswith("# dmq\n\n```sh\npython3 -m venv .venv"), "the README starts with its two commands"
 
 
+def test_root_commands_say_as_root_rather_than_sudo() -> None:
+    """Debian run as root, as the README's apt-get lines assume, has no sudo: 'sudo
+    .venv/bin/python scripts/chaos.py' was 'command not found' there."""
+    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(), re.DOTALL)
+    assert blocks
+    with_sudo = [line for block in blocks for line in block.splitlines() if re.match(r"\s*sudo\b", line)]
+    assert not with_sudo, with_sudo
+
+
 def test_every_path_the_readme_names_is_in_the_repository() -> None:
     text = README.read_text()
     named = set(re.findall(r"`((?:bench|docs|scripts|tests|dmq|config|\.ci)/[\w./-]+)`", text))
