@@ -60,12 +60,12 @@ class ClusterBackend:
         self.cleaner = cleaner
         self.replica_manager: ReplicaManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
-        self.on_offsets_leadership: Callable[[set[int]], None] = lambda led: None
+        self.on_offsets_leadership: Callable[[dict[int, int]], None] = lambda led: None
         self.shutting_down = False
         self._scheduled = False
 
     def attach(self, replica_manager: ReplicaManager, fetchers: ReplicaFetcherManager | None,
-               on_offsets_leadership: Callable[[set[int]], None]) -> None:
+               on_offsets_leadership: Callable[[dict[int, int]], None]) -> None:
         """Wire the parts built after the backend (they take its callbacks)."""
         self.replica_manager = replica_manager
         self.fetchers = fetchers
@@ -127,7 +127,7 @@ class ClusterBackend:
         if rm is None or (self.zk is not None and self.zk.session_lost):
             return  # not started, or the cache is stale until the session is back
         wanted: set[TopicPartition] = set()
-        offsets_led: set[int] = set()
+        offsets_led: dict[int, int] = {}  # partition -> leader epoch
         topics = self.store.topics()
         for topic in topics.values():
             adding = self.zk.adding_replicas.get(topic.name, {}) if self.zk is not None else {}
@@ -142,7 +142,7 @@ class ClusterBackend:
                     rm.become_leader(topic.name, index, topic.topic_id, state.leader_epoch,
                                      state.replicas, state.isr, state.version)
                     if topic.name == OFFSETS_TOPIC:
-                        offsets_led.add(index)
+                        offsets_led[index] = state.leader_epoch
                     continue
                 rm.become_follower(topic.name, index, topic.topic_id, state.leader,
                                    state.leader_epoch, state.replicas, state.isr, state.version)

@@ -11,12 +11,14 @@ States and legal moves (Kafka's classic group protocol)::
 ``transition_to()`` is the only way to change state and rejects any other
 move. Membership is in memory; what must survive a restart (generation,
 protocol, leader, members with their assignments, committed offsets) is
-written as records to ``__consumer_offsets`` by the coordinator.
+written as records to ``__consumer_offsets`` by the group shard. Plain data:
+no futures or timers (a member waiting in JoinGroup or SyncGroup is the key
+of its parked request, see ``dmq.coordinator.runtime``).
 """
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -63,9 +65,8 @@ class MemberMetadata:
     protocol_type: str
     protocols: list[tuple[str, bytes]]  # (name, metadata) in the member's preference order
     assignment: bytes = b""
-    join_future: asyncio.Future[object] | None = None
-    sync_future: asyncio.Future[object] | None = None
-    heartbeat_timer: asyncio.TimerHandle | None = None
+    join_waiter: Hashable | None = None  # the parked JoinGroup of this member
+    sync_waiter: Hashable | None = None  # the parked SyncGroup of this member
 
     def protocol_names(self) -> list[str]:
         return [name for name, _ in self.protocols]
@@ -93,9 +94,9 @@ class GroupMetadata:
     pending_members: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     state_timestamp: int = -1
-    rebalance_timer: asyncio.TimerHandle | None = None
     new_member_added: bool = False
     in_initial_delay: bool = False
+    initial_delay_remaining_ms: int = 0
 
     def transition_to(self, target: GroupState) -> None:
         if target not in TRANSITIONS[self.state]:
@@ -123,8 +124,6 @@ class GroupMetadata:
         if member.group_instance_id is not None and \
                 self.static_members.get(member.group_instance_id) == member_id:
             del self.static_members[member.group_instance_id]
-        if member.heartbeat_timer is not None:
-            member.heartbeat_timer.cancel()
         if self.leader == member_id:
             self.leader = next(iter(self.members), None)
         return member
@@ -151,7 +150,7 @@ class GroupMetadata:
         return max(sorted(votes), key=lambda name: votes[name])
 
     def all_members_joined(self) -> bool:
-        return all(m.join_future is not None for m in self.members.values()) and not self.pending_members
+        return all(m.join_waiter is not None for m in self.members.values()) and not self.pending_members
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol), None when unknown."""

@@ -2,8 +2,10 @@
 
 The topic is created on first use (FindCoordinator), as Kafka does, with
 ``offsets.topic.num.partitions`` partitions and ``cleanup.policy=compact``.
-Records are appended through the ReplicaManager like any produce (acks=-1)
-and read back batch by batch when a partition is loaded.
+It is the group coordinator runtime's ``PartitionWriter``: records are
+appended through the ReplicaManager like any produce (acks=-1), committed once
+the partition's high watermark passes them, and read back batch by batch
+when a partition is loaded.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ class OffsetsTopic:
         self.segment_bytes = segment_bytes
         self.replication_factor = replication_factor
         self.commit_timeout_ms = commit_timeout_ms
-        self.last_appended: dict[int, int] = {}
 
     async def ensure_exists(self) -> bool:
         if self.admin_manager.store.topic(OFFSETS_TOPIC) is not None:
@@ -56,27 +57,22 @@ class OffsetsTopic:
             log.error("cannot create %s: %s", OFFSETS_TOPIC, e)
             return False
 
-    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
+        """The runtime's append: one batch, acks=all; ``(error, last offset)``."""
         if self.admin_manager.store.topic(OFFSETS_TOPIC) is None:
             # Created (async) by FindCoordinator or before a group write: Coordinators.
-            return ErrorCode.coordinator_not_available
+            return ErrorCode.coordinator_not_available, -1
         batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))
         result = self.replica_manager.append_to_local_log(OFFSETS_TOPIC, partition, batch, -1)
-        if result.error == ErrorCode.none:
-            self.last_appended[partition] = result.last_offset
-        return result.error
+        return result.error, result.last_offset
 
-    async def wait_replicated(self, partition: int) -> ErrorCode:
-        last = self.last_appended.get(partition)
-        if last is None:
-            return ErrorCode.none
+    async def wait_committed(self, partition: int, last_offset: int) -> ErrorCode:
+        """Until every in-sync replica has ``last_offset`` (offsets.commit.timeout.ms at most)."""
         error, _ = await self.replica_manager.wait_for_replication(
-            OFFSETS_TOPIC, partition, last, self.commit_timeout_ms / 1000)
-        if error == ErrorCode.not_leader_or_follower:
-            return ErrorCode.not_coordinator
+            OFFSETS_TOPIC, partition, last_offset, self.commit_timeout_ms / 1000)
         return error
 
-    def read(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+    def read(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
         p = self.replica_manager.get_partition(OFFSETS_TOPIC, partition)
         if p is None:
             return
@@ -87,15 +83,15 @@ class OffsetsTopic:
             _, records = decode_batch(segment.read_batch(pos, header))
             for r in records:
                 if r.key is not None and r.offset >= lg.log_start_offset:
-                    yield r.key, r.value
+                    yield r.offset, r.key, r.value
 
 
 class Coordinators:
     """Which broker coordinates what.
 
-    On a single broker: this one, for every group. In a cluster: the leader of
-    the group's ``__consumer_offsets`` partition; ``set_led_partitions`` loads
-    the groups of partitions this broker starts leading and unloads the others.
+    The leader of the group's ``__consumer_offsets`` partition (on a single
+    broker: this one, for every group); ``set_led_partitions`` loads the groups
+    of partitions this broker starts leading and unloads the others.
     """
 
     def __init__(self, group: GroupCoordinator, offsets: OffsetsTopic, store: MetadataStore,
@@ -124,24 +120,6 @@ class Coordinators:
         FindCoordinator first); False when it cannot be created now."""
         return await self.offsets.ensure_exists()
 
-    async def wait_replicated(self, group_id: str) -> ErrorCode:
-        return await self.offsets.wait_replicated(self.group.partition_for(group_id))
-
-    def set_led_partitions(self, led: set[int]) -> None:
-        owned = self.group.owned_partitions
-        if owned is None:
-            return
-        for p in sorted(owned - led):
-            dropped = self.group.unload_partition(p)
-            log.info("no longer coordinating %s-%d: unloaded %d groups", OFFSETS_TOPIC, p, dropped)
-        for p in sorted(led - owned):
-            count = self.group.load_partition(p)
-            log.info("coordinating %s-%d: loaded %d records", OFFSETS_TOPIC, p, count)
-        self.group.owned_partitions = set(led)
-
-    def load(self) -> int:
-        """Replay every local __consumer_offsets partition (startup)."""
-        topic = self.store.topic(OFFSETS_TOPIC)
-        if topic is None:
-            return 0
-        return sum(self.group.load_partition(p) for p in topic.partitions)
+    def set_led_partitions(self, led: dict[int, int]) -> None:
+        """Follow the leadership of ``__consumer_offsets``: ``{partition: leader epoch}``."""
+        self.group.set_led(led)

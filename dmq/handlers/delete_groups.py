@@ -15,6 +15,6 @@ MAX_VERSION = 2
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     await services.coordinators.ensure_offsets_topic()  # group writes go to its log
-    results = services.coordinators.group.delete_groups(list(request.groups_names))
+    results = await services.coordinators.group.delete_groups(list(request.groups_names))
     return make(schema.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(
         make(schema.DeletableGroupResult, group_id=g, error_code=e) for g, e in results.items()))

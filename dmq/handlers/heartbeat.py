@@ -13,7 +13,7 @@ MAX_VERSION = 4
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    error = services.coordinators.group.heartbeat(request.group_id, request.generation_id,
-                                                  request.member_id,
-                                                  getattr(request, "group_instance_id", None))
+    error = await services.coordinators.group.heartbeat(request.group_id, request.generation_id,
+                                                        request.member_id,
+                                                        getattr(request, "group_instance_id", None))
     return make(ctx.schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error)

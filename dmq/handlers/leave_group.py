@@ -19,7 +19,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
-    error, errors = services.coordinators.group.leave_group(request.group_id, leaving)
+    error, errors = await services.coordinators.group.leave_group(request.group_id, leaving)
     if ctx.api_version >= 3:
         members = tuple(
             make(schema.MemberResponse, member_id=mid, group_instance_id=iid, error_code=e)

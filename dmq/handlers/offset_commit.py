@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -25,14 +23,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     generation = getattr(request, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = request.generation_id
-    results = services.coordinators.group.commit_offsets(
+    # Answered once the commit is on every in-sync replica of the group's partition.
+    results = await services.coordinators.group.commit_offsets(
         request.group_id, generation, request.member_id,
         getattr(request, "group_instance_id", None), entries)
-    if any(e == ErrorCode.none for e in results):
-        # Answer once the commit is on every in-sync replica of the group's partition.
-        durable = await services.coordinators.wait_replicated(request.group_id)
-        if durable != ErrorCode.none:
-            results = [durable if e == ErrorCode.none else e for e in results]
     errors = iter(results)
     topics = tuple(
         make(schema.OffsetCommitResponseTopic, name=t.name, partitions=tuple(

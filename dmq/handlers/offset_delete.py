@@ -18,7 +18,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = services.coordinators.group.delete_offsets(request.group_id, wanted)
+    error, results = await services.coordinators.group.delete_offsets(request.group_id, wanted)
     topics = tuple(
         make(schema.OffsetDeleteResponseTopic, name=t.name, partitions=tuple(
             make(schema.OffsetDeleteResponsePartition, partition_index=p.partition_index,

@@ -195,7 +195,8 @@ class Broker:
                                           int(self.config["offsets.topic.replication.factor"]),
                                           int(self.config["offsets.commit.timeout.ms"]))
         self.group_coordinator = GroupCoordinator(group_config, self.offsets_topic,
-                                                  backend.partition_exists)
+                                                  backend.partition_exists,
+                                                  int(self.config["offsets.commit.timeout.ms"]))
         self.coordinators = Coordinators(self.group_coordinator, self.offsets_topic, self.store,
                                          self.broker_id)
         backend.attach(self.replica_manager, self.fetchers, self.coordinators.set_led_partitions)
@@ -206,12 +207,7 @@ class Broker:
             coordinators=self.coordinators, supported_apis=supported_apis(),
         )
         if self.zk is None:
-            backend.reconcile()
-            loaded = self.coordinators.load()
-            if loaded:
-                log.info("loaded %d records of group state from %s", loaded, OFFSETS_TOPIC)
-        else:
-            self.group_coordinator.owned_partitions = set()
+            backend.reconcile()  # leads every partition: loads the group coordinator's shards
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
                                  int(self.config["socket.request.max.bytes"]))
         try:
@@ -399,8 +395,8 @@ class Broker:
         if removed:
             log.info("expired the state of %d idle producers", removed)
 
-    def _expire_offsets(self) -> None:
-        expired = self.group_coordinator.expire_offsets()
+    async def _expire_offsets(self) -> None:
+        expired = await self.group_coordinator.expire_offsets()
         if expired:
             log.info("removed %d expired offsets and groups", expired)
 
@@ -461,6 +457,7 @@ class Broker:
             await self.fetchers.shutdown()
         if self.listener is not None:
             await self.listener.stop()
+        await self.group_coordinator.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -21,7 +21,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
-def _backend(path: Path) -> tuple[ClusterBackend, EmbeddedMetadataStore, ReplicaManager, list[set[int]]]:
+def _backend(path: Path) -> tuple[ClusterBackend, EmbeddedMetadataStore, ReplicaManager, list[dict[int, int]]]:
     store = EmbeddedMetadataStore(str(path), 1)
 
     def config_for(topic: str) -> LogConfig:
@@ -31,7 +31,7 @@ def _backend(path: Path) -> tuple[ClusterBackend, EmbeddedMetadataStore, Replica
     lm = open_log_manager(path, config_for=config_for)
     backend = ClusterBackend(1, store, lm, LogCleaner(str(path)))
     rm = ReplicaManager(1, lm, None, backend.partition_exists, backend.replica_eligible)
-    led: list[set[int]] = []
+    led: list[dict[int, int]] = []
     backend.attach(rm, None, led.append)
     return backend, store, rm, led
 
@@ -57,7 +57,7 @@ def test_reconcile_leads_follows_and_removes_as_published(tmp_path: Path) -> Non
     run(store.delete_topic("t"))
     backend.reconcile()
     assert rm.partitions == {} and not (tmp_path / "t-0").exists()
-    assert led == [set(), set(), set(), set()]
+    assert led == [{}, {}, {}, {}]
     rm.log_manager.shutdown()
 
 
@@ -66,5 +66,6 @@ def test_offsets_partitions_led_here_go_to_the_group_coordinators(tmp_path: Path
     run(store.create_topic("__consumer_offsets", 3, 1, {"cleanup.policy": "compact"}))
     store.topics()["__consumer_offsets"].partitions[2] = PartitionState([1, 2], 2, 1, [1, 2])
     backend.reconcile()
-    assert led[-1] == {0, 1}
+    epochs = {p: s.leader_epoch for p, s in store.topics()["__consumer_offsets"].partitions.items()}
+    assert led[-1] == {0: epochs[0], 1: epochs[1]}  # with the epochs: a new one reloads a shard
     rm.log_manager.shutdown()

@@ -1,0 +1,1 @@
+"""The coordinator runtime shared by dmq's coordinators (see ``runtime.py``)."""

@@ -1,0 +1,405 @@
+"""CoordinatorRuntime: runs pure coordinator shards on the partitions of an internal topic.
+
+A coordinator (groups today; transactions next) is a *shard* per partition of
+its internal topic (``__consumer_offsets``). A request is an operation
+``op(shard, now_ms) -> CoordinatorResult``: a plain function of the shard's
+state that may change the shard's in-memory, non-durable state (who is
+waiting in a rebalance) and returns
+
+- ``response``: the answer, or ``Deferred(key)`` when the request is parked
+  until a later operation answers ``key`` (a JoinGroup waiting for the others);
+- ``records``: what must become durable. The runtime appends them to the
+  shard's partition, **waits until the high watermark passes them** (every
+  in-sync replica has them), then **replays** them into the shard and only then
+  answers. Durable state changes only by replaying records, which is also how
+  a shard is built when this broker starts leading its partition;
+- ``replies``: answers to parked requests, sent once the records are committed
+  (at once when there are none);
+- ``timers``: ``Schedule(key, delay_ms)`` / ``Cancel(key)``; when a timer fires
+  the runtime runs ``shard.on_timer(key, now_ms)`` as an operation;
+- ``committed`` / ``failed``: follow-up operations run after the records are
+  committed, or when they could not be (their results may not carry records).
+
+Ordering: appends happen in operation order (the append is synchronous), and
+records are replayed strictly in offset order: when one write is committed,
+every write before it is replayed first. A write whose wait timed out stays
+pending and is replayed once the high watermark passes it, so the shard never
+misses a record that is in its log. ``exclusive=True`` operations (those whose
+records depend on durable state: deleting a group's offsets) run only once
+every earlier write has been replayed.
+
+Load and unload: ``set_led({partition: leader_epoch})`` loads the shards of
+partitions this broker starts leading (replaying the partition from its log
+start) and unloads the others, failing their parked requests with
+NOT_COORDINATOR; a new leader epoch is an unload and a load. Only leadership
+unloads: a failed write is answered with an error and the shard stays.
+
+Everything after an append is the runtime's own task, so a request whose
+client goes away cannot leave a write half done; a write whose wait for the
+high watermark gave up (timeout) stays pending and a watcher replays it when
+the high watermark passes it.
+
+Event-loop thread only; shards themselves never await.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+log = logging.getLogger("dmq.coordinator")
+
+Record = tuple[bytes, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """The response is sent later, by a reply to ``key``."""
+    key: Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """Run ``shard.on_timer(key)`` after ``delay_ms`` (replaces a timer of the same key)."""
+    key: Hashable
+    delay_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    key: Hashable
+
+
+@dataclass(slots=True)
+class CoordinatorResult:
+    response: Any = None
+    records: list[Record] = field(default_factory=list)
+    replies: list[tuple[Hashable, Any]] = field(default_factory=list)
+    timers: list[Schedule | Cancel] = field(default_factory=list)
+    committed: Callable[[Any, int], CoordinatorResult] | None = None
+    failed: Callable[[Any, ErrorCode, int], CoordinatorResult] | None = None
+
+
+class CoordinatorShard(Protocol):
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool) -> None: ...
+
+    def on_loaded(self, now_ms: int) -> CoordinatorResult: ...
+
+    def on_timer(self, key: Hashable, now_ms: int) -> CoordinatorResult: ...
+
+
+class PartitionWriter(Protocol):
+    """The internal topic as the runtime sees it."""
+
+    def append(self, partition: int, records: list[Record]) -> tuple[ErrorCode, int]:
+        """Append as one batch; ``(error, last offset)``."""
+        ...
+
+    async def wait_committed(self, partition: int, last_offset: int) -> ErrorCode:
+        """Until the high watermark passes ``last_offset`` (bounded by the writer's timeout)."""
+        ...
+
+    def read(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        """Every ``(offset, key, value)`` of the partition's local log, in order."""
+        ...
+
+
+S = TypeVar("S", bound=CoordinatorShard)
+
+
+def write_error(error: ErrorCode) -> ErrorCode:
+    """What a coordinator answers when its records could not be written (Kafka's mapping)."""
+    if error in (ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+        return error
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error,
+                 ErrorCode.fenced_leader_epoch):
+        return ErrorCode.not_coordinator
+    if error in (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
+                 ErrorCode.invalid_fetch_size):
+        return ErrorCode.unknown_server_error
+    # unknown partition, not enough replicas, timeouts: the coordinator cannot commit now
+    return ErrorCode.coordinator_not_available
+
+
+@dataclass(eq=False, slots=True)
+class _Pending:
+    last_offset: int
+    records: list[Record]
+
+
+@dataclass(eq=False)
+class _Context(Generic[S]):
+    partition: int
+    leader_epoch: int
+    shard: S
+    parked: dict[Hashable, tuple[asyncio.Future[Any], Callable[[ErrorCode], Any]]] = \
+        field(default_factory=dict)
+    timers: dict[Hashable, asyncio.TimerHandle] = field(default_factory=dict)
+    pending: deque[_Pending] = field(default_factory=deque)
+    drained: asyncio.Event | None = None
+    watching: bool = False
+    unloaded: bool = False
+
+
+class CoordinatorRuntime(Generic[S]):
+    def __init__(self, writer: PartitionWriter, new_shard: Callable[[int], S],
+                 commit_timeout_ms: int = 5000, name: str = "coordinator",
+                 clock: Callable[[], int] | None = None) -> None:
+        self.writer = writer
+        self.new_shard = new_shard
+        self.commit_timeout_ms = commit_timeout_ms
+        self.name = name
+        self.clock = clock or (lambda: int(time.time() * 1000))
+        self._contexts: dict[int, _Context[S]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------- leadership
+
+    def loaded_partitions(self) -> set[int]:
+        return set(self._contexts)
+
+    def shard(self, partition: int) -> S | None:
+        ctx = self._contexts.get(partition)
+        return ctx.shard if ctx is not None else None
+
+    def set_led(self, led: dict[int, int]) -> None:
+        """Follow this broker's leadership: ``{partition: leader epoch}``."""
+        for partition, ctx in list(self._contexts.items()):
+            if led.get(partition) != ctx.leader_epoch:
+                self.unload(partition)
+        for partition, epoch in sorted(led.items()):
+            if partition not in self._contexts:
+                self.load(partition, epoch)
+
+    def load(self, partition: int, leader_epoch: int) -> int:
+        """Build the shard by replaying the partition; returns the records read."""
+        self.unload(partition)
+        shard = self.new_shard(partition)
+        count = 0
+        for _, key, value in self.writer.read(partition):
+            shard.replay(key, value, loading=True)
+            count += 1
+        ctx: _Context[S] = _Context(partition, leader_epoch, shard)
+        self._contexts[partition] = ctx
+        self._process(ctx, shard.on_loaded(self.clock()))
+        if count:
+            log.info("%s: loaded %d records of partition %d", self.name, count, partition)
+        return count
+
+    def unload(self, partition: int) -> None:
+        ctx = self._contexts.pop(partition, None)
+        if ctx is None:
+            return
+        ctx.unloaded = True
+        for handle in ctx.timers.values():
+            handle.cancel()
+        ctx.timers.clear()
+        parked = list(ctx.parked.values())
+        ctx.parked.clear()
+        for fut, error_response in parked:
+            if not fut.done():
+                fut.set_result(error_response(ErrorCode.not_coordinator))
+        ctx.pending.clear()
+        if ctx.drained is not None:
+            ctx.drained.set()
+
+    async def close(self) -> None:
+        for partition in list(self._contexts):
+            self.unload(partition)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -------------------------------------------------------------- operations
+
+    def read(self, partition: int, op: Callable[[S], Any], error_response: Callable[[ErrorCode], Any]) -> Any:
+        """A read of the shard's state: no records, answered at once."""
+        ctx = self._contexts.get(partition)
+        if ctx is None:
+            return error_response(ErrorCode.not_coordinator)
+        return op(ctx.shard)
+
+    async def write(self, partition: int, op: Callable[[S, int], CoordinatorResult],
+                    error_response: Callable[[ErrorCode], Any], exclusive: bool = False) -> Any:
+        """Run ``op`` on the partition's shard; its answer once its records are committed.
+
+        Everything after the append (waiting, replaying, the follow-ups, the
+        replies) is the runtime's own task: a request cancelled meanwhile (its
+        client went away) changes nothing of what happens to the shard."""
+        ctx = self._contexts.get(partition)
+        if ctx is None:
+            return error_response(ErrorCode.not_coordinator)
+        if exclusive and ctx.pending:
+            if not await self._wait_drained(ctx):
+                return error_response(ErrorCode.coordinator_not_available)
+            if ctx.unloaded:
+                return error_response(ErrorCode.not_coordinator)
+        result = op(ctx.shard, self.clock())
+        parked, finishing = self._submit(ctx, result, error_response)
+        response = await asyncio.shield(finishing)
+        if parked is not None:
+            return await parked
+        return response
+
+    async def _wait_drained(self, ctx: _Context[S]) -> bool:
+        if ctx.drained is None or ctx.drained.is_set():
+            ctx.drained = asyncio.Event()
+        try:
+            await asyncio.wait_for(ctx.drained.wait(), self.commit_timeout_ms / 1000)
+        except TimeoutError:
+            return False
+        return True
+
+    def _submit(self, ctx: _Context[S], result: CoordinatorResult,
+                error_response: Callable[[ErrorCode], Any]
+                ) -> tuple[asyncio.Future[Any] | None, asyncio.Future[Any]]:
+        """Park, set timers and append now, in operation order; the rest in a task.
+
+        Returns the parked request's future (if parked) and the direct answer's."""
+        parked: asyncio.Future[Any] | None = None
+        if isinstance(result.response, Deferred):
+            parked = self._park(ctx, result.response.key, error_response)
+        self._set_timers(ctx, result.timers)
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not result.records:
+            self._deliver(ctx, result.replies)
+            done.set_result(result.response)
+            return parked, done
+        error, last = self.writer.append(ctx.partition, result.records)
+        if error != ErrorCode.none:
+            self._failed(ctx, result, write_error(error), error_response)
+            done.set_result(error_response(write_error(error)))
+            return parked, done
+        ctx.pending.append(_Pending(last, result.records))
+        return parked, self._spawn(self._finish(ctx, result, last, error_response))
+
+    async def _finish(self, ctx: _Context[S], result: CoordinatorResult, last: int,
+                      error_response: Callable[[ErrorCode], Any]) -> Any:
+        error = await self.writer.wait_committed(ctx.partition, last)
+        if error == ErrorCode.not_enough_replicas_after_append:
+            error = ErrorCode.none  # the high watermark passed it: committed, the ISR just shrank
+        if ctx.unloaded:
+            # Answered NOT_COORDINATOR by the unload if parked; what is committed stays so.
+            return result.response if error == ErrorCode.none else error_response(ErrorCode.not_coordinator)
+        if error != ErrorCode.none:
+            self._failed(ctx, result, write_error(error), error_response)
+            if error != ErrorCode.not_leader_or_follower:
+                self._watch(ctx)  # replayed when the high watermark passes it after all
+            return error_response(write_error(error))
+        self._replay_committed(ctx, last)
+        if result.committed is not None:
+            self._process(ctx, result.committed(ctx.shard, self.clock()))
+        self._deliver(ctx, result.replies)
+        return result.response
+
+    def _failed(self, ctx: _Context[S], result: CoordinatorResult, error: ErrorCode,
+                error_response: Callable[[ErrorCode], Any]) -> None:
+        """The records could not be written (or committed in time): follow-up, then answers."""
+        log.warning("%s: writing %d records to partition %d failed: %s", self.name,
+                    len(result.records), ctx.partition, error.name)
+        if result.failed is not None:
+            self._process(ctx, result.failed(ctx.shard, error, self.clock()))
+        self._deliver(ctx, result.replies)
+        if isinstance(result.response, Deferred):
+            self._deliver(ctx, [(result.response.key, error_response(error))])
+
+    def _watch(self, ctx: _Context[S]) -> None:
+        """Keep waiting for writes whose own wait gave up, until they commit or the shard goes."""
+        if ctx.watching:
+            return
+        ctx.watching = True
+
+        async def watch() -> None:
+            try:
+                while ctx.pending and not ctx.unloaded:
+                    last = ctx.pending[-1].last_offset
+                    error = await self.writer.wait_committed(ctx.partition, last)
+                    if ctx.unloaded:
+                        return
+                    if error in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
+                        self._replay_committed(ctx, last)
+                    elif error == ErrorCode.not_leader_or_follower:
+                        return  # leadership moved: the backend unloads the shard
+                    else:
+                        await asyncio.sleep(0.1)  # the writer gave up at once: do not spin
+            finally:
+                ctx.watching = False
+
+        self._spawn(watch())
+
+    def _process(self, ctx: _Context[S], result: CoordinatorResult) -> None:
+        """A follow-up or a timer's result, applied at once; its records are written like any."""
+        if ctx.unloaded:
+            return
+        self._submit(ctx, result, lambda error: None)
+
+    def _replay_committed(self, ctx: _Context[S], upto: int) -> None:
+        while ctx.pending and ctx.pending[0].last_offset <= upto:
+            entry = ctx.pending.popleft()
+            for key, value in entry.records:
+                ctx.shard.replay(key, value, loading=False)
+        if not ctx.pending and ctx.drained is not None:
+            ctx.drained.set()
+
+    def _park(self, ctx: _Context[S], key: Hashable,
+              error_response: Callable[[ErrorCode], Any]) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        old = ctx.parked.pop(key, None)
+        if old is not None and not old[0].done():
+            old[0].set_result(old[1](ErrorCode.unknown_member_id))
+        ctx.parked[key] = (fut, error_response)
+        return fut
+
+    def _deliver(self, ctx: _Context[S], replies: list[tuple[Hashable, Any]]) -> None:
+        for key, response in replies:
+            entry = ctx.parked.pop(key, None)
+            if entry is not None and not entry[0].done():
+                entry[0].set_result(response)
+
+    # ------------------------------------------------------------------ timers
+
+    def _set_timers(self, ctx: _Context[S], timers: list[Schedule | Cancel]) -> None:
+        if ctx.unloaded:
+            return
+        loop = asyncio.get_running_loop() if timers else None
+        for timer in timers:
+            old = ctx.timers.pop(timer.key, None)
+            if old is not None:
+                old.cancel()
+            if isinstance(timer, Schedule):
+                assert loop is not None
+                ctx.timers[timer.key] = loop.call_later(max(timer.delay_ms, 0) / 1000, self._fire,
+                                                        ctx, timer.key)
+
+    def _fire(self, ctx: _Context[S], key: Hashable) -> None:
+        ctx.timers.pop(key, None)
+        if ctx.unloaded:
+            return
+        try:
+            self._process(ctx, ctx.shard.on_timer(key, self.clock()))
+        except Exception:
+            log.exception("%s: timer %r of partition %d failed", self.name, key, ctx.partition)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s: a write failed", self.name, exc_info=task.exception())
+
+    def timer_keys(self, partition: int) -> set[Hashable]:
+        """The timers set on a partition's shard (tests and introspection)."""
+        ctx = self._contexts.get(partition)
+        return set(ctx.timers) if ctx is not None else set()

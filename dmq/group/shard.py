@@ -1,0 +1,661 @@
+"""GroupShard: the classic consumer group protocol and committed offsets of one
+``__consumer_offsets`` partition, as a pure coordinator shard.
+
+Every request is a method ``(args..., now_ms) -> CoordinatorResult`` run by the
+CoordinatorRuntime (``dmq.coordinator.runtime``); nothing here awaits, sleeps
+or touches a socket, so the whole protocol is testable without an event loop.
+
+What is durable (committed offsets; that a group is gone) changes only in
+``replay()``, which the runtime calls once the records are on every in-sync
+replica, and when this broker starts leading the partition. Membership during
+a rebalance is in memory, as in Kafka; the group record written when a
+generation's assignment is stored (or the group becomes empty) is its
+snapshot, read back only when the partition is loaded.
+
+Waiting is data: a JoinGroup waiting for the other members is parked under
+the key in ``MemberMetadata.join_waiter`` and answered by a later reply; a
+SyncGroup waits under ``sync_waiter`` until the leader's assignment is
+committed. Timers are keys: ``("heartbeat", group, member)`` (session
+timeout), ``("rebalance", group)`` (rebalance timeout or the initial delay),
+``("pending", group, member)`` (a member id handed out with
+MEMBER_ID_REQUIRED that never joined).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import uuid
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from dmq.coordinator.runtime import Cancel, CoordinatorResult, Deferred, Record, Schedule
+from dmq.group import records as rec
+from dmq.group.metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
+
+log = logging.getLogger("dmq.group")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    num_partitions: int = 50
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    offset_metadata_max_bytes: int = 4096
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    max_group_size: int = 2**31 - 1
+
+
+@dataclass(slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncResult:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol: str | None = None
+
+
+class _Out:
+    """What one operation produces besides its response."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.replies: list[tuple[Hashable, object]] = []
+        self.timers: list[Schedule | Cancel] = []
+
+    def result(self, response: object, **more: object) -> CoordinatorResult:
+        return CoordinatorResult(response, self.records, self.replies, self.timers, **more)  # type: ignore[arg-type]
+
+
+def _heartbeat_key(group_id: str, member_id: str) -> tuple[str, str, str]:
+    return ("heartbeat", group_id, member_id)
+
+
+class GroupShard:
+    """The groups of one ``__consumer_offsets`` partition.
+
+    Invariants: ``groups`` holds every group with members or committed offsets
+    whose records this partition replayed; a member in ``members`` has a
+    heartbeat timer; ``join_waiter``/``sync_waiter`` are set exactly while that
+    member has a parked request. Called by the runtime only, one operation at a
+    time on the event loop.
+    """
+
+    _waiter_ids = itertools.count(1)
+
+    def __init__(self, partition: int, config: GroupConfig,
+                 partition_exists: Callable[[str, int], bool]) -> None:
+        self.partition = partition
+        self.config = config
+        self.partition_exists = partition_exists
+        self.groups: dict[str, GroupMetadata] = {}
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, key_bytes: bytes, value: bytes | None, *, loading: bool) -> None:
+        """Apply one committed ``__consumer_offsets`` record."""
+        try:
+            key = rec.decode_key(key_bytes)
+        except rec.RecordFormatError as e:
+            log.warning("skipping unreadable __consumer_offsets key: %s", e)
+            return
+        if isinstance(key, rec.OffsetKey):
+            group = self.groups.get(key.group)
+            tp = (key.topic, key.partition)
+            if value is None:
+                if group is not None:
+                    group.offsets.pop(tp, None)
+                return
+            if group is None:
+                group = self.groups[key.group] = GroupMetadata(key.group)
+            v = rec.decode_offset_value(value)
+            group.offsets[tp] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            return
+        group = self.groups.get(key.group)
+        if value is None:
+            if group is not None and group.is_empty:
+                if group.state != GroupState.DEAD:
+                    group.transition_to(GroupState.DEAD)
+                del self.groups[key.group]
+            return
+        if not loading:
+            return  # written by this shard: the live group already holds what it says
+        gv = rec.decode_group_value(value)
+        if group is None:
+            group = self.groups[key.group] = GroupMetadata(key.group)
+        for old_id in list(group.members):
+            group.remove_member(old_id)
+        group.generation = gv.generation
+        group.protocol_type = gv.protocol_type
+        group.protocol = gv.protocol
+        group.state_timestamp = gv.state_timestamp
+        for mv in gv.members:
+            member = MemberMetadata(mv.member_id, mv.group_instance_id, mv.client_id, mv.client_host,
+                                    mv.rebalance_timeout_ms, mv.session_timeout_ms, gv.protocol_type,
+                                    [(gv.protocol or "", mv.subscription)], mv.assignment)
+            group.add_member(member)
+        group.leader = gv.leader if gv.leader in group.members else next(iter(group.members), None)
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+    def on_loaded(self, now_ms: int) -> CoordinatorResult:
+        """Loaded members get a full session to heartbeat to their new coordinator."""
+        out = _Out()
+        for group in self.groups.values():
+            for member in group.members.values():
+                self._schedule_heartbeat(out, group, member)
+        return out.result(None)
+
+    def on_timer(self, key: Hashable, now_ms: int) -> CoordinatorResult:
+        out = _Out()
+        assert isinstance(key, tuple)
+        kind, group_id = key[0], key[1]
+        group = self.groups.get(group_id)
+        if group is not None:
+            if kind == "heartbeat":
+                member = group.members.get(key[2])
+                if member is not None:
+                    self._expire_member(out, group, member, now_ms)
+            elif kind == "rebalance":
+                self._rebalance_timer(out, group, now_ms)
+            elif kind == "pending":
+                if key[2] in group.pending_members:
+                    group.pending_members.discard(key[2])
+                    self._try_complete_join(out, group, now_ms)
+        return out.result(None)
+
+    # ----------------------------------------------------------------- records
+
+    def _group_record(self, group: GroupMetadata, now_ms: int,
+                      assignments: dict[str, bytes] | None = None) -> Record:
+        protocol = group.protocol
+        members = tuple(
+            rec.MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                            m.rebalance_timeout_ms, m.session_timeout_ms,
+                            m.metadata_for(protocol) if protocol else b"",
+                            assignments.get(m.member_id, b"") if assignments is not None else m.assignment)
+            for m in group.members.values()
+        )
+        group.state_timestamp = now_ms
+        value = rec.GroupValue(group.protocol_type or "", group.generation, protocol, group.leader,
+                               group.state_timestamp, members)
+        return rec.encode_group_key(rec.GroupKey(group.group_id)), rec.encode_group_value(value)
+
+    def _new_waiter(self, kind: str, group_id: str, member_id: str) -> Hashable:
+        return (kind, group_id, member_id, next(self._waiter_ids))
+
+    # --------------------------------------------------------------- join/sync
+
+    def join_group(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+                   protocol_type: str, protocols: list[tuple[str, bytes]], require_known_member: bool,
+                   now_ms: int) -> CoordinatorResult:
+        out = _Out()
+        response = self._join(out, group_id, member_id, instance_id, client_id, client_host,
+                              session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols,
+                              require_known_member, now_ms)
+        return out.result(response)
+
+    def _join(self, out: _Out, group_id: str, member_id: str, instance_id: str | None, client_id: str,
+              client_host: str, session_ms: int, rebalance_ms: int, protocol_type: str,
+              protocols: list[tuple[str, bytes]], require_known_member: bool,
+              now_ms: int) -> JoinResult | Deferred:
+        if not group_id:
+            return JoinResult(ErrorCode.invalid_group_id, member_id)
+        if not self.config.min_session_timeout_ms <= session_ms <= self.config.max_session_timeout_ms:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.unknown_member_id, member_id)
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        if group.state == GroupState.DEAD:
+            return JoinResult(ErrorCode.coordinator_not_available, member_id)
+        if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
+        member_args = (instance_id, client_id, client_host, rebalance_ms, session_ms, protocol_type,
+                       protocols)
+        if not member_id:
+            if instance_id is not None:
+                return self._join_static_unknown(out, group, *member_args, now_ms)
+            if len(group.members) >= self.config.max_group_size:
+                return JoinResult(ErrorCode.group_max_size_reached)
+            new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            if require_known_member:
+                group.pending_members.add(new_id)
+                out.timers.append(Schedule(("pending", group_id, new_id), session_ms))
+                return JoinResult(ErrorCode.member_id_required, new_id)
+            return self._add_member_and_rebalance(out, group, new_id, *member_args, now_ms)
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            out.timers.append(Cancel(("pending", group_id, member_id)))
+            return self._add_member_and_rebalance(out, group, member_id, *member_args, now_ms)
+        member = group.members.get(member_id)
+        if member is None:
+            return JoinResult(ErrorCode.unknown_member_id, member_id)
+        if instance_id is not None and group.static_members.get(instance_id) != member_id:
+            return JoinResult(ErrorCode.fenced_instance_id, member_id)
+        return self._update_member_and_rebalance(out, group, member, protocols, session_ms, rebalance_ms,
+                                                 now_ms)
+
+    def _join_static_unknown(self, out: _Out, group: GroupMetadata, instance_id: str | None,
+                             client_id: str, client_host: str, rebalance_ms: int, session_ms: int,
+                             protocol_type: str, protocols: list[tuple[str, bytes]],
+                             now_ms: int) -> JoinResult | Deferred:
+        assert instance_id is not None
+        old_id = group.static_members.get(instance_id)
+        new_id = f"{instance_id}-{uuid.uuid4()}"
+        if old_id is None:
+            return self._add_member_and_rebalance(out, group, new_id, instance_id, client_id, client_host,
+                                                  rebalance_ms, session_ms, protocol_type, protocols,
+                                                  now_ms)
+        old = group.members[old_id]
+        was_leader = group.leader is None or group.leader == old_id
+        # Replace the old incarnation: it is fenced from now on.
+        self._drop_member(out, group, old, ErrorCode.fenced_instance_id)
+        member = MemberMetadata(new_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
+                                protocol_type, protocols, old.assignment)
+        group.add_member(member)
+        if was_leader:
+            group.leader = new_id
+        self._schedule_heartbeat(out, group, member)
+        if group.state == GroupState.STABLE and old.matches(protocols):
+            # A static member restarted: same assignment, no rebalance (KIP-345); answered
+            # once the group record naming its new member id is committed.
+            out.records.append(self._group_record(group, now_ms))
+            return self._join_result(group, member)
+        return self._update_member_and_rebalance(out, group, member, protocols, session_ms, rebalance_ms,
+                                                 now_ms, force=True)
+
+    def _add_member_and_rebalance(self, out: _Out, group: GroupMetadata, member_id: str,
+                                  instance_id: str | None, client_id: str, client_host: str,
+                                  rebalance_ms: int, session_ms: int, protocol_type: str,
+                                  protocols: list[tuple[str, bytes]], now_ms: int) -> Deferred:
+        member = MemberMetadata(member_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
+                                protocol_type, protocols)
+        waiter = member.join_waiter = self._new_waiter("join", group.group_id, member_id)
+        group.add_member(member)
+        group.new_member_added = True
+        self._schedule_heartbeat(out, group, member)
+        self._prepare_rebalance(out, group, f"member {member_id} joined")
+        self._try_complete_join(out, group, now_ms)
+        return Deferred(waiter)
+
+    def _update_member_and_rebalance(self, out: _Out, group: GroupMetadata, member: MemberMetadata,
+                                     protocols: list[tuple[str, bytes]], session_ms: int,
+                                     rebalance_ms: int, now_ms: int,
+                                     force: bool = False) -> JoinResult | Deferred:
+        changed = not member.matches(protocols)
+        member.protocols = protocols
+        member.session_timeout_ms = session_ms
+        member.rebalance_timeout_ms = rebalance_ms
+        self._schedule_heartbeat(out, group, member)
+        if not force and not changed and group.state == GroupState.COMPLETING_REBALANCE:
+            return self._join_result(group, member)
+        if not force and not changed and group.state == GroupState.STABLE and member.member_id != group.leader:
+            return self._join_result(group, member)
+        if member.join_waiter is not None:
+            out.replies.append((member.join_waiter, JoinResult(ErrorCode.unknown_member_id, member.member_id)))
+        waiter = member.join_waiter = self._new_waiter("join", group.group_id, member.member_id)
+        if group.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(out, group, f"member {member.member_id} rejoined")
+        self._try_complete_join(out, group, now_ms)
+        return Deferred(waiter)
+
+    def _join_result(self, group: GroupMetadata, member: MemberMetadata) -> JoinResult:
+        members = []
+        if member.member_id == group.leader and group.protocol is not None:
+            members = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol))
+                       for m in group.members.values()]
+        return JoinResult(ErrorCode.none, member.member_id, group.generation, group.protocol_type,
+                          group.protocol, group.leader or "", members)
+
+    def _prepare_rebalance(self, out: _Out, group: GroupMetadata, reason: str) -> None:
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            for m in group.members.values():
+                m.assignment = b""
+            self._answer_syncs(out, group, lambda m: SyncResult(ErrorCode.rebalance_in_progress))
+        initial = group.state == GroupState.EMPTY
+        group.transition_to(GroupState.PREPARING_REBALANCE)
+        log.info("preparing to rebalance group %s (generation %d): %s", group.group_id,
+                 group.generation, reason)
+        if initial and self.config.initial_rebalance_delay_ms > 0:
+            delay = self.config.initial_rebalance_delay_ms
+            budget = max((m.rebalance_timeout_ms for m in group.members.values()), default=delay)
+            group.new_member_added = False
+            group.in_initial_delay = True
+            group.initial_delay_remaining_ms = budget - delay
+            out.timers.append(Schedule(("rebalance", group.group_id), delay))
+        else:
+            group.in_initial_delay = False
+            timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            out.timers.append(Schedule(("rebalance", group.group_id), timeout))
+
+    def _rebalance_timer(self, out: _Out, group: GroupMetadata, now_ms: int) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE:
+            return
+        if group.in_initial_delay:
+            # The first rebalance of an empty group waits while new members keep arriving.
+            remaining = group.initial_delay_remaining_ms
+            if group.new_member_added and remaining > 0:
+                group.new_member_added = False
+                step = min(self.config.initial_rebalance_delay_ms, remaining)
+                group.initial_delay_remaining_ms = remaining - step
+                out.timers.append(Schedule(("rebalance", group.group_id), step))
+                return
+            group.in_initial_delay = False
+        self._complete_join(out, group, now_ms)
+
+    def _try_complete_join(self, out: _Out, group: GroupMetadata, now_ms: int) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE or not group.all_members_joined():
+            return
+        if group.in_initial_delay:
+            return  # the first rebalance keeps waiting for more members to arrive
+        self._complete_join(out, group, now_ms)
+
+    def _complete_join(self, out: _Out, group: GroupMetadata, now_ms: int) -> None:
+        if group.state != GroupState.PREPARING_REBALANCE:
+            return
+        out.timers.append(Cancel(("rebalance", group.group_id)))
+        group.in_initial_delay = False
+        for m in [m for m in group.members.values() if m.join_waiter is None]:
+            log.info("removing member %s of group %s: it did not rejoin in time", m.member_id, group.group_id)
+            self._drop_member(out, group, m, ErrorCode.unknown_member_id)
+        for pending in group.pending_members:
+            out.timers.append(Cancel(("pending", group.group_id, pending)))
+        group.pending_members.clear()
+        group.generation += 1
+        if group.is_empty:
+            group.protocol = None
+            group.protocol_type = None if not group.offsets else group.protocol_type
+            group.transition_to(GroupState.EMPTY)
+            out.records.append(self._group_record(group, now_ms))
+            log.info("group %s is empty at generation %d", group.group_id, group.generation)
+            return
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition_to(GroupState.COMPLETING_REBALANCE)
+        log.info("group %s generation %d: %d members, protocol %s, leader %s", group.group_id,
+                 group.generation, len(group.members), group.protocol, group.leader)
+        for m in group.members.values():
+            waiter, m.join_waiter = m.join_waiter, None
+            self._schedule_heartbeat(out, group, m)
+            if waiter is not None:
+                out.replies.append((waiter, self._join_result(group, m)))
+
+    def sync_group(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                   protocol_type: str | None, protocol: str | None, assignments: dict[str, bytes],
+                   now_ms: int) -> CoordinatorResult:
+        out = _Out()
+        if not group_id:
+            return out.result(SyncResult(ErrorCode.invalid_group_id))
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return out.result(SyncResult(ErrorCode.unknown_member_id))
+        member = group.members[member_id]
+        if instance_id is not None and group.static_members.get(instance_id) != member_id:
+            return out.result(SyncResult(ErrorCode.fenced_instance_id))
+        if generation != group.generation:
+            return out.result(SyncResult(ErrorCode.illegal_generation))
+        if (protocol_type is not None and protocol_type != group.protocol_type) or \
+                (protocol is not None and protocol != group.protocol):
+            return out.result(SyncResult(ErrorCode.inconsistent_group_protocol))
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return out.result(SyncResult(ErrorCode.rebalance_in_progress))
+        self._schedule_heartbeat(out, group, member)
+        if group.state == GroupState.STABLE:
+            return out.result(SyncResult(ErrorCode.none, member.assignment, group.protocol_type,
+                                         group.protocol))
+        if group.state != GroupState.COMPLETING_REBALANCE:
+            return out.result(SyncResult(ErrorCode.unknown_member_id))
+        if member.sync_waiter is not None:
+            out.replies.append((member.sync_waiter, SyncResult(ErrorCode.unknown_member_id)))
+        waiter = member.sync_waiter = self._new_waiter("sync", group_id, member_id)
+        if member_id != group.leader:
+            return out.result(Deferred(waiter))
+        # The leader's assignment: every member learns it once the group record holding it
+        # is committed, so a new coordinator after a failover knows the same generation.
+        wanted = {m: assignments.get(m, b"") for m in group.members}
+        out.records.append(self._group_record(group, now_ms, wanted))
+        gen = group.generation
+
+        def committed(shard: GroupShard, now: int) -> CoordinatorResult:
+            done = _Out()
+            g = shard.groups.get(group_id)
+            if g is not None and g.generation == gen and g.state == GroupState.COMPLETING_REBALANCE:
+                for m in g.members.values():
+                    m.assignment = wanted.get(m.member_id, b"")
+                g.transition_to(GroupState.STABLE)
+                shard._answer_syncs(done, g, lambda m: SyncResult(ErrorCode.none, m.assignment,
+                                                                  g.protocol_type, g.protocol))
+            return done.result(None)
+
+        def failed(shard: GroupShard, error: ErrorCode, now: int) -> CoordinatorResult:
+            done = _Out()
+            g = shard.groups.get(group_id)
+            if g is not None and g.generation == gen and g.state == GroupState.COMPLETING_REBALANCE:
+                for m in g.members.values():
+                    m.assignment = b""
+                shard._answer_syncs(done, g, lambda m: SyncResult(error))
+                shard._prepare_rebalance(done, g, "storing the assignment failed")
+            return done.result(None)
+
+        return out.result(Deferred(waiter), committed=committed, failed=failed)
+
+    @staticmethod
+    def _answer_syncs(out: _Out, group: GroupMetadata, make: Callable[[MemberMetadata], SyncResult]) -> None:
+        for m in group.members.values():
+            if m.sync_waiter is not None:
+                out.replies.append((m.sync_waiter, make(m)))
+            m.sync_waiter = None
+
+    # -------------------------------------------------------- heartbeat/leave
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                  now_ms: int) -> CoordinatorResult:
+        out = _Out()
+        group = self.groups.get(group_id)
+        if group is None:
+            return out.result(ErrorCode.unknown_member_id)
+        member = group.members.get(member_id)
+        if instance_id is not None and group.static_members.get(instance_id) not in (None, member_id):
+            return out.result(ErrorCode.fenced_instance_id)
+        if member is None:
+            return out.result(ErrorCode.unknown_member_id)
+        if group.state == GroupState.DEAD:
+            return out.result(ErrorCode.coordinator_not_available)
+        if generation != group.generation:
+            return out.result(ErrorCode.illegal_generation)
+        self._schedule_heartbeat(out, group, member)
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return out.result(ErrorCode.rebalance_in_progress)
+        return out.result(ErrorCode.none)
+
+    def _schedule_heartbeat(self, out: _Out, group: GroupMetadata, member: MemberMetadata) -> None:
+        out.timers.append(Schedule(_heartbeat_key(group.group_id, member.member_id),
+                                   member.session_timeout_ms))
+
+    def _expire_member(self, out: _Out, group: GroupMetadata, member: MemberMetadata, now_ms: int) -> None:
+        if member.join_waiter is not None or member.sync_waiter is not None:
+            self._schedule_heartbeat(out, group, member)  # a parked request counts as alive
+            return
+        log.info("member %s of group %s missed its session timeout; removing it", member.member_id,
+                 group.group_id)
+        self._remove_member(out, group, member, now_ms)
+
+    def _drop_member(self, out: _Out, group: GroupMetadata, member: MemberMetadata,
+                     error: ErrorCode) -> None:
+        """Take a member out of the group; its parked requests are answered ``error``."""
+        group.remove_member(member.member_id)
+        out.timers.append(Cancel(_heartbeat_key(group.group_id, member.member_id)))
+        if member.join_waiter is not None:
+            out.replies.append((member.join_waiter, JoinResult(error, member.member_id)))
+            member.join_waiter = None
+        if member.sync_waiter is not None:
+            out.replies.append((member.sync_waiter, SyncResult(error)))
+            member.sync_waiter = None
+
+    def _remove_member(self, out: _Out, group: GroupMetadata, member: MemberMetadata, now_ms: int) -> None:
+        self._drop_member(out, group, member, ErrorCode.unknown_member_id)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(out, group, f"member {member.member_id} left")
+        if group.state == GroupState.PREPARING_REBALANCE:
+            if group.is_empty:
+                self._complete_join(out, group, now_ms)
+            else:
+                self._try_complete_join(out, group, now_ms)
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]],
+                    now_ms: int) -> CoordinatorResult:
+        out = _Out()
+        group = self.groups.get(group_id)
+        if group is None:
+            return out.result((ErrorCode.unknown_member_id, [ErrorCode.unknown_member_id] * len(members)))
+        results = []
+        for member_id, instance_id in members:
+            if instance_id is not None:
+                current = group.static_members.get(instance_id)
+                if current is None:
+                    results.append(ErrorCode.unknown_member_id)
+                    continue
+                if member_id and member_id != current:
+                    results.append(ErrorCode.fenced_instance_id)
+                    continue
+                member_id = current
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                out.timers.append(Cancel(("pending", group_id, member_id)))
+                results.append(ErrorCode.none)
+                self._try_complete_join(out, group, now_ms)
+                continue
+            member = group.members.get(member_id)
+            if member is None:
+                results.append(ErrorCode.unknown_member_id)
+                continue
+            log.info("member %s left group %s", member_id, group_id)
+            self._remove_member(out, group, member, now_ms)
+            results.append(ErrorCode.none)
+        return out.result((ErrorCode.none, results))
+
+    # ----------------------------------------------------------------- offsets
+
+    def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+                       offsets: list[tuple[str, int, int, int, str | None]],
+                       now_ms: int) -> CoordinatorResult:
+        """Commit ``(topic, partition, offset, leader epoch, metadata)``; one error per entry.
+
+        The offsets are readable once their records are committed (replayed)."""
+        out = _Out()
+
+        def all_(error: ErrorCode) -> CoordinatorResult:
+            return out.result([error] * len(offsets))
+
+        if not group_id:
+            return all_(ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            # A commit from outside the group protocol (manual assignment, admin tools).
+            if group is not None and not group.is_empty:
+                return all_(ErrorCode.unknown_member_id)
+        else:
+            if group is None:
+                return all_(ErrorCode.illegal_generation)
+            if instance_id is not None and group.static_members.get(instance_id) not in (None, member_id):
+                return all_(ErrorCode.fenced_instance_id)
+            member = group.members.get(member_id)
+            if member is None:
+                return all_(ErrorCode.unknown_member_id)
+            if generation != group.generation:
+                return all_(ErrorCode.illegal_generation)
+            if group.state == GroupState.COMPLETING_REBALANCE:
+                return all_(ErrorCode.rebalance_in_progress)
+            self._schedule_heartbeat(out, group, member)
+        errors: list[ErrorCode] = []
+        for topic, partition, offset, epoch, metadata in offsets:
+            if metadata is not None and len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.offset_metadata_too_large)
+            elif not self.partition_exists(topic, partition):
+                errors.append(ErrorCode.unknown_topic_or_partition)
+            else:
+                errors.append(ErrorCode.none)
+                out.records.append((rec.encode_offset_key(rec.OffsetKey(group_id, topic, partition)),
+                                    rec.encode_offset_value(rec.OffsetValue(offset, epoch, metadata or "",
+                                                                            now_ms))))
+        return out.result(errors)
+
+    def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                      ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}
+        group = self.groups.get(group_id)
+        committed = group.offsets if group is not None else {}
+        if partitions is None:
+            return ErrorCode.none, dict(sorted(committed.items()))
+        return ErrorCode.none, {tp: committed.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]],
+                       now_ms: int) -> CoordinatorResult:
+        out = _Out()
+        group = self.groups.get(group_id)
+        if group is None:
+            return out.result((ErrorCode.group_id_not_found, {}))
+        subscribed = group.subscribed_topics() if not group.is_empty else set()
+        results: dict[tuple[str, int], ErrorCode] = {}
+        for topic, partition in partitions:
+            if subscribed is None or topic in subscribed:
+                results[(topic, partition)] = ErrorCode.group_subscribed_to_topic
+                continue
+            results[(topic, partition)] = ErrorCode.none
+            if (topic, partition) in group.offsets:
+                out.records.append((rec.encode_offset_key(rec.OffsetKey(group_id, topic, partition)), None))
+        return out.result((ErrorCode.none, results))
+
+    def delete_group(self, group_id: str, now_ms: int) -> CoordinatorResult:
+        out = _Out()
+        group = self.groups.get(group_id)
+        if not group_id:
+            return out.result(ErrorCode.invalid_group_id)
+        if group is None:
+            return out.result(ErrorCode.group_id_not_found)
+        if not group.is_empty:
+            return out.result(ErrorCode.non_empty_group)
+        out.records.extend((rec.encode_offset_key(rec.OffsetKey(group_id, t, p)), None) for t, p in group.offsets)
+        out.records.append((rec.encode_group_key(rec.GroupKey(group_id)), None))
+        return out.result(ErrorCode.none)
+
+    def expire_offsets(self, now_ms: int) -> CoordinatorResult:
+        """offsets.retention.minutes: tombstones for old offsets of groups without members."""
+        out = _Out()
+        for group in self.groups.values():
+            if not group.is_empty or group.state != GroupState.EMPTY:
+                continue
+            expired = [(rec.encode_offset_key(rec.OffsetKey(group.group_id, topic, partition)), None)
+                       for (topic, partition), om in group.offsets.items()
+                       if now_ms - max(om.commit_timestamp, group.state_timestamp)
+                       > self.config.offsets_retention_ms]
+            out.records.extend(expired)
+            if expired and len(expired) == len(group.offsets):
+                out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
+        return out.result(len(out.records))
+
+    # ------------------------------------------------------------------- admin
+
+    def list_groups(self, states: Iterable[str] = ()) -> list[GroupMetadata]:
+        wanted = {s.lower() for s in states}
+        return [g for g in self.groups.values()
+                if g.state != GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)]

@@ -1,0 +1,397 @@
+"""The coordinator runtime: append, wait for commit, replay in order, then answer."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Hashable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from support.coordinator import MemoryWriter
+
+from dmq.coordinator.runtime import (
+    Cancel,
+    CoordinatorResult,
+    CoordinatorRuntime,
+    Deferred,
+    Schedule,
+)
+from dmq.group.coordinator import GroupConfig, GroupCoordinator
+from dmq.group.metadata import GroupState
+
+
+class ListShard:
+    """A toy shard: its durable state is the list of values it replayed."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.values: list[bytes] = []
+        self.fired: list[Hashable] = []
+        self.loaded_from_log = 0
+
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
+        assert value is not None
+        self.values.append(value)
+        if loading:
+            self.loaded_from_log += 1
+
+    def on_loaded(self, now_ms: int) -> CoordinatorResult:
+        return CoordinatorResult()
+
+    def on_timer(self, key: Hashable, now_ms: int) -> CoordinatorResult:
+        self.fired.append(key)
+        return CoordinatorResult(replies=[(key, f"timer {key}")])
+
+
+def add(value: bytes) -> Any:
+    def op(shard: ListShard, now: int) -> CoordinatorResult:
+        return CoordinatorResult(response=f"added {value.decode()}", records=[(b"k", value)])
+    return op
+
+
+def runtime(writer: MemoryWriter, timeout_ms: int = 5000) -> CoordinatorRuntime[ListShard]:
+    rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(writer, ListShard, timeout_ms)
+    rt.set_led({0: 1})
+    return rt
+
+
+def error(e: ErrorCode) -> str:
+    return f"error {e.name}"
+
+
+def test_an_answer_waits_for_commit_and_records_replay_in_offset_order() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        shard = rt.shard(0)
+        assert shard is not None
+        w.hold()
+        first = asyncio.create_task(rt.write(0, add(b"a"), error))
+        second = asyncio.create_task(rt.write(0, add(b"b"), error))
+        await asyncio.sleep(0.01)
+        assert not first.done() and not second.done() and shard.values == []
+        w.release(0, upto=1)  # the high watermark passes the first write only
+        assert await first == "added a"
+        assert shard.values == [b"a"] and not second.done()
+        w.release()
+        assert await second == "added b" and shard.values == [b"a", b"b"]
+
+    asyncio.run(scenario())
+
+
+def test_a_write_that_failed_to_commit_is_replayed_when_the_watermark_passes_it() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        shard = rt.shard(0)
+        assert shard is not None
+        w.hold()
+        w.fail_commit = ErrorCode.request_timed_out
+        assert await rt.write(0, add(b"a"), error) == "error coordinator_not_available"
+        assert shard.values == []
+        w.fail_commit = None
+        w.release()
+        assert await rt.write(0, add(b"b"), error) == "added b"
+        assert shard.values == [b"a", b"b"]  # the log holds both: so does the shard
+
+    asyncio.run(scenario())
+
+
+def test_an_append_refused_as_not_leader_answers_not_coordinator_until_leadership_moves() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        w.fail_append = ErrorCode.not_leader_or_follower
+        assert await rt.write(0, add(b"a"), error) == "error not_coordinator"
+        rt.set_led({})  # what the backend does when the new leadership reaches it
+        assert rt.shard(0) is None
+        assert await rt.write(0, add(b"a"), error) == "error not_coordinator"
+        w.fail_append = None
+        rt.set_led({0: 2})
+        assert await rt.write(0, add(b"a"), error) == "added a"
+
+    asyncio.run(scenario())
+
+
+def test_parked_requests_are_answered_by_later_replies_or_not_coordinator_on_unload() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+
+        def park(key: str) -> Any:
+            return lambda shard, now: CoordinatorResult(response=Deferred(key))
+
+        waiting = asyncio.create_task(rt.write(0, park("x"), error))
+        other = asyncio.create_task(rt.write(0, park("y"), error))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        # A reply goes out once the records of the operation carrying it are committed.
+        w.hold()
+        answer = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
+            response="ok", records=[(b"k", b"v")], replies=[("x", "your answer")]), error))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()
+        w.release()
+        assert await answer == "ok" and await waiting == "your answer"
+        rt.set_led({})  # leadership moved
+        assert await other == "error not_coordinator"
+
+    asyncio.run(scenario())
+
+
+def test_timers_fire_as_operations_and_stop_on_unload() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        shard = rt.shard(0)
+        assert shard is not None
+        parked = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
+            response=Deferred("t1"), timers=[Schedule("t1", 20), Schedule("t2", 20), Cancel("t2"),
+                                             Schedule("t3", 50)]), error))
+        assert await asyncio.wait_for(parked, 2) == "timer t1"
+        assert shard.fired == ["t1"] and rt.timer_keys(0) == {"t3"}
+        rt.set_led({})
+        await asyncio.sleep(0.1)
+        assert shard.fired == ["t1"]
+
+    asyncio.run(scenario())
+
+
+def test_a_new_leader_epoch_reloads_the_shard_from_the_log() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        await rt.write(0, add(b"a"), error)
+        await rt.write(0, add(b"b"), error)
+        before = rt.shard(0)
+        rt.set_led({0: 1})
+        assert rt.shard(0) is before  # same epoch: nothing to do
+        rt.set_led({0: 2, 1: 2})
+        after = rt.shard(0)
+        assert after is not before and after is not None
+        assert after.values == [b"a", b"b"] and after.loaded_from_log == 2
+        assert rt.loaded_partitions() == {0, 1}
+
+    asyncio.run(scenario())
+
+
+def test_an_exclusive_operation_sees_every_earlier_write() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        w.hold()
+        pending = asyncio.create_task(rt.write(0, add(b"a"), error))
+        await asyncio.sleep(0.01)
+        seen = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(response=list(s.values)),
+                                            error, exclusive=True))
+        await asyncio.sleep(0.01)
+        assert not seen.done()
+        w.release()
+        assert await pending == "added a"
+        assert await seen == [b"a"]
+
+    asyncio.run(scenario())
+
+
+# -------------------------------------------------------- the group coordinator
+
+
+def group_coordinator(w: MemoryWriter) -> GroupCoordinator:
+    c = GroupCoordinator(GroupConfig(num_partitions=1, initial_rebalance_delay_ms=0), w,
+                         lambda t, p: True)
+    c.set_led({0: 1})
+    return c
+
+
+def test_a_commit_is_answered_and_readable_only_once_replicated() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = group_coordinator(w)
+        w.hold()
+        commit = asyncio.create_task(c.commit_offsets("g", -1, "", None, [("t", 0, 9, -1, None)]))
+        await asyncio.sleep(0.01)
+        assert not commit.done()
+        assert c.fetch_offsets("g", [("t", 0)]) == (ErrorCode.none, {("t", 0): None})
+        w.release()
+        assert await commit == [ErrorCode.none]
+        offset = c.fetch_offsets("g", [("t", 0)])[1][("t", 0)]
+        assert offset is not None and offset.offset == 9
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_sync_group_is_answered_once_the_assignment_is_replicated() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = group_coordinator(w)
+        joined = await c.join_group("g", "", None, "c", "h", 10_000, 10_000, "consumer",
+                                    [("range", b"")], require_known_member=False)
+        w.hold()
+        sync = asyncio.create_task(c.sync_group("g", joined.generation, joined.member_id, None, None, None,
+                                                {joined.member_id: b"A"}))
+        await asyncio.sleep(0.01)
+        assert not sync.done()
+        w.release()
+        result = await sync
+        assert result.error == ErrorCode.none and result.assignment == b"A"
+        # The replicated record is what a new coordinator loads.
+        c.set_led({0: 2})
+        group = c.describe_group("g")
+        assert group is not None and group.members[joined.member_id].assignment == b"A"
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_coordinator_that_loses_leadership_answers_waiting_members_not_coordinator() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = group_coordinator(w)
+        first = await c.join_group("g", "", None, "c", "h", 10_000, 10_000, "consumer", [("range", b"")],
+                                   require_known_member=False)
+        second = asyncio.create_task(c.join_group("g", "", None, "c", "h", 10_000, 10_000, "consumer",
+                                                  [("range", b"")], require_known_member=False))
+        await asyncio.sleep(0.01)
+        assert not second.done()  # waits for the first member to rejoin
+        c.set_led({})
+        assert (await second).error == ErrorCode.not_coordinator
+        assert await c.heartbeat("g", first.generation, first.member_id, None) == ErrorCode.not_coordinator
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def join(c: GroupCoordinator, member: str = "", session_ms: int = 300) -> Any:
+    return c.join_group("g", member, None, "c", "h", session_ms, session_ms, "consumer", [("range", b"")],
+                        require_known_member=False)
+
+
+def small_group_coordinator(w: MemoryWriter, initial_delay_ms: int = 0, timeout_ms: int = 5000
+                            ) -> GroupCoordinator:
+    c = GroupCoordinator(GroupConfig(num_partitions=1, initial_rebalance_delay_ms=initial_delay_ms,
+                                     min_session_timeout_ms=10), w, lambda t, p: True, timeout_ms)
+    c.set_led({0: 1})
+    return c
+
+
+def test_a_leader_whose_sync_is_cancelled_mid_write_still_completes_the_generation() -> None:
+    """Review finding: the write's follow-up ran in the request's task, so a client that
+    went away while its SyncGroup waited for replication left the group in
+    CompletingRebalance for ever (and its parked request kept the dead member alive)."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = small_group_coordinator(w)
+        a = await join(c)
+        b_join = asyncio.create_task(join(c))
+        await asyncio.sleep(0.01)
+        a2 = await join(c, a.member_id)
+        b = await b_join
+        follower_sync = asyncio.create_task(c.sync_group("g", b.generation, b.member_id, None, None, None, {}))
+        w.hold()
+        leader_sync = asyncio.create_task(c.sync_group("g", a2.generation, a.member_id, None, None, None,
+                                                       {a.member_id: b"A", b.member_id: b"B"}))
+        await asyncio.sleep(0.01)
+        leader_sync.cancel()  # the leader's connection closed
+        await asyncio.sleep(0.01)
+        w.release()
+        result = await asyncio.wait_for(follower_sync, 2)
+        assert result.error == ErrorCode.none and result.assignment == b"B"
+        group = c.describe_group("g")
+        assert group is not None and group.state == GroupState.STABLE
+        # The dead leader's session now runs out (nothing parked keeps it alive).
+        await asyncio.sleep(0.5)
+        assert a.member_id not in group.members
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_timer_that_writes_sets_its_timers_before_any_later_request_runs() -> None:
+    """Review finding: a session expiry that empties the group was written from a task
+    of its own, and its timers (cancelling the rebalance) landed after a JoinGroup
+    that had just started the initial delay: that member waited for ever."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = small_group_coordinator(w, initial_delay_ms=100)
+        a = await join(c)
+        await c.sync_group("g", a.generation, a.member_id, None, None, None, {a.member_id: b"A"})
+        newcomer = asyncio.create_task(join(c))  # ready to run when A's session expires
+        await asyncio.sleep(0.5)  # A sends no heartbeat: its 300 ms session runs out
+        result = await asyncio.wait_for(newcomer, 2)
+        assert result.error == ErrorCode.none and result.generation >= 2
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_replies_of_a_failed_write_are_delivered() -> None:
+    """Review finding: a LeaveGroup answering a parked JoinGroup, whose group record
+    could not be appended, left that JoinGroup parked until the shard unloaded."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = small_group_coordinator(w, initial_delay_ms=3000)
+        parked = asyncio.create_task(join(c))  # waits out the initial delay
+        await asyncio.sleep(0.01)
+        group = c.describe_group("g")
+        assert group is not None
+        member = next(iter(group.members))
+        w.fail_append = ErrorCode.not_enough_replicas
+        await c.leave_group("g", [(member, None)])
+        w.fail_append = None
+        result = await asyncio.wait_for(parked, 1)
+        assert result.error == ErrorCode.unknown_member_id
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_commit_that_timed_out_is_replayed_once_replicated_and_deletes_then_work() -> None:
+    """Review finding: it stayed pending until another write of the partition committed,
+    so deleting the group timed out again and again and OffsetFetch hid the offset."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = small_group_coordinator(w, timeout_ms=200)
+        w.hold()
+        w.fail_commit = ErrorCode.request_timed_out
+        assert await c.commit_offsets("g", -1, "", None, [("t", 0, 5, -1, None)]) == \
+            [ErrorCode.coordinator_not_available]
+        w.fail_commit = None
+        w.release()  # the high watermark passes it a moment later
+        await asyncio.sleep(0.3)
+        offset = c.fetch_offsets("g", [("t", 0)])[1][("t", 0)]
+        assert offset is not None and offset.offset == 5
+        assert await c.delete_groups(["g"]) == {"g": ErrorCode.none}
+        assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_storage_error_fails_the_write_and_keeps_the_shard() -> None:
+    """Review finding: one failed append unloaded the shard while this broker still led
+    its partition: every group there answered NOT_COORDINATOR until a restart."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = small_group_coordinator(w)
+        w.fail_append = ErrorCode.kafka_storage_error
+        assert await c.commit_offsets("g", -1, "", None, [("t", 0, 1, -1, None)]) == [ErrorCode.not_coordinator]
+        w.fail_append = None
+        assert await c.commit_offsets("g", -1, "", None, [("t", 0, 2, -1, None)]) == [ErrorCode.none]
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_commit_keeps_the_errors_of_entries_it_did_not_hold() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = GroupCoordinator(GroupConfig(num_partitions=1, initial_rebalance_delay_ms=0), w,
+                             lambda t, p: t == "t")
+        c.set_led({0: 1})
+        w.fail_append = ErrorCode.not_enough_replicas
+        assert await c.commit_offsets("g", -1, "", None, [("t", 0, 1, -1, None), ("x", 0, 1, -1, None)]) == \
+            [ErrorCode.coordinator_not_available, ErrorCode.unknown_topic_or_partition]
+        await c.close()
+
+    asyncio.run(scenario())

@@ -1,0 +1,333 @@
+"""The group shard without an event loop: the classic protocol, replay and timers as data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from kio.schema.errors import ErrorCode
+from support.coordinator import ShardDriver
+
+from dmq.coordinator.runtime import Deferred
+from dmq.group import records as rec
+from dmq.group.metadata import GroupMetadata, GroupState, IllegalStateTransition
+from dmq.group.shard import GroupConfig, GroupShard, JoinResult, SyncResult
+
+
+def shard(**kw: int) -> GroupShard:
+    config = GroupConfig(num_partitions=5, initial_rebalance_delay_ms=0, **kw)
+    return GroupShard(0, config, lambda t, p: t == "t" and p < 4)
+
+
+def reloaded(driver: ShardDriver) -> GroupShard:
+    """A new shard built the way a new leader builds it: replaying the log."""
+    fresh = GroupShard(0, driver.shard.config, driver.shard.partition_exists)
+    for key, value in driver.log:
+        fresh.replay(key, value, loading=True)
+    return fresh
+
+
+def join(d: ShardDriver, group: str, member: str = "", instance: str | None = None,
+         protocols: list[tuple[str, bytes]] | None = None, session_ms: int = 10_000,
+         rebalance_ms: int = 10_000) -> Any:
+    return d.run(d.shard.join_group, group, member, instance, "client", "host", session_ms, rebalance_ms,
+                 "consumer", protocols or [("range", b"\x00\x01")], False)
+
+
+def test_partition_for_matches_kafka() -> None:
+    # Values from Java's String.hashCode, as Kafka's GroupMetadataManager.partitionFor uses.
+    assert rec.java_string_hash("zz") == 3904
+    assert rec.partition_for("test-group", 50) == 12
+    assert rec.partition_for("my-app", 50) == 48
+    assert rec.partition_for("Ünïcode-grüppe", 50) == 33
+
+
+def test_transition_table_rejects_illegal_moves() -> None:
+    g = GroupMetadata("g")
+    with pytest.raises(IllegalStateTransition):
+        g.transition_to(GroupState.STABLE)
+    g.transition_to(GroupState.PREPARING_REBALANCE)
+    g.transition_to(GroupState.COMPLETING_REBALANCE)
+    g.transition_to(GroupState.STABLE)
+    with pytest.raises(IllegalStateTransition):
+        g.transition_to(GroupState.EMPTY)
+    g.transition_to(GroupState.DEAD)
+    with pytest.raises(IllegalStateTransition):
+        g.transition_to(GroupState.PREPARING_REBALANCE)
+
+
+def test_state_is_reloaded_by_replaying_records() -> None:
+    d = ShardDriver(shard())
+    joined = d.answer(join(d, "g", instance="inst"))
+    assert joined.error == ErrorCode.none and joined.generation == 1
+    synced = d.answer(d.run(d.shard.sync_group, "g", 1, joined.member_id, "inst", "consumer", "range",
+                            {joined.member_id: b"assignment"}))
+    assert synced == SyncResult(ErrorCode.none, b"assignment", "consumer", "range")
+    assert d.run(d.shard.commit_offsets, "g", 1, joined.member_id, "inst", [("t", 0, 42, 3, "m")]) == \
+        [ErrorCode.none]
+    assert d.run(d.shard.commit_offsets, "simple", -1, "", None,
+                 [("t", 1, 7, -1, None), ("x", 0, 1, -1, None)]) == \
+        [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    again = reloaded(d)
+    g = again.groups["g"]
+    assert g.state == GroupState.STABLE and g.generation == 1 and g.protocol == "range"
+    assert g.static_members == {"inst": joined.member_id}
+    assert g.members[joined.member_id].assignment == b"assignment"
+    assert again.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 42  # type: ignore[union-attr]
+    assert again.fetch_offsets("simple", None)[1][("t", 1)].offset == 7  # type: ignore[union-attr]
+    # A loaded member gets a session's time to find its new coordinator.
+    loaded = ShardDriver(again)
+    loaded.apply(again.on_loaded(loaded.now))
+    assert set(loaded.timers) == {("heartbeat", "g", joined.member_id)}
+
+
+def test_offsets_become_readable_only_when_their_records_replay() -> None:
+    s = shard()
+    result = s.commit_offsets("g", -1, "", None, [("t", 0, 5, -1, None)], 1000)
+    assert result.response == [ErrorCode.none] and len(result.records) == 1
+    assert s.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None  # not committed yet
+    for key, value in result.records:
+        s.replay(key, value, loading=False)
+    assert s.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 5  # type: ignore[union-attr]
+
+
+def test_offsets_of_empty_groups_expire() -> None:
+    d = ShardDriver(shard(offsets_retention_ms=60_000))
+    d.run(d.shard.commit_offsets, "old", -1, "", None, [("t", 0, 5, -1, None)])
+    commit_ts = d.shard.groups["old"].offsets[("t", 0)].commit_timestamp
+    d.now = commit_ts + 30_000
+    assert d.run(d.shard.expire_offsets) == 0
+    d.now = commit_ts + 61_000
+    assert d.run(d.shard.expire_offsets) == 2  # the offset and then the group
+    assert "old" not in d.shard.groups
+    assert d.shard.fetch_offsets("old", [("t", 0)])[1][("t", 0)] is None
+    assert "old" not in reloaded(d).groups  # the tombstones replay too
+
+
+def test_delete_groups_and_offsets() -> None:
+    d = ShardDriver(shard())
+    d.run(d.shard.commit_offsets, "d", -1, "", None, [("t", 0, 1, -1, None), ("t", 1, 2, -1, None)])
+    assert d.run(d.shard.delete_offsets, "d", [("t", 0)]) == (ErrorCode.none, {("t", 0): ErrorCode.none})
+    assert set(d.shard.fetch_offsets("d", None)[1]) == {("t", 1)}
+    assert d.run(d.shard.delete_group, "d") == ErrorCode.none
+    assert d.run(d.shard.delete_group, "missing") == ErrorCode.group_id_not_found
+    assert d.run(d.shard.delete_offsets, "d", [("t", 1)])[0] == ErrorCode.group_id_not_found
+    assert "d" not in reloaded(d).groups
+
+
+def test_protocol_every_member_supports_is_chosen_and_laggards_are_removed() -> None:
+    d = ShardDriver(shard(min_session_timeout_ms=100))
+    both = [("range", b""), ("roundrobin", b"")]
+    first = d.answer(join(d, "p", protocols=both, session_ms=5000, rebalance_ms=300))
+    assert first.protocol == "range"
+    second_req = join(d, "p", protocols=[("roundrobin", b""), ("sticky", b"")], session_ms=5000,
+                      rebalance_ms=300)
+    assert isinstance(second_req, Deferred) and d.answer(second_req) is None  # waits for the first
+    # The first member rejoins; both support only roundrobin in common.
+    rejoin = d.answer(join(d, "p", first.member_id, protocols=both, session_ms=5000, rebalance_ms=300))
+    second = d.answer(second_req)
+    assert rejoin.protocol == second.protocol == "roundrobin" and rejoin.generation == 2
+    assert rejoin.leader == first.member_id and len(rejoin.members) == 2
+    sync_b = d.run(d.shard.sync_group, "p", 2, second.member_id, None, None, None, {})
+    assert d.answer(sync_b) is None  # waits for the leader's assignment
+    d.run(d.shard.sync_group, "p", 2, first.member_id, None, None, None,
+          {first.member_id: b"1", second.member_id: b"2"})
+    assert d.answer(sync_b).assignment == b"2"
+    # The leader rejoins; the other member never does and is removed when the
+    # rebalance timeout (300 ms) fires; the group moves on without it.
+    again_req = join(d, "p", first.member_id, protocols=both, session_ms=5000, rebalance_ms=300)
+    assert d.answer(again_req) is None and d.timers[("rebalance", "p")] == d.now + 300
+    d.advance(299)
+    assert d.answer(again_req) is None
+    d.advance(1)
+    again = d.answer(again_req)
+    assert again.error == ErrorCode.none and again.generation == 3
+    assert list(d.shard.groups["p"].members) == [first.member_id]
+    assert ("heartbeat", "p", second.member_id) not in d.timers
+    assert again.protocol == "range"  # alone, its own first choice wins
+    # A member whose protocols share nothing with the group is refused.
+    odd = d.answer(join(d, "p", protocols=[("sticky", b"")], session_ms=5000, rebalance_ms=300))
+    assert odd.error == ErrorCode.inconsistent_group_protocol
+
+
+def test_sync_is_answered_only_when_the_assignment_is_committed() -> None:
+    s = shard()
+    d = ShardDriver(s)
+    a = d.answer(join(d, "g"))
+    follower_req = join(d, "g")
+    a2 = d.answer(join(d, "g", a.member_id))
+    b = d.answer(follower_req)
+    assert a2.generation == b.generation == 2
+    # The leader's sync: the assignment is a record; nobody is answered before it commits,
+    # and a follower syncing meanwhile waits for it too.
+    leader_sync = s.sync_group("g", 2, a.member_id, None, None, None,
+                               {a.member_id: b"A", b.member_id: b"B"}, d.now)
+    assert isinstance(leader_sync.response, Deferred) and len(leader_sync.records) == 1
+    assert leader_sync.replies == [] and s.groups["g"].state == GroupState.COMPLETING_REBALANCE
+    follower_sync = s.sync_group("g", 2, b.member_id, None, None, None, {}, d.now)
+    assert isinstance(follower_sync.response, Deferred) and follower_sync.records == []
+    assert s.groups["g"].members[b.member_id].assignment == b""
+    assert leader_sync.committed is not None
+    done = leader_sync.committed(s, d.now)
+    assert s.groups["g"].state == GroupState.STABLE
+    answers = dict(done.replies)
+    assert answers[leader_sync.response.key] == SyncResult(ErrorCode.none, b"A", "consumer", "range")
+    assert answers[follower_sync.response.key] == SyncResult(ErrorCode.none, b"B", "consumer", "range")
+
+
+def test_a_failed_assignment_write_answers_every_sync_and_rebalances() -> None:
+    s = shard()
+    d = ShardDriver(s)
+    a = d.answer(join(d, "g"))
+    leader_sync = s.sync_group("g", 1, a.member_id, None, None, None, {a.member_id: b"A"}, d.now)
+    assert leader_sync.failed is not None and isinstance(leader_sync.response, Deferred)
+    failed = leader_sync.failed(s, ErrorCode.not_coordinator, d.now)
+    assert dict(failed.replies)[leader_sync.response.key] == SyncResult(ErrorCode.not_coordinator)
+    assert s.groups["g"].state == GroupState.PREPARING_REBALANCE
+    assert s.groups["g"].members[a.member_id].assignment == b""
+
+
+def test_a_restarted_static_member_keeps_its_assignment_and_fences_the_old_one() -> None:
+    d = ShardDriver(shard())
+    a = d.answer(join(d, "s", instance="i1"))
+    d.run(d.shard.sync_group, "s", 1, a.member_id, "i1", None, None, {a.member_id: b"mine"})
+    old_sync = d.run(d.shard.sync_group, "s", 1, a.member_id, "i1", None, None, {})
+    assert d.answer(old_sync).assignment == b"mine"
+    again = d.answer(join(d, "s", instance="i1"))
+    assert again.error == ErrorCode.none and again.generation == 1 and again.member_id != a.member_id
+    assert again.leader == again.member_id  # the old incarnation led; the new one does
+    assert d.run(d.shard.heartbeat, "s", 1, a.member_id, "i1") == ErrorCode.fenced_instance_id
+    assert reloaded(d).groups["s"].static_members == {"i1": again.member_id}
+
+
+def test_a_member_that_stops_heartbeating_is_removed_after_its_session() -> None:
+    d = ShardDriver(shard())
+    a = d.answer(join(d, "h", session_ms=6000))
+    d.run(d.shard.sync_group, "h", 1, a.member_id, None, None, None, {a.member_id: b""})
+    d.advance(5000)
+    assert d.run(d.shard.heartbeat, "h", 1, a.member_id, None) == ErrorCode.none
+    d.advance(5999)
+    assert a.member_id in d.shard.groups["h"].members
+    d.advance(1)
+    group = d.shard.groups["h"]
+    assert not group.members and group.state == GroupState.EMPTY and group.generation == 2
+    assert d.run(d.shard.heartbeat, "h", 2, a.member_id, None) == ErrorCode.unknown_member_id
+
+
+def test_member_id_required_then_join_and_unused_ids_expire() -> None:
+    d = ShardDriver(shard())
+    first = d.run(d.shard.join_group, "r", "", None, "c", "h", 6000, 6000, "consumer", [("range", b"")], True)
+    assert first.error == ErrorCode.member_id_required and first.member_id
+    assert ("pending", "r", first.member_id) in d.timers
+    joined = d.answer(d.run(d.shard.join_group, "r", first.member_id, None, "c", "h", 6000, 6000,
+                            "consumer", [("range", b"")], True))
+    assert joined.error == ErrorCode.none and joined.member_id == first.member_id
+    assert ("pending", "r", first.member_id) not in d.timers
+    unused = d.run(d.shard.join_group, "r", "", None, "c", "h", 6000, 6000, "consumer", [("range", b"")], True)
+    assert unused.member_id in d.shard.groups["r"].pending_members
+    d.advance(6000)
+    assert unused.member_id not in d.shard.groups["r"].pending_members
+
+
+# ------------------------------------------------------------- a state machine
+
+
+class GroupMachine(RuleBasedStateMachine):
+    """Random joins, syncs, heartbeats, leaves, commits and time passing on one group.
+
+    Invariants: the group's state obeys the transition table (``transition_to``
+    raises otherwise); a member waits in at most one parked request of each kind
+    and has a heartbeat timer; a Stable group's members got answers; every
+    committed offset is what a new leader replaying the log reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = ShardDriver(GroupShard(0, GroupConfig(num_partitions=1, initial_rebalance_delay_ms=0,
+                                                       min_session_timeout_ms=100),
+                                        lambda t, p: True))
+        self.known: list[str] = []
+        self.joins: dict[str, Any] = {}
+
+    def group(self) -> GroupMetadata | None:
+        return self.d.shard.groups.get("g")
+
+    @rule()
+    def join_new(self) -> None:
+        response = join(self.d, "g", session_ms=1000, rebalance_ms=500)
+        answer = self.d.answer(response)
+        member = answer.member_id if isinstance(answer, JoinResult) else None
+        if isinstance(response, Deferred):
+            member = response.key[2]  # type: ignore[attr-defined]
+        if member:
+            self.known.append(member)
+            self.joins[member] = response
+
+    @precondition(lambda self: self.known)
+    @rule(i=st.integers(min_value=0, max_value=100))
+    def rejoin(self, i: int) -> None:
+        member = self.known[i % len(self.known)]
+        self.joins[member] = join(self.d, "g", member, session_ms=1000, rebalance_ms=500)
+
+    @precondition(lambda self: self.known)
+    @rule(i=st.integers(min_value=0, max_value=100), as_leader=st.booleans())
+    def sync(self, i: int, as_leader: bool) -> None:
+        g = self.group()
+        if g is None:
+            return
+        member = (g.leader or "") if as_leader else self.known[i % len(self.known)]
+        self.d.run(self.d.shard.sync_group, "g", g.generation, member, None, None, None,
+                   {m: m.encode() for m in g.members})
+
+    @precondition(lambda self: self.known)
+    @rule(i=st.integers(min_value=0, max_value=100))
+    def heartbeat(self, i: int) -> None:
+        g = self.group()
+        gen = g.generation if g is not None else 0
+        self.d.run(self.d.shard.heartbeat, "g", gen, self.known[i % len(self.known)], None)
+
+    @precondition(lambda self: self.known)
+    @rule(i=st.integers(min_value=0, max_value=100))
+    def leave(self, i: int) -> None:
+        self.d.run(self.d.shard.leave_group, "g", [(self.known[i % len(self.known)], None)])
+
+    @rule(offset=st.integers(min_value=0, max_value=1000))
+    def commit_outside_the_group(self, offset: int) -> None:
+        self.d.run(self.d.shard.commit_offsets, "g", -1, "", None, [("t", 0, offset, -1, None)])
+
+    @rule(ms=st.integers(min_value=1, max_value=1500))
+    def time_passes(self, ms: int) -> None:
+        self.d.advance(ms)
+
+    @invariant()
+    def members_are_consistent(self) -> None:
+        g = self.group()
+        if g is None:
+            return
+        assert g.state in set(GroupState)
+        for m in g.members.values():
+            assert ("heartbeat", "g", m.member_id) in self.d.timers
+            if m.join_waiter is not None:
+                assert m.join_waiter in self.d.parked
+            if m.sync_waiter is not None:
+                assert m.sync_waiter in self.d.parked
+                assert g.state == GroupState.COMPLETING_REBALANCE
+        if g.state == GroupState.STABLE:
+            assert all(m.join_waiter is None and m.sync_waiter is None for m in g.members.values())
+        if g.state == GroupState.EMPTY:
+            assert not g.members
+        waiters = {m.join_waiter for m in g.members.values()} | {m.sync_waiter for m in g.members.values()}
+        # Nobody waits for ever: every parked request belongs to a member still in the group.
+        assert self.d.parked <= waiters
+
+    @invariant()
+    def a_new_leader_reads_the_same_offsets(self) -> None:
+        g = self.group()
+        fresh = reloaded(self.d).groups.get("g")
+        assert (g.offsets if g is not None else {}) == (fresh.offsets if fresh is not None else {})
+
+
+GroupMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+test_group_state_machine = GroupMachine.TestCase
