@@ -18,7 +18,9 @@ waiting in a rebalance) and returns
 - ``timers``: ``Schedule(key, delay_ms)`` / ``Cancel(key)``; when a timer fires
   the runtime runs ``shard.on_timer(key, now_ms)`` as an operation;
 - ``committed`` / ``failed``: follow-up operations run after the records are
-  committed, or when they could not be (their results may not carry records).
+  committed, or when they could not be;
+- ``effects``: work outside the shard (sending transaction markers), handed to
+  the runtime's ``on_effect`` once the records are committed, like replies.
 
 Ordering: appends happen in operation order (the append is synchronous), and
 records are replayed strictly in offset order: when one write is committed,
@@ -85,6 +87,7 @@ class CoordinatorResult:
     timers: list[Schedule | Cancel] = field(default_factory=list)
     committed: Callable[[Any, int], CoordinatorResult] | None = None
     failed: Callable[[Any, ErrorCode, int], CoordinatorResult] | None = None
+    effects: list[Any] = field(default_factory=list)
 
 
 class CoordinatorShard(Protocol):
@@ -149,16 +152,20 @@ class _Context(Generic[S]):
 
 
 class CoordinatorRuntime(Generic[S]):
-    def __init__(self, writer: PartitionWriter, new_shard: Callable[[int], S],
+    def __init__(self, writer: PartitionWriter, new_shard: Callable[[int, int], S],
                  commit_timeout_ms: int = 5000, name: str = "coordinator",
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None,
+                 on_effect: Callable[[int, Any], None] | None = None) -> None:
+        """``new_shard(partition, leader_epoch)`` builds an empty shard to replay into."""
         self.writer = writer
         self.new_shard = new_shard
+        self.on_effect = on_effect
         self.commit_timeout_ms = commit_timeout_ms
         self.name = name
         self.clock = clock or (lambda: int(time.time() * 1000))
         self._contexts: dict[int, _Context[S]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
 
     # ------------------------------------------------------------- leadership
 
@@ -170,7 +177,10 @@ class CoordinatorRuntime(Generic[S]):
         return ctx.shard if ctx is not None else None
 
     def set_led(self, led: dict[int, int]) -> None:
-        """Follow this broker's leadership: ``{partition: leader epoch}``."""
+        """Follow this broker's leadership: ``{partition: leader epoch}``. Once closed
+        (the broker is shutting down and its logs are closing), nothing loads again."""
+        if self.closed:
+            return
         for partition, ctx in list(self._contexts.items()):
             if led.get(partition) != ctx.leader_epoch:
                 self.unload(partition)
@@ -181,7 +191,7 @@ class CoordinatorRuntime(Generic[S]):
     def load(self, partition: int, leader_epoch: int) -> int:
         """Build the shard by replaying the partition; returns the records read."""
         self.unload(partition)
-        shard = self.new_shard(partition)
+        shard = self.new_shard(partition, leader_epoch)
         count = 0
         for _, key, value in self.writer.read(partition):
             shard.replay(key, value, loading=True)
@@ -211,6 +221,7 @@ class CoordinatorRuntime(Generic[S]):
             ctx.drained.set()
 
     async def close(self) -> None:
+        self.closed = True
         for partition in list(self._contexts):
             self.unload(partition)
         for task in list(self._tasks):
@@ -271,6 +282,7 @@ class CoordinatorRuntime(Generic[S]):
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not result.records:
             self._deliver(ctx, result.replies)
+            self._effects(ctx, result.effects)
             done.set_result(result.response)
             return parked, done
         error, last = self.writer.append(ctx.partition, result.records)
@@ -298,6 +310,7 @@ class CoordinatorRuntime(Generic[S]):
         if result.committed is not None:
             self._process(ctx, result.committed(ctx.shard, self.clock()))
         self._deliver(ctx, result.replies)
+        self._effects(ctx, result.effects)
         return result.response
 
     def _failed(self, ctx: _Context[S], result: CoordinatorResult, error: ErrorCode,
@@ -357,6 +370,15 @@ class CoordinatorRuntime(Generic[S]):
             old[0].set_result(old[1](ErrorCode.unknown_member_id))
         ctx.parked[key] = (fut, error_response)
         return fut
+
+    def _effects(self, ctx: _Context[S], effects: list[Any]) -> None:
+        if self.on_effect is None:
+            return
+        for effect in effects:
+            try:
+                self.on_effect(ctx.partition, effect)
+            except Exception:
+                log.exception("%s: effect %r of partition %d failed", self.name, effect, ctx.partition)
 
     def _deliver(self, ctx: _Context[S], replies: list[tuple[Hashable, Any]]) -> None:
         for key, response in replies:

@@ -29,7 +29,7 @@ class GroupCoordinator:
                  partition_exists: Callable[[str, int], bool], commit_timeout_ms: int = 5000) -> None:
         self.config = config
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
-            writer, lambda p: GroupShard(p, config, partition_exists), commit_timeout_ms,
+            writer, lambda p, epoch: GroupShard(p, config, partition_exists), commit_timeout_ms,
             name="group coordinator")
 
     def partition_for(self, group_id: str) -> int:

@@ -23,7 +23,7 @@ from dmq.group.metadata import GroupState
 class ListShard:
     """A toy shard: its durable state is the list of values it replayed."""
 
-    def __init__(self, partition: int) -> None:
+    def __init__(self, partition: int, leader_epoch: int) -> None:
         self.partition = partition
         self.values: list[bytes] = []
         self.fired: list[Hashable] = []
@@ -171,6 +171,23 @@ def test_a_new_leader_epoch_reloads_the_shard_from_the_log() -> None:
         assert after is not before and after is not None
         assert after.values == [b"a", b"b"] and after.loaded_from_log == 2
         assert rt.loaded_partitions() == {0, 1}
+
+    asyncio.run(scenario())
+
+
+def test_a_closed_runtime_loads_nothing_again() -> None:
+    """Chaos run, seed 20261122: a reconcile after the broker's shutdown had closed the
+    runtime saw every led partition as unloaded and read the closed logs (EBADF)."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        await rt.write(0, add(b"a"), error)
+        await rt.close()
+        assert rt.loaded_partitions() == set()
+        w.read = None  # type: ignore[assignment,method-assign]  # a closed log: reading would fail
+        rt.set_led({0: 1, 1: 1})
+        assert rt.loaded_partitions() == set()
+        assert await rt.write(0, add(b"b"), error) == "error not_coordinator"
 
     asyncio.run(scenario())
 

@@ -70,7 +70,8 @@ class ShardDriver:
     once: records replayed, replies delivered to parked keys, timers kept as data.
 
     ``answers`` holds the response of every parked request once replied; ``timers``
-    the keys set now (``fire(key)`` runs ``on_timer``); ``log`` every record written."""
+    the keys set now (``fire(key)`` runs ``on_timer``); ``log`` every record written;
+    ``effects`` every effect asked for."""
 
     def __init__(self, shard: Any, now_ms: int = 1_000_000) -> None:
         self.shard = shard
@@ -79,6 +80,7 @@ class ShardDriver:
         self.answers: dict[Hashable, Any] = {}
         self.timers: dict[Hashable, int] = {}  # key -> due time
         self.log: list[Record] = []
+        self.effects: list[Any] = []
 
     def run(self, op: Callable[..., CoordinatorResult], *args: Any) -> Any:
         result = op(*args, self.now)
@@ -97,12 +99,11 @@ class ShardDriver:
             self.shard.replay(key, value, loading=False)
         if result.records and result.committed is not None:
             self.apply(result.committed(self.shard, self.now))
+        self.effects.extend(result.effects)
         for key, answer in result.replies:
             if key in self.parked:
                 self.parked.discard(key)
                 self.answers[key] = answer
-        if isinstance(result.response, Deferred):
-            return result.response
         return result.response
 
     def answer(self, response: Any) -> Any:
