@@ -46,8 +46,9 @@ from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.cluster.zk.client import ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import LONG_MAX, BrokerConfig, LogConfig
+from dmq.coordinator.internal_topic import InternalTopic
 from dmq.group.coordinator import GroupConfig, GroupCoordinator
-from dmq.group.offsets_topic import Coordinators, OffsetsTopic
+from dmq.group.offsets_topic import Coordinators
 from dmq.handlers import HANDLERS, api_versions, supported_apis
 from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
 from dmq.protocol.codec import (
@@ -189,11 +190,12 @@ class Broker:
             offsets_retention_ms=int(self.config["offsets.retention.minutes"]) * 60_000,
             max_group_size=int(self.config["group.max.size"]),
         )
-        self.offsets_topic = OffsetsTopic(self.replica_manager, self.admin_manager,
-                                          group_config.num_partitions,
-                                          int(self.config["offsets.topic.segment.bytes"]),
-                                          int(self.config["offsets.topic.replication.factor"]),
-                                          int(self.config["offsets.commit.timeout.ms"]))
+        self.offsets_topic = InternalTopic(OFFSETS_TOPIC, self.replica_manager, self.admin_manager,
+                                           group_config.num_partitions,
+                                           int(self.config["offsets.topic.segment.bytes"]),
+                                           int(self.config["offsets.topic.replication.factor"]),
+                                           int(self.config["offsets.commit.timeout.ms"]),
+                                           "offsets.topic.replication.factor")
         self.group_coordinator = GroupCoordinator(group_config, self.offsets_topic,
                                                   backend.partition_exists,
                                                   int(self.config["offsets.commit.timeout.ms"]))

@@ -1,0 +1,92 @@
+"""Internal topics (``__consumer_offsets``, ``__transaction_state``) as coordinator logs."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+from kio.schema.errors import ErrorCode
+
+from dmq.cluster.admin_manager import AdminManager
+from dmq.cluster.metadata import MetadataError
+from dmq.record.records import decode_batch, encode_batch
+from dmq.replication.replica_manager import ReplicaManager
+
+log = logging.getLogger("dmq.coordinator")
+
+
+class InternalTopic:
+    """An internal topic as a coordinator runtime's ``PartitionWriter``.
+
+    Created on first use, as Kafka does, compacted; records are appended through
+    the ReplicaManager like any produce (acks=-1), committed once the partition's
+    high watermark passes them, and read back batch by batch when a partition is
+    loaded. Event-loop thread only.
+    """
+
+    def __init__(self, name: str, replica_manager: ReplicaManager, admin_manager: AdminManager,
+                 num_partitions: int, segment_bytes: int, replication_factor: int = 1,
+                 commit_timeout_ms: int = 5000, replication_factor_config: str = "",
+                 min_insync_replicas: int | None = None) -> None:
+        self.name = name
+        self.replication_factor_config = replication_factor_config
+        self.min_insync_replicas = min_insync_replicas
+        self.replica_manager = replica_manager
+        self.admin_manager = admin_manager
+        self.num_partitions = num_partitions
+        self.segment_bytes = segment_bytes
+        self.replication_factor = replication_factor
+        self.commit_timeout_ms = commit_timeout_ms
+
+    async def ensure_exists(self) -> bool:
+        if self.admin_manager.store.topic(self.name) is not None:
+            return True
+        live = len(self.admin_manager.store.brokers()) or 1
+        rf = min(self.replication_factor, live)
+        if rf < self.replication_factor and live > 1:
+            log.warning("creating %s with replication factor %d: only %d brokers are live "
+                        "(%s=%d)", self.name, rf, live, self.replication_factor_config,
+                        self.replication_factor)
+        try:
+            configs: dict[str, str | None] = {"cleanup.policy": "compact",
+                                              "segment.bytes": str(self.segment_bytes),
+                                              "compression.type": "producer"}
+            if self.min_insync_replicas is not None:
+                configs["min.insync.replicas"] = str(min(self.min_insync_replicas, rf))
+            await self.admin_manager.create_topic(self.name, self.num_partitions, rf, configs)
+            log.info("created %s with %d partitions", self.name, self.num_partitions)
+            return True
+        except MetadataError as e:
+            if e.error == "topic_already_exists":
+                return True  # another broker created it first
+            log.error("cannot create %s: %s", self.name, e)
+            return False
+
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
+        """The runtime's append: one batch, acks=all; ``(error, last offset)``."""
+        if self.admin_manager.store.topic(self.name) is None:
+            # Created (async) by FindCoordinator or before a coordinator's first write.
+            return ErrorCode.coordinator_not_available, -1
+        batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))
+        result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1)
+        return result.error, result.last_offset
+
+    async def wait_committed(self, partition: int, last_offset: int) -> ErrorCode:
+        """Until every in-sync replica has ``last_offset`` (the commit timeout at most)."""
+        error, _ = await self.replica_manager.wait_for_replication(
+            self.name, partition, last_offset, self.commit_timeout_ms / 1000)
+        return error
+
+    def read(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        p = self.replica_manager.get_partition(self.name, partition)
+        if p is None:
+            return
+        lg = p.log
+        for segment, pos, header in lg.batches_from(lg.log_start_offset):
+            if header.is_control:
+                continue
+            _, records = decode_batch(segment.read_batch(pos, header))
+            for r in records:
+                if r.key is not None and r.offset >= lg.log_start_offset:
+                    yield r.offset, r.key, r.value

@@ -1,0 +1,1 @@
+"""The transaction coordinator: Kafka transactions on the coordinator runtime."""

@@ -1,0 +1,114 @@
+"""TransactionCoordinator: the transactional ids this broker coordinates.
+
+One ``TransactionShard`` per ``__transaction_state`` partition this broker
+leads, on the CoordinatorRuntime (as the group coordinator). This class routes
+a request to the shard of its transactional id, allocates producer ids before
+an operation that needs one (allocation awaits the metadata store, shards do
+not await), and hands the shards' ``SendMarkers`` effects to the marker sender,
+which calls ``complete()`` once every marker is written. Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.coordinator.runtime import CoordinatorRuntime, PartitionWriter
+from dmq.transaction import records as rec
+from dmq.transaction.metadata import TransactionMetadata
+from dmq.transaction.shard import InitResult, SendMarkers, TransactionConfig, TransactionShard
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+
+
+class TransactionCoordinator:
+    def __init__(self, config: TransactionConfig, writer: PartitionWriter,
+                 generate_producer_id: Callable[[], Awaitable[int]],
+                 commit_timeout_ms: int = 5000) -> None:
+        self.config = config
+        self.generate_producer_id = generate_producer_id
+        self.send_markers: Callable[[SendMarkers], None] = lambda markers: None
+        self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime(
+            writer, lambda p, epoch: TransactionShard(p, epoch, config), commit_timeout_ms,
+            name="transaction coordinator", on_effect=self._effect)
+
+    def _effect(self, partition: int, effect: Any) -> None:
+        if isinstance(effect, SendMarkers):
+            self.send_markers(effect)
+
+    def partition_for(self, transactional_id: str) -> int:
+        return rec.partition_for(transactional_id, self.config.num_partitions)
+
+    def owns(self, transactional_id: str) -> bool:
+        return self.runtime.shard(self.partition_for(transactional_id)) is not None
+
+    def set_led(self, led: dict[int, int]) -> None:
+        """The ``__transaction_state`` partitions this broker leads, with their leader epochs."""
+        self.runtime.set_led(led)
+
+    async def close(self) -> None:
+        await self.runtime.close()
+
+    # --------------------------------------------------------------- protocol
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int = -1,
+                               expected_epoch: int = -1) -> InitResult:
+        partition = self.partition_for(transactional_id)
+        needs = self.runtime.read(partition, lambda s: s.needs_producer_id(transactional_id),
+                                  lambda error: False)
+        new_id = await self.generate_producer_id() if needs else -1
+        result = await self.runtime.write(
+            partition,
+            lambda shard, now: shard.init_producer_id(transactional_id, timeout_ms, expected_producer_id,
+                                                      expected_epoch, new_id, now),
+            InitResult)
+        assert isinstance(result, InitResult)
+        return result
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                             partitions: Iterable[tuple[str, int]]) -> ErrorCode:
+        wanted = list(partitions)
+        result = await self.runtime.write(
+            self.partition_for(transactional_id),
+            lambda shard, now: shard.add_partitions(transactional_id, producer_id, epoch, wanted, now),
+            lambda error: error)
+        assert isinstance(result, ErrorCode)
+        return result
+
+    async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+        result = await self.runtime.write(
+            self.partition_for(transactional_id),
+            lambda shard, now: shard.end_txn(transactional_id, producer_id, epoch, commit, now),
+            lambda error: error)
+        assert isinstance(result, ErrorCode)
+        return result
+
+    async def complete(self, markers: SendMarkers) -> ErrorCode:
+        """Every marker of ``markers`` is written: the transaction completes."""
+        result = await self.runtime.write(
+            self.partition_for(markers.transactional_id),
+            lambda shard, now: shard.complete(markers.transactional_id, markers.producer_id,
+                                              markers.producer_epoch, now),
+            lambda error: error)
+        assert isinstance(result, ErrorCode)
+        return result
+
+    # ------------------------------------------------------------------ admin
+
+    def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
+        shard = self.runtime.shard(self.partition_for(transactional_id))
+        if shard is None:
+            return ErrorCode.not_coordinator, None
+        meta = shard.describe(transactional_id)
+        return (ErrorCode.none, meta) if meta is not None else (ErrorCode.transactional_id_not_found, None)
+
+    def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()) -> list[TransactionMetadata]:
+        wanted_states, wanted_ids = list(states), list(producer_ids)
+        out: list[TransactionMetadata] = []
+        for partition in sorted(self.runtime.loaded_partitions()):
+            shard = self.runtime.shard(partition)
+            if shard is not None:
+                out.extend(shard.list(wanted_states, wanted_ids))
+        return out

@@ -1,0 +1,338 @@
+"""TransactionShard: the transactional ids of one ``__transaction_state`` partition,
+as a pure coordinator shard (Kafka's TransactionCoordinator and TransactionStateManager).
+
+Every request is a method ``(args..., now_ms) -> CoordinatorResult`` run by the
+CoordinatorRuntime. A transition is computed from the committed metadata,
+written as one record, and applied when the record replays; while it is in
+flight the id is *pending* and other requests for it get
+CONCURRENT_TRANSACTIONS, as in Kafka. After a PrepareCommit/PrepareAbort is
+committed the shard asks for the markers to be written (a ``SendMarkers``
+effect); ``complete()`` then writes CompleteCommit/CompleteAbort. A shard
+loaded with a transaction in a Prepare state asks for its markers again.
+
+Timers: ``("abort-timed-out",)`` every
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` fences and
+aborts transactions open longer than their timeout; ``("expire-ids",)`` every
+``transaction.remove.expired.transaction.cleanup.interval.ms`` removes ids idle
+for ``transactional.id.expiration.ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from dmq.coordinator.runtime import CoordinatorResult, Record, Schedule
+from dmq.transaction import records as rec
+from dmq.transaction.metadata import (
+    MAX_PRODUCER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TransactionMetadata,
+    TransactionState,
+)
+
+log = logging.getLogger("dmq.transaction")
+
+S = TransactionState
+ABORT_TIMER = ("abort-timed-out",)
+EXPIRE_TIMER = ("expire-ids",)
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionConfig:
+    num_partitions: int = 50
+    max_timeout_ms: int = 900_000
+    abort_interval_ms: int = 10_000
+    id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    expire_interval_ms: int = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    error: ErrorCode
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class SendMarkers:
+    """Write a COMMIT or ABORT marker of ``producer_id``/``producer_epoch`` to every
+    partition, then call the shard's ``complete()``."""
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    partitions: frozenset[tuple[str, int]]
+
+
+def _record(meta: TransactionMetadata) -> Record:
+    partitions: dict[str, list[int]] = {}
+    for topic, index in sorted(meta.partitions):
+        partitions.setdefault(topic, []).append(index)
+    value = rec.TxnValue(meta.producer_id, meta.producer_epoch, meta.timeout_ms, meta.state.id,
+                         tuple((t, tuple(ids)) for t, ids in partitions.items()),
+                         meta.last_update_ms, meta.start_ms)
+    return rec.encode_key(meta.transactional_id), rec.encode_value(value)
+
+
+class TransactionShard:
+    """Invariants: ``transactions`` is what the committed records say (plus, from the
+    live path, the last epochs KIP-360 retries need); an id is in ``pending`` exactly
+    while one write for it is in flight. Called by the runtime only."""
+
+    def __init__(self, partition: int, coordinator_epoch: int, config: TransactionConfig) -> None:
+        self.partition = partition
+        self.coordinator_epoch = coordinator_epoch
+        self.config = config
+        self.transactions: dict[str, TransactionMetadata] = {}
+        self.pending: dict[str, TransactionState] = {}
+        self.last_producer_ids: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
+        try:
+            txn_id = rec.decode_key(key)
+            if value is None:
+                self.transactions.pop(txn_id, None)
+                return
+            v = rec.decode_value(value)
+            state = S.from_id(v.status)
+        except (rec.RecordFormatError, ValueError) as e:
+            log.warning("skipping unreadable __transaction_state record: %s", e)
+            return
+        old = self.transactions.get(txn_id)
+        last_epoch = NO_PRODUCER_EPOCH
+        if old is not None and old.producer_id == v.producer_id:
+            last_epoch = old.last_producer_epoch
+        self.transactions[txn_id] = TransactionMetadata(
+            txn_id, v.producer_id, v.producer_epoch, v.timeout_ms, state,
+            frozenset((t, p) for t, ids in v.partitions for p in ids), v.last_update_ms, v.start_ms,
+            last_epoch)
+
+    def on_loaded(self, now_ms: int) -> CoordinatorResult:
+        """Transactions found half-way get their markers (again); the timers start."""
+        effects = [self._markers(meta) for meta in self.transactions.values()
+                   if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)]
+        return CoordinatorResult(timers=[Schedule(ABORT_TIMER, self.config.abort_interval_ms),
+                                         Schedule(EXPIRE_TIMER, self.config.expire_interval_ms)],
+                                 effects=effects)
+
+    def on_timer(self, key: Hashable, now_ms: int) -> CoordinatorResult:
+        if key == ABORT_TIMER:
+            result = self.abort_timed_out(now_ms)
+            result.timers.append(Schedule(ABORT_TIMER, self.config.abort_interval_ms))
+            return result
+        if key == EXPIRE_TIMER:
+            result = self.expire_ids(now_ms)
+            result.timers.append(Schedule(EXPIRE_TIMER, self.config.expire_interval_ms))
+            return result
+        return CoordinatorResult()
+
+    # ---------------------------------------------------------------- writing
+
+    def _write(self, changes: list[TransactionMetadata], response: object,
+               effects: Callable[[list[TransactionMetadata]], list[object]] | None = None
+               ) -> CoordinatorResult:
+        """Write new metadata; applied on replay, pending until then."""
+        for meta in changes:
+            self.pending[meta.transactional_id] = meta.state
+
+        def committed(shard: TransactionShard, now: int) -> CoordinatorResult:
+            for meta in changes:
+                shard.pending.pop(meta.transactional_id, None)
+                if meta.state != S.DEAD:
+                    shard.transactions[meta.transactional_id] = meta
+            return CoordinatorResult(effects=effects(changes) if effects is not None else [])
+
+        def failed(shard: TransactionShard, error: ErrorCode, now: int) -> CoordinatorResult:
+            for meta in changes:
+                shard.pending.pop(meta.transactional_id, None)
+            return CoordinatorResult()
+
+        records = [_record(m) if m.state != S.DEAD else (rec.encode_key(m.transactional_id), None)
+                   for m in changes]
+        return CoordinatorResult(response=response, records=records, committed=committed, failed=failed)
+
+    def _markers(self, meta: TransactionMetadata) -> SendMarkers:
+        return SendMarkers(meta.transactional_id, meta.producer_id, meta.producer_epoch,
+                           meta.state == S.PREPARE_COMMIT, self.coordinator_epoch, meta.partitions)
+
+    def _prepare_end(self, meta: TransactionMetadata, commit: bool, now_ms: int) -> TransactionMetadata:
+        return meta.transition_to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, last_update_ms=now_ms)
+
+    # -------------------------------------------------------------- requests
+
+    def needs_producer_id(self, transactional_id: str) -> bool:
+        meta = self.transactions.get(transactional_id)
+        return meta is None or meta.epoch_exhausted
+
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, expected_producer_id: int,
+                         expected_epoch: int, new_producer_id: int, now_ms: int) -> CoordinatorResult:
+        """InitProducerId with a transactional id: bump the epoch (fencing older ones)."""
+        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+            return CoordinatorResult(InitResult(ErrorCode.invalid_transaction_timeout))
+        if transactional_id in self.pending:
+            return CoordinatorResult(InitResult(ErrorCode.concurrent_transactions))
+        meta = self.transactions.get(transactional_id)
+        if meta is None:
+            if new_producer_id < 0:
+                return CoordinatorResult(InitResult(ErrorCode.coordinator_not_available))
+            meta = TransactionMetadata(transactional_id, new_producer_id, NO_PRODUCER_EPOCH, timeout_ms,
+                                       S.EMPTY, frozenset(), now_ms, -1)
+        if expected_producer_id >= 0 and not self._valid_producer(meta, expected_producer_id, expected_epoch):
+            return CoordinatorResult(InitResult(ErrorCode.producer_fenced))
+        if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return CoordinatorResult(InitResult(ErrorCode.concurrent_transactions))
+        if meta.state == S.ONGOING:
+            # Fence the open transaction's producer and abort it under the new epoch; the
+            # client retries (CONCURRENT_TRANSACTIONS) and gets an epoch bumped again.
+            fenced = self._fence(meta, now_ms)
+            return self._write([fenced], InitResult(ErrorCode.concurrent_transactions),
+                               lambda ms: [self._markers(m) for m in ms])
+        if meta.epoch_exhausted:
+            if new_producer_id < 0:
+                return CoordinatorResult(InitResult(ErrorCode.coordinator_not_available))
+            self.last_producer_ids[transactional_id] = meta.producer_id
+            bumped = meta.transition_to(S.EMPTY, producer_id=new_producer_id, producer_epoch=0,
+                                        last_producer_epoch=NO_PRODUCER_EPOCH, timeout_ms=timeout_ms,
+                                        partitions=frozenset(), last_update_ms=now_ms, start_ms=-1)
+        else:
+            epochs = self._next_epoch(meta, expected_epoch if expected_producer_id >= 0 else None)
+            if epochs is None:
+                return CoordinatorResult(InitResult(ErrorCode.producer_fenced))
+            bumped = meta.transition_to(S.EMPTY, producer_epoch=epochs[0], last_producer_epoch=epochs[1],
+                                        timeout_ms=timeout_ms, partitions=frozenset(),
+                                        last_update_ms=now_ms, start_ms=-1)
+        return self._write([bumped], InitResult(ErrorCode.none, bumped.producer_id, bumped.producer_epoch))
+
+    def _valid_producer(self, meta: TransactionMetadata, producer_id: int, epoch: int) -> bool:
+        """KIP-360: a producer asking to bump must be the current one (or the previous id
+        retrying a bump that rotated the id)."""
+        return (meta.producer_epoch == NO_PRODUCER_EPOCH or producer_id == meta.producer_id
+                or (producer_id == self.last_producer_ids.get(meta.transactional_id)
+                    and epoch >= MAX_PRODUCER_EPOCH - 1))
+
+    @staticmethod
+    def _next_epoch(meta: TransactionMetadata, expected: int | None) -> tuple[int, int] | None:
+        """(new epoch, last epoch) as Kafka's prepareIncrementProducerEpoch; None: fenced."""
+        bumped = meta.producer_epoch + 1
+        if expected is None or expected < 0:
+            return bumped, NO_PRODUCER_EPOCH
+        if meta.producer_epoch == NO_PRODUCER_EPOCH or expected == meta.producer_epoch:
+            return bumped, meta.producer_epoch
+        if expected == meta.last_producer_epoch:
+            return meta.producer_epoch, meta.last_producer_epoch  # a retry of the last bump
+        return None
+
+    def _fence(self, meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
+        """Bump the epoch of an open transaction's producer and abort the transaction."""
+        epoch = meta.producer_epoch if meta.epoch_exhausted else meta.producer_epoch + 1
+        fencing = meta.transition_to(S.PREPARE_EPOCH_FENCE, producer_epoch=epoch,
+                                     last_producer_epoch=NO_PRODUCER_EPOCH)
+        return fencing.transition_to(S.PREPARE_ABORT, last_update_ms=now_ms)
+
+    def _check_producer(self, transactional_id: str, producer_id: int, epoch: int
+                        ) -> tuple[ErrorCode, TransactionMetadata | None]:
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return ErrorCode.invalid_producer_id_mapping, None
+        if epoch != meta.producer_epoch:
+            return ErrorCode.producer_fenced, None
+        if transactional_id in self.pending:
+            return ErrorCode.concurrent_transactions, None
+        return ErrorCode.none, meta
+
+    def add_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                       partitions: Iterable[tuple[str, int]], now_ms: int) -> CoordinatorResult:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's ``__consumer_offsets`` partition)."""
+        error, meta = self._check_producer(transactional_id, producer_id, epoch)
+        if meta is None:
+            return CoordinatorResult(error)
+        if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return CoordinatorResult(ErrorCode.concurrent_transactions)
+        wanted = frozenset(partitions)
+        if meta.state == S.ONGOING and wanted <= meta.partitions:
+            return CoordinatorResult(ErrorCode.none)
+        start = meta.start_ms if meta.state == S.ONGOING else now_ms
+        ongoing = meta.transition_to(S.ONGOING, partitions=meta.partitions | wanted, last_update_ms=now_ms,
+                                     start_ms=start)
+        return self._write([ongoing], ErrorCode.none)
+
+    def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
+                now_ms: int) -> CoordinatorResult:
+        """EndTxn: answered once PrepareCommit/PrepareAbort is committed; the markers follow."""
+        error, meta = self._check_producer(transactional_id, producer_id, epoch)
+        if meta is None:
+            return CoordinatorResult(error)
+        state = meta.state
+        if state == S.ONGOING:
+            return self._write([self._prepare_end(meta, commit, now_ms)], ErrorCode.none,
+                               lambda ms: [self._markers(m) for m in ms])
+        if state == S.COMPLETE_COMMIT:
+            return CoordinatorResult(ErrorCode.none if commit else ErrorCode.invalid_txn_state)
+        if state == S.COMPLETE_ABORT:
+            return CoordinatorResult(ErrorCode.invalid_txn_state if commit else ErrorCode.none)
+        if state == S.PREPARE_COMMIT:
+            return CoordinatorResult(ErrorCode.concurrent_transactions if commit else ErrorCode.invalid_txn_state)
+        if state == S.PREPARE_ABORT:
+            return CoordinatorResult(ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions)
+        return CoordinatorResult(ErrorCode.invalid_txn_state)
+
+    def complete(self, transactional_id: str, producer_id: int, epoch: int, now_ms: int) -> CoordinatorResult:
+        """Every marker of a prepared transaction is written: CompleteCommit/CompleteAbort."""
+        meta = self.transactions.get(transactional_id)
+        if meta is None or transactional_id in self.pending or meta.producer_id != producer_id \
+                or meta.producer_epoch != epoch or meta.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return CoordinatorResult(ErrorCode.none)
+        target = S.COMPLETE_COMMIT if meta.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        done = meta.transition_to(target, partitions=frozenset(), last_update_ms=now_ms)
+        return self._write([done], ErrorCode.none)
+
+    def abort_timed_out(self, now_ms: int) -> CoordinatorResult:
+        """transaction.timeout.ms: fence and abort transactions open for longer; ask again
+        for the markers of prepared ones."""
+        expired = [self._fence(meta, now_ms) for txn_id, meta in self.transactions.items()
+                   if meta.state == S.ONGOING and txn_id not in self.pending
+                   and meta.start_ms + meta.timeout_ms < now_ms]
+        # Prepared transactions whose markers are not all written yet are sent again (the
+        # marker sender drops what it is already sending): a PrepareCommit whose write timed
+        # out and was committed later never got its markers asked for.
+        stuck: list[object] = [self._markers(meta) for txn_id, meta in self.transactions.items()
+                               if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+                               and txn_id not in self.pending]
+        if not expired:
+            return CoordinatorResult(effects=stuck)
+        for meta in expired:
+            log.info("aborting transaction of %s (producer %d): open for longer than %d ms",
+                     meta.transactional_id, meta.producer_id, meta.timeout_ms)
+        result = self._write(expired, None, lambda ms: [self._markers(m) for m in ms])
+        result.effects = stuck
+        return result
+
+    def expire_ids(self, now_ms: int) -> CoordinatorResult:
+        """transactional.id.expiration.ms: forget ids idle that long (tombstones)."""
+        dead = [meta.transition_to(S.DEAD) for txn_id, meta in self.transactions.items()
+                if meta.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                and txn_id not in self.pending
+                and meta.last_update_ms + self.config.id_expiration_ms < now_ms]
+        if not dead:
+            return CoordinatorResult()
+        return self._write(dead, None)
+
+    # ------------------------------------------------------------------ admin
+
+    def describe(self, transactional_id: str) -> TransactionMetadata | None:
+        return self.transactions.get(transactional_id)
+
+    def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()) -> list[TransactionMetadata]:
+        wanted_states = {s.lower() for s in states}
+        wanted_ids = set(producer_ids)
+        return [m for m in self.transactions.values()
+                if (not wanted_states or m.state.display.lower() in wanted_states)
+                and (not wanted_ids or m.producer_id in wanted_ids)]
