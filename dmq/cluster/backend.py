@@ -14,8 +14,9 @@ states with what this broker runs and makes the difference good:
 - a partition it no longer hosts (deleted, reassigned away): its fetcher
   stops and its log is deleted;
 - topic configs altered through another broker reach the local logs;
-- the ``__consumer_offsets`` partitions it leads are handed to the group
-  coordinators (``on_offsets_leadership``), which load and unload groups.
+- the partitions of internal topics it leads (``__consumer_offsets``,
+  ``__transaction_state``) are handed to their coordinators
+  (``on_internal_leadership``), which load and unload their shards.
 
 On SIGTERM, ``controlled_shutdown()`` stops following, asks the controller to
 move this broker's leadership away and waits (bounded) until the cached states
@@ -38,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from dmq.cluster.metadata import OFFSETS_TOPIC, MetadataStore
+from dmq.cluster.metadata import INTERNAL_TOPICS, MetadataStore
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import ConfigError
 from dmq.replication.fetcher import ReplicaFetcherManager
@@ -60,16 +61,16 @@ class ClusterBackend:
         self.cleaner = cleaner
         self.replica_manager: ReplicaManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
-        self.on_offsets_leadership: Callable[[dict[int, int]], None] = lambda led: None
+        self.on_internal_leadership: Callable[[str, dict[int, int]], None] = lambda topic, led: None
         self.shutting_down = False
         self._scheduled = False
 
     def attach(self, replica_manager: ReplicaManager, fetchers: ReplicaFetcherManager | None,
-               on_offsets_leadership: Callable[[dict[int, int]], None]) -> None:
+               on_internal_leadership: Callable[[str, dict[int, int]], None]) -> None:
         """Wire the parts built after the backend (they take its callbacks)."""
         self.replica_manager = replica_manager
         self.fetchers = fetchers
-        self.on_offsets_leadership = on_offsets_leadership
+        self.on_internal_leadership = on_internal_leadership
 
     # ------------------------------------------------------- what replication asks
 
@@ -127,7 +128,7 @@ class ClusterBackend:
         if rm is None or (self.zk is not None and self.zk.session_lost):
             return  # not started, or the cache is stale until the session is back
         wanted: set[TopicPartition] = set()
-        offsets_led: dict[int, int] = {}  # partition -> leader epoch
+        internal_led: dict[str, dict[int, int]] = {name: {} for name in INTERNAL_TOPICS}
         topics = self.store.topics()
         for topic in topics.values():
             adding = self.zk.adding_replicas.get(topic.name, {}) if self.zk is not None else {}
@@ -141,8 +142,8 @@ class ClusterBackend:
                         self.fetchers.remove_partition(tp)
                     rm.become_leader(topic.name, index, topic.topic_id, state.leader_epoch,
                                      state.replicas, state.isr, state.version)
-                    if topic.name == OFFSETS_TOPIC:
-                        offsets_led[index] = state.leader_epoch
+                    if topic.name in internal_led:
+                        internal_led[topic.name][index] = state.leader_epoch  # partition -> epoch
                     continue
                 rm.become_follower(topic.name, index, topic.topic_id, state.leader,
                                    state.leader_epoch, state.replicas, state.isr, state.version)
@@ -167,7 +168,8 @@ class ClusterBackend:
                     self.fetchers.remove_partition(tp)
                 rm.remove_partition(tp[0], tp[1], delete=True)
                 self.cleaner.forget(*tp)
-        self.on_offsets_leadership(offsets_led)
+        for name, led in sorted(internal_led.items()):
+            self.on_internal_leadership(name, led)
 
     # ---------------------------------------------------------- controlled shutdown
 

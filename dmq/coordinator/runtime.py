@@ -114,6 +114,12 @@ class PartitionWriter(Protocol):
         ...
 
 
+class CoordinatorTopic(PartitionWriter, Protocol):
+    """A partition writer whose topic is created on first use."""
+
+    async def ensure_exists(self) -> bool: ...
+
+
 S = TypeVar("S", bound=CoordinatorShard)
 
 

@@ -13,6 +13,7 @@ from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.storage.log_manager import LogManager
+from dmq.transaction.coordinator import TransactionCoordinator
 
 NO_THROTTLE = timedelta(0)
 
@@ -33,6 +34,7 @@ class BrokerServices:
     log_manager: LogManager
     producer_ids: ProducerIdManager
     coordinators: Coordinators
+    transactions: TransactionCoordinator
     # api_key -> (min_version, max_version): what ApiVersions advertises.
     supported_apis: dict[int, tuple[int, int]] = field(default_factory=dict)
 

@@ -1,4 +1,5 @@
-"""FindCoordinator (10): the broker coordinating a group (single keys, or batched in v4)."""
+"""FindCoordinator (10): the broker coordinating a group or a transactional id (single keys,
+or batched in v4)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ MIN_VERSION = 0
 MAX_VERSION = 4
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 async def _lookup(services: BrokerServices, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-    if key_type != KEY_TYPE_GROUP:
-        return (ErrorCode.coordinator_not_available,
-                "transaction coordinators are not supported by this broker yet", -1, "", -1)
-    if not key:
+    if key_type == KEY_TYPE_TRANSACTION:
+        if not key:
+            return ErrorCode.invalid_request, "empty transactional id", -1, "", -1
+        node = await services.transactions.coordinator_node(key)
+    elif key_type != KEY_TYPE_GROUP:
+        return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1
+    elif not key:
         return ErrorCode.invalid_group_id, "empty group id", -1, "", -1
-    node = await services.coordinators.group_coordinator_node(key)
+    else:
+        node = await services.coordinators.group_coordinator_node(key)
     if node is None:
         return ErrorCode.coordinator_not_available, None, -1, "", -1
     return ErrorCode.none, None, node.broker_id, node.host, node.port

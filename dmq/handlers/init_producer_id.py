@@ -1,4 +1,5 @@
-"""InitProducerId (22): a new producer id for an idempotent (non-transactional) producer."""
+"""InitProducerId (22): a producer id for an idempotent producer, or a transactional id's
+producer id and next epoch from its transaction coordinator."""
 
 from __future__ import annotations
 
@@ -21,9 +22,17 @@ MAX_VERSION = 4
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     if request.transactional_id is not None:
-        # Transactions come with the transaction coordinator; refuse clearly until then.
-        return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
+        timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+        expected_id = getattr(request, "producer_id", -1)
+        expected_epoch = getattr(request, "producer_epoch", -1)
+        result = await services.transactions.init_producer_id(
+            request.transactional_id, timeout_ms, -1 if expected_id is None else int(expected_id),
+            -1 if expected_epoch is None else int(expected_epoch))
+        error = result.error
+        if error == ErrorCode.producer_fenced and ctx.api_version < 4:
+            error = ErrorCode.invalid_producer_epoch  # KIP-588: older clients know only this
+        return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error,
+                    producer_id=result.producer_id, producer_epoch=result.producer_epoch)
     try:
         producer_id = await services.producer_ids.generate()
     except MetadataError as e:  # the block could not be reserved in time

@@ -63,6 +63,8 @@ from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.network import CLOSE, Listener
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.log_manager import LogManager
+from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
+from dmq.transaction.shard import TransactionConfig
 
 log = logging.getLogger("dmq.broker")
 
@@ -201,12 +203,37 @@ class Broker:
                                                   int(self.config["offsets.commit.timeout.ms"]))
         self.coordinators = Coordinators(self.group_coordinator, self.offsets_topic, self.store,
                                          self.broker_id)
-        backend.attach(self.replica_manager, self.fetchers, self.coordinators.set_led_partitions)
+        txn_topic = self.store.topic(TRANSACTION_STATE_TOPIC)
+        txn_config = TransactionConfig(
+            num_partitions=len(txn_topic.partitions) if txn_topic else int(self.config["transaction.state.log.num.partitions"]),
+            max_timeout_ms=int(self.config["transaction.max.timeout.ms"]),
+            abort_interval_ms=int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
+            id_expiration_ms=int(self.config["transactional.id.expiration.ms"]),
+            expire_interval_ms=int(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"]),
+        )
+        self.transaction_topic = InternalTopic(
+            TRANSACTION_STATE_TOPIC, self.replica_manager, self.admin_manager, txn_config.num_partitions,
+            int(self.config["transaction.state.log.segment.bytes"]),
+            int(self.config["transaction.state.log.replication.factor"]),
+            int(self.config["offsets.commit.timeout.ms"]), "transaction.state.log.replication.factor",
+            int(self.config["transaction.state.log.min.isr"]))
+        self.transaction_coordinator = TransactionCoordinator(
+            txn_config, self.transaction_topic, self.producer_ids.generate, self.store,
+            int(self.config["offsets.commit.timeout.ms"]))
+
+        def on_internal_leadership(topic: str, led: dict[int, int]) -> None:
+            if topic == OFFSETS_TOPIC:
+                self.coordinators.set_led_partitions(led)
+            elif topic == TRANSACTION_STATE_TOPIC:
+                self.transaction_coordinator.set_led(led)
+
+        backend.attach(self.replica_manager, self.fetchers, on_internal_leadership)
         self.services = BrokerServices(
             broker_id=self.broker_id, config=self.config, metadata=self.store,
             admin_manager=self.admin_manager, replica_manager=self.replica_manager,
             log_manager=self.log_manager, producer_ids=self.producer_ids,
-            coordinators=self.coordinators, supported_apis=supported_apis(),
+            coordinators=self.coordinators, transactions=self.transaction_coordinator,
+            supported_apis=supported_apis(),
         )
         if self.zk is None:
             backend.reconcile()  # leads every partition: loads the group coordinator's shards
@@ -460,6 +487,7 @@ class Broker:
         if self.listener is not None:
             await self.listener.stop()
         await self.group_coordinator.close()
+        await self.transaction_coordinator.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

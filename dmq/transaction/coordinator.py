@@ -15,7 +15,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.coordinator.runtime import CoordinatorRuntime, PartitionWriter
+from dmq.cluster.metadata import BrokerInfo, MetadataStore
+from dmq.coordinator.runtime import CoordinatorRuntime, CoordinatorTopic
 from dmq.transaction import records as rec
 from dmq.transaction.metadata import TransactionMetadata
 from dmq.transaction.shard import InitResult, SendMarkers, TransactionConfig, TransactionShard
@@ -24,14 +25,16 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 
 
 class TransactionCoordinator:
-    def __init__(self, config: TransactionConfig, writer: PartitionWriter,
-                 generate_producer_id: Callable[[], Awaitable[int]],
+    def __init__(self, config: TransactionConfig, topic: CoordinatorTopic,
+                 generate_producer_id: Callable[[], Awaitable[int]], store: MetadataStore | None = None,
                  commit_timeout_ms: int = 5000) -> None:
         self.config = config
+        self.topic = topic
+        self.store = store
         self.generate_producer_id = generate_producer_id
         self.send_markers: Callable[[SendMarkers], None] = lambda markers: None
         self.runtime: CoordinatorRuntime[TransactionShard] = CoordinatorRuntime(
-            writer, lambda p, epoch: TransactionShard(p, epoch, config), commit_timeout_ms,
+            topic, lambda p, epoch: TransactionShard(p, epoch, config), commit_timeout_ms,
             name="transaction coordinator", on_effect=self._effect)
 
     def _effect(self, partition: int, effect: Any) -> None:
@@ -40,6 +43,16 @@ class TransactionCoordinator:
 
     def partition_for(self, transactional_id: str) -> int:
         return rec.partition_for(transactional_id, self.config.num_partitions)
+
+    async def coordinator_node(self, transactional_id: str) -> BrokerInfo | None:
+        """The leader of the id's ``__transaction_state`` partition (created on first use)."""
+        if self.store is None or not await self.topic.ensure_exists():
+            return None
+        meta = self.store.topic(TRANSACTION_STATE_TOPIC)
+        state = meta.partitions.get(self.partition_for(transactional_id)) if meta is not None else None
+        if state is None or state.leader < 0:
+            return None
+        return next((b for b in self.store.brokers() if b.broker_id == state.leader), None)
 
     def owns(self, transactional_id: str) -> bool:
         return self.runtime.shard(self.partition_for(transactional_id)) is not None

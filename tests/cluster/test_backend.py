@@ -32,7 +32,8 @@ def _backend(path: Path) -> tuple[ClusterBackend, EmbeddedMetadataStore, Replica
     backend = ClusterBackend(1, store, lm, LogCleaner(str(path)))
     rm = ReplicaManager(1, lm, None, backend.partition_exists, backend.replica_eligible)
     led: list[dict[int, int]] = []
-    backend.attach(rm, None, led.append)
+    backend.attach(rm, None, lambda topic, partitions: led.append(partitions)
+                   if topic == "__consumer_offsets" else None)
     return backend, store, rm, led
 
 

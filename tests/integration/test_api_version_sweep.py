@@ -85,6 +85,10 @@ def build(api_key: int, version: int, topic: str) -> Any:
         return make(R, timeout=T5, topics=None)
     if api_key == 43:
         return make(R, election_type=0, timeout=T5, topic_partitions=(m("TopicPartitions", topic=topic, partitions=(0,)),))
+    if api_key == 65:
+        return make(R, transactional_ids=("sweep-txn",))
+    if api_key == 66:
+        return make(R, state_filters=("Empty",), producer_id_filters=())
     if api_key == 22:
         return make(R, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
                     producer_epoch=-1)
@@ -122,8 +126,10 @@ def build(api_key: int, version: int, topic: str) -> Any:
 
 
 def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
-    if api_key in (18, 60, 22, 12, 14, 16, 47):
+    if api_key in (18, 60, 22, 12, 14, 16, 47, 66):
         return [resp.error_code]
+    if api_key == 65:
+        return [t.error_code for t in resp.transaction_states]
     if api_key == 10:
         return [c.error_code for c in resp.coordinators] if hasattr(resp, "coordinators") else [resp.error_code]
     if api_key == 11:
@@ -204,6 +210,17 @@ def group_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
     return c.request(make(R, group_id=group, member_id=member))
 
 
+def init_transactional_id(c: WireClient, txn_id: str) -> None:
+    find = request_class(10, 4)
+    for _ in range(50):
+        found = c.request(make(find, key_type=1, coordinator_keys=(txn_id,)))
+        if found.coordinators[0].error_code == ErrorCode.none:
+            break
+    init = c.request(make(request_class(22, 4), transactional_id=txn_id, transaction_timeout=timedelta(seconds=60),
+                          producer_id=-1, producer_epoch=-1))
+    assert init.error_code == ErrorCode.none, init
+
+
 PAIRS = [(key, v) for key, h in sorted(HANDLERS.items()) for v in range(h.MIN_VERSION, h.MAX_VERSION + 1)]
 
 
@@ -218,6 +235,8 @@ def test_every_advertised_version(broker: BrokerProcess, api_key: int, version: 
         else:
             if api_key in (15, 42, 47):  # a group with committed offsets to look at or delete
                 c.request(build(8, 9, topic))
+            if api_key in (65, 66):  # a transactional id to look at
+                init_transactional_id(c, "sweep-txn")
             resp = c.request(build(api_key, version, topic))
             if api_key == 11 and resp.error_code == ErrorCode.member_id_required:
                 assert version == 4  # dynamic members of v4+ must rejoin with the given id (KIP-394)

@@ -56,6 +56,9 @@ class MemoryWriter:
             await self._changed.wait()
             self._changed = None
 
+    async def ensure_exists(self) -> bool:
+        return True
+
     def wake(self) -> None:
         if self._changed is not None:
             self._changed.set()

@@ -1,0 +1,32 @@
+"""ListTransactions (66): the transactional ids this broker coordinates, filtered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+from dmq.transaction.metadata import TransactionState
+
+API_KEY = 66
+MIN_VERSION = 0
+MAX_VERSION = 0
+
+KNOWN_STATES = {s.display.lower() for s in TransactionState}
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    filters = list(request.state_filters)
+    unknown = tuple(s for s in filters if s.lower() not in KNOWN_STATES)
+    found = services.transactions.list([s for s in filters if s not in unknown],
+                                       [int(p) for p in request.producer_id_filters])
+    if filters and len(unknown) == len(filters):
+        found = []  # only unknown states asked for: nothing matches
+    return make(schema.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                unknown_state_filters=unknown, transaction_states=tuple(
+                    make(schema.TransactionState, transactional_id=m.transactional_id,
+                         producer_id=m.producer_id, transaction_state=m.state.display)
+                    for m in sorted(found, key=lambda m: m.transactional_id)))
