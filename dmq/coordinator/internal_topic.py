@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Iterator
 
@@ -10,10 +11,14 @@ from kio.schema.errors import ErrorCode
 
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.metadata import MetadataError
+from dmq.coordinator.runtime import EndMarker, LogEntry
 from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("dmq.coordinator")
+
+TRANSACTIONAL = 0x10  # batch attribute bits
+CONTROL = 0x20
 
 
 class InternalTopic:
@@ -63,12 +68,31 @@ class InternalTopic:
             log.error("cannot create %s: %s", self.name, e)
             return False
 
-    def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> tuple[ErrorCode, int]:
-        """The runtime's append: one batch, acks=all; ``(error, last offset)``."""
+    def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
+               producer: tuple[int, int] | None = None) -> tuple[ErrorCode, int]:
+        """The runtime's append: one batch, acks=all (transactional when ``producer`` is
+        given, as Kafka's coordinators write a transaction's offsets); ``(error, last offset)``."""
         if self.admin_manager.store.topic(self.name) is None:
             # Created (async) by FindCoordinator or before a coordinator's first write.
             return ErrorCode.coordinator_not_available, -1
-        batch = encode_batch([(k, v, []) for k, v in records], timestamp=int(time.time() * 1000))
+        now = int(time.time() * 1000)
+        if producer is None:
+            batch = encode_batch([(k, v, []) for k, v in records], timestamp=now)
+        else:
+            batch = encode_batch([(k, v, []) for k, v in records], timestamp=now, producer_id=producer[0],
+                                 producer_epoch=producer[1], attributes_extra=TRANSACTIONAL)
+        result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1)
+        return result.error, result.last_offset
+
+    def append_marker(self, partition: int, marker: EndMarker) -> tuple[ErrorCode, int]:
+        """A transaction's COMMIT or ABORT marker (a control batch), acks=all."""
+        if self.admin_manager.store.topic(self.name) is None:
+            return ErrorCode.coordinator_not_available, -1
+        key = struct.pack(">hh", 0, 1 if marker.commit else 0)
+        value = struct.pack(">hi", 0, marker.coordinator_epoch)
+        batch = encode_batch([(key, value, [])], timestamp=int(time.time() * 1000),
+                             producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
+                             attributes_extra=TRANSACTIONAL | CONTROL)
         result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1)
         return result.error, result.last_offset
 
@@ -78,15 +102,31 @@ class InternalTopic:
             self.name, partition, last_offset, self.commit_timeout_ms / 1000)
         return error
 
-    def read(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+    def read(self, partition: int) -> Iterator[LogEntry]:
         p = self.replica_manager.get_partition(self.name, partition)
         if p is None:
             return
         lg = p.log
         for segment, pos, header in lg.batches_from(lg.log_start_offset):
-            if header.is_control:
-                continue
             _, records = decode_batch(segment.read_batch(pos, header))
+            producer_id = header.producer_id if header.is_transactional else -1
             for r in records:
-                if r.key is not None and r.offset >= lg.log_start_offset:
-                    yield r.offset, r.key, r.value
+                if r.offset < lg.log_start_offset:
+                    continue
+                if header.is_control:
+                    marker = _end_marker(header.producer_id, header.producer_epoch, r.key, r.value)
+                    if marker is not None:
+                        yield LogEntry(r.offset, None, None, header.producer_id, marker)
+                elif r.key is not None:
+                    yield LogEntry(r.offset, r.key, r.value, producer_id)
+
+
+def _end_marker(producer_id: int, epoch: int, key: bytes | None, value: bytes | None) -> EndMarker | None:
+    """A COMMIT (type 1) or ABORT (type 0) control record; None for other control types."""
+    if key is None or len(key) < 4:
+        return None
+    _, kind = struct.unpack_from(">hh", key)
+    if kind not in (0, 1):
+        return None
+    epoch_of_coordinator = struct.unpack_from(">i", value, 2)[0] if value is not None and len(value) >= 6 else -1
+    return EndMarker(producer_id, epoch, kind == 1, epoch_of_coordinator)

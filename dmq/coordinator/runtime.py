@@ -79,6 +79,27 @@ class Cancel:
     key: Hashable
 
 
+@dataclass(frozen=True, slots=True)
+class EndMarker:
+    """A transaction's COMMIT or ABORT marker, written to a coordinator's own partition
+    (a transaction that committed offsets to ``__consumer_offsets`` ends there too)."""
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One record of a coordinator's partition as loading reads it: a data record
+    (``producer_id`` set when it belongs to a transaction) or a transaction marker."""
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    producer_id: int = -1
+    marker: EndMarker | None = None
+
+
 @dataclass(slots=True)
 class CoordinatorResult:
     response: Any = None
@@ -88,10 +109,14 @@ class CoordinatorResult:
     committed: Callable[[Any, int], CoordinatorResult] | None = None
     failed: Callable[[Any, ErrorCode, int], CoordinatorResult] | None = None
     effects: list[Any] = field(default_factory=list)
+    producer: tuple[int, int] | None = None  # (id, epoch): the records belong to its transaction
+    marker: EndMarker | None = None  # a transaction marker to write instead of records
 
 
 class CoordinatorShard(Protocol):
-    def replay(self, key: bytes, value: bytes | None, *, loading: bool) -> None: ...
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None: ...
+
+    def replay_marker(self, producer_id: int, commit: bool, *, loading: bool) -> None: ...
 
     def on_loaded(self, now_ms: int) -> CoordinatorResult: ...
 
@@ -101,16 +126,21 @@ class CoordinatorShard(Protocol):
 class PartitionWriter(Protocol):
     """The internal topic as the runtime sees it."""
 
-    def append(self, partition: int, records: list[Record]) -> tuple[ErrorCode, int]:
-        """Append as one batch; ``(error, last offset)``."""
+    def append(self, partition: int, records: list[Record],
+               producer: tuple[int, int] | None = None) -> tuple[ErrorCode, int]:
+        """Append as one batch (a transactional one of ``producer``); ``(error, last offset)``."""
+        ...
+
+    def append_marker(self, partition: int, marker: EndMarker) -> tuple[ErrorCode, int]:
+        """Append a transaction marker; ``(error, its offset)``."""
         ...
 
     async def wait_committed(self, partition: int, last_offset: int) -> ErrorCode:
         """Until the high watermark passes ``last_offset`` (bounded by the writer's timeout)."""
         ...
 
-    def read(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
-        """Every ``(offset, key, value)`` of the partition's local log, in order."""
+    def read(self, partition: int) -> Iterator[LogEntry]:
+        """Every record and marker of the partition's local log, in order."""
         ...
 
 
@@ -141,6 +171,8 @@ def write_error(error: ErrorCode) -> ErrorCode:
 class _Pending:
     last_offset: int
     records: list[Record]
+    producer_id: int = -1
+    marker: EndMarker | None = None
 
 
 @dataclass(eq=False)
@@ -199,8 +231,11 @@ class CoordinatorRuntime(Generic[S]):
         self.unload(partition)
         shard = self.new_shard(partition, leader_epoch)
         count = 0
-        for _, key, value in self.writer.read(partition):
-            shard.replay(key, value, loading=True)
+        for entry in self.writer.read(partition):
+            if entry.marker is not None:
+                shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=True)
+            elif entry.key is not None:
+                shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id)
             count += 1
         ctx: _Context[S] = _Context(partition, leader_epoch, shard)
         self._contexts[partition] = ctx
@@ -286,17 +321,22 @@ class CoordinatorRuntime(Generic[S]):
             parked = self._park(ctx, result.response.key, error_response)
         self._set_timers(ctx, result.timers)
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if not result.records:
+        if not result.records and result.marker is None:
             self._deliver(ctx, result.replies)
             self._effects(ctx, result.effects)
             done.set_result(result.response)
             return parked, done
-        error, last = self.writer.append(ctx.partition, result.records)
+        if result.marker is not None:
+            error, last = self.writer.append_marker(ctx.partition, result.marker)
+        else:
+            error, last = self.writer.append(ctx.partition, result.records, result.producer)
         if error != ErrorCode.none:
             self._failed(ctx, result, write_error(error), error_response)
             done.set_result(error_response(write_error(error)))
             return parked, done
-        ctx.pending.append(_Pending(last, result.records))
+        ctx.pending.append(_Pending(last, result.records,
+                                    result.producer[0] if result.producer is not None else -1,
+                                    result.marker))
         return parked, self._spawn(self._finish(ctx, result, last, error_response))
 
     async def _finish(self, ctx: _Context[S], result: CoordinatorResult, last: int,
@@ -363,8 +403,10 @@ class CoordinatorRuntime(Generic[S]):
     def _replay_committed(self, ctx: _Context[S], upto: int) -> None:
         while ctx.pending and ctx.pending[0].last_offset <= upto:
             entry = ctx.pending.popleft()
+            if entry.marker is not None:
+                ctx.shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=False)
             for key, value in entry.records:
-                ctx.shard.replay(key, value, loading=False)
+                ctx.shard.replay(key, value, loading=False, producer_id=entry.producer_id)
         if not ctx.pending and ctx.drained is not None:
             ctx.drained.set()
 

@@ -120,6 +120,45 @@ class GroupCoordinator:
         assert isinstance(result, list)
         return result
 
+    async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
+                                producer_epoch: int, generation: int, member_id: str,
+                                instance_id: str | None,
+                                offsets: list[tuple[str, int, int, int, str | None]]) -> list[ErrorCode]:
+        """TxnOffsetCommit: offsets that count once the producer's transaction commits."""
+        if not group_id:
+            return [ErrorCode.invalid_group_id] * len(offsets)
+        validated: list[ErrorCode] = []
+
+        def commit(shard: GroupShard, now: int) -> CoordinatorResult:
+            result = shard.txn_offset_commit(transactional_id, group_id, producer_id, producer_epoch,
+                                             generation, member_id, instance_id, offsets, now)
+            validated.extend(result.response)
+            return result
+
+        def on_error(error: ErrorCode) -> list[ErrorCode]:
+            if not validated:
+                return [error] * len(offsets)
+            return [error if e == ErrorCode.none else e for e in validated]
+
+        result = await self.runtime.write(self.partition_for(group_id), commit, on_error)
+        assert isinstance(result, list)
+        return result
+
+    async def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int, commit: bool,
+                                   coordinator_epoch: int) -> ErrorCode:
+        """A transaction marker for one of this coordinator's partitions (WriteTxnMarkers)."""
+        result = await self.runtime.write(
+            partition,
+            lambda shard, now: shard.complete_transaction(producer_id, producer_epoch, commit,
+                                                          coordinator_epoch, now),
+            lambda error: error)
+        assert isinstance(result, ErrorCode)
+        return result
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        shard = self.runtime.shard(self.partition_for(group_id))
+        return shard.unstable_offsets(group_id) if shard is not None else set()
+
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
         if not group_id:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from dmq.coordinator.runtime import Cancel, CoordinatorResult, Deferred, Record, Schedule
+from dmq.coordinator.runtime import Cancel, CoordinatorResult, Deferred, EndMarker, Record, Schedule
 from dmq.group import records as rec
 from dmq.group.metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
 
@@ -102,15 +102,25 @@ class GroupShard:
         self.config = config
         self.partition_exists = partition_exists
         self.groups: dict[str, GroupMetadata] = {}
+        # Offsets committed inside transactions, by producer id, until their marker replays.
+        self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
 
     # ------------------------------------------------------------------ replay
 
-    def replay(self, key_bytes: bytes, value: bytes | None, *, loading: bool) -> None:
-        """Apply one committed ``__consumer_offsets`` record."""
+    def replay(self, key_bytes: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
+        """Apply one committed ``__consumer_offsets`` record (of a transaction when
+        ``producer_id`` is set: held until the transaction's marker)."""
         try:
             key = rec.decode_key(key_bytes)
         except rec.RecordFormatError as e:
             log.warning("skipping unreadable __consumer_offsets key: %s", e)
+            return
+        if isinstance(key, rec.OffsetKey) and producer_id >= 0:
+            if value is not None:
+                v = rec.decode_offset_value(value)
+                self.txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[
+                    (key.topic, key.partition)] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
+                                                                    v.commit_timestamp)
             return
         if isinstance(key, rec.OffsetKey):
             group = self.groups.get(key.group)
@@ -149,6 +159,17 @@ class GroupShard:
             group.add_member(member)
         group.leader = gv.leader if gv.leader in group.members else next(iter(group.members), None)
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+
+    def replay_marker(self, producer_id: int, commit: bool, *, loading: bool) -> None:
+        """A transaction ended: its offsets become the groups' committed offsets, or go."""
+        pending = self.txn_offsets.pop(producer_id, {})
+        if not commit:
+            return
+        for group_id, offsets in pending.items():
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = GroupMetadata(group_id)
+            group.offsets.update(offsets)
 
     def on_loaded(self, now_ms: int) -> CoordinatorResult:
         """Loaded members get a full session to heartbeat to their new coordinator."""
@@ -585,6 +606,38 @@ class GroupShard:
             if group.state == GroupState.COMPLETING_REBALANCE:
                 return all_(ErrorCode.rebalance_in_progress)
             self._schedule_heartbeat(out, group, member)
+        result = self._offset_records(group_id, offsets, now_ms)
+        result.timers.extend(out.timers)
+        return result
+
+    def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+                          generation: int, member_id: str, instance_id: str | None,
+                          offsets: list[tuple[str, int, int, int, str | None]], now_ms: int) -> CoordinatorResult:
+        """TxnOffsetCommit: offsets written in the producer's transaction, the groups'
+        committed offsets only when its COMMIT marker replays (Kafka's pending offsets)."""
+        def all_(error: ErrorCode) -> CoordinatorResult:
+            return CoordinatorResult([error] * len(offsets))
+
+        if not group_id:
+            return all_(ErrorCode.invalid_group_id)
+        group = self.groups.get(group_id)
+        if generation >= 0 or member_id:
+            # A member of the group commits: fenced like a plain commit (KIP-447).
+            if group is None:
+                return all_(ErrorCode.illegal_generation)
+            if instance_id is not None and group.static_members.get(instance_id) not in (None, member_id):
+                return all_(ErrorCode.fenced_instance_id)
+            if member_id not in group.members:
+                return all_(ErrorCode.unknown_member_id)
+            if generation != group.generation:
+                return all_(ErrorCode.illegal_generation)
+        result = self._offset_records(group_id, offsets, now_ms)
+        result.producer = (producer_id, producer_epoch)
+        return result
+
+    def _offset_records(self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]],
+                        now_ms: int) -> CoordinatorResult:
+        out = _Out()
         errors: list[ErrorCode] = []
         for topic, partition, offset, epoch, metadata in offsets:
             if metadata is not None and len(metadata.encode()) > self.config.offset_metadata_max_bytes:
@@ -597,6 +650,17 @@ class GroupShard:
                                     rec.encode_offset_value(rec.OffsetValue(offset, epoch, metadata or "",
                                                                             now_ms))))
         return out.result(errors)
+
+    def complete_transaction(self, producer_id: int, producer_epoch: int, commit: bool,
+                             coordinator_epoch: int, now_ms: int) -> CoordinatorResult:
+        """WriteTxnMarkers for this partition: the marker goes through the runtime, so it
+        replays in order with the transaction's offsets."""
+        return CoordinatorResult(ErrorCode.none, marker=EndMarker(producer_id, producer_epoch, commit,
+                                                                  coordinator_epoch))
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with offsets in open transactions (require_stable)."""
+        return {tp for pending in self.txn_offsets.values() for tp in pending.get(group_id, {})}
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:

@@ -95,7 +95,10 @@ class TransactionShard:
 
     # ------------------------------------------------------------------ replay
 
-    def replay(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
+    def replay_marker(self, producer_id: int, commit: bool, *, loading: bool) -> None:
+        """``__transaction_state`` holds no transactions' data: markers never land here."""
+
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
         try:
             txn_id = rec.decode_key(key)
             if value is None:

@@ -14,6 +14,7 @@ from dmq.coordinator.runtime import (
     CoordinatorResult,
     CoordinatorRuntime,
     Deferred,
+    EndMarker,
     Schedule,
 )
 from dmq.group.coordinator import GroupConfig, GroupCoordinator
@@ -29,7 +30,10 @@ class ListShard:
         self.fired: list[Hashable] = []
         self.loaded_from_log = 0
 
-    def replay(self, key: bytes, value: bytes | None, *, loading: bool) -> None:
+    def replay_marker(self, producer_id: int, commit: bool, *, loading: bool) -> None:
+        self.values.append(b"commit" if commit else b"abort")
+
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
         assert value is not None
         self.values.append(value)
         if loading:
@@ -410,5 +414,24 @@ def test_a_failed_commit_keeps_the_errors_of_entries_it_did_not_hold() -> None:
         assert await c.commit_offsets("g", -1, "", None, [("t", 0, 1, -1, None), ("x", 0, 1, -1, None)]) == \
             [ErrorCode.coordinator_not_available, ErrorCode.unknown_topic_or_partition]
         await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_transactional_records_and_markers_replay_in_log_order_and_load_the_same() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        txn = await rt.write(0, lambda s, n: CoordinatorResult(response="txn", records=[(b"k", b"t1")],
+                                                             producer=(7, 0)), error)
+        marker = await rt.write(0, lambda s, n: CoordinatorResult(response="marker",
+                                                                marker=EndMarker(7, 0, True, 1)), error)
+        assert (txn, marker) == ("txn", "marker")
+        assert [(e.producer_id, e.marker is not None) for e in w.logs[0]] == [(7, False), (7, True)]
+        shard = rt.shard(0)
+        assert shard is not None and shard.values == [b"t1", b"commit"]
+        rt.set_led({0: 2})
+        reloaded = rt.shard(0)
+        assert reloaded is not None and reloaded.values == [b"t1", b"commit"]
 
     asyncio.run(scenario())

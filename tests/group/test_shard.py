@@ -9,7 +9,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from kio.schema.errors import ErrorCode
-from support.coordinator import ShardDriver
+from support.coordinator import ShardDriver, replay_into
 
 from dmq.coordinator.runtime import Deferred
 from dmq.group import records as rec
@@ -24,10 +24,7 @@ def shard(**kw: int) -> GroupShard:
 
 def reloaded(driver: ShardDriver) -> GroupShard:
     """A new shard built the way a new leader builds it: replaying the log."""
-    fresh = GroupShard(0, driver.shard.config, driver.shard.partition_exists)
-    for key, value in driver.log:
-        fresh.replay(key, value, loading=True)
-    return fresh
+    return replay_into(GroupShard(0, driver.shard.config, driver.shard.partition_exists), driver.log)  # type: ignore[no-any-return]
 
 
 def join(d: ShardDriver, group: str, member: str = "", instance: str | None = None,
@@ -331,3 +328,45 @@ class GroupMachine(RuleBasedStateMachine):
 
 GroupMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_group_state_machine = GroupMachine.TestCase
+
+
+def test_offsets_of_a_transaction_count_only_once_it_commits() -> None:
+    d = ShardDriver(shard())
+    d.run(d.shard.commit_offsets, "g", -1, "", None, [("t", 0, 5, -1, None)])
+    assert d.run(d.shard.txn_offset_commit, "tx", "g", 77, 0, -1, "", None,
+                 [("t", 0, 9, -1, None), ("t", 1, 3, -1, None)]) == [ErrorCode.none, ErrorCode.none]
+    assert d.shard.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 5  # type: ignore[union-attr]
+    assert d.shard.unstable_offsets("g") == {("t", 0), ("t", 1)}
+    assert d.run(d.shard.complete_transaction, 77, 0, True, 3) == ErrorCode.none
+    assert d.shard.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 9  # type: ignore[union-attr]
+    assert d.shard.unstable_offsets("g") == set()
+    # An aborted transaction's offsets never count.
+    d.run(d.shard.txn_offset_commit, "tx", "g", 77, 1, -1, "", None, [("t", 0, 50, -1, None)])
+    d.run(d.shard.complete_transaction, 77, 1, False, 3)
+    assert d.shard.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 9  # type: ignore[union-attr]
+    # A new leader replaying the log (transactional batches and markers) agrees.
+    again = reloaded(d)
+    assert again.fetch_offsets("g", None) == d.shard.fetch_offsets("g", None)
+    assert again.txn_offsets == {}
+
+
+def test_a_transaction_open_when_the_partition_loads_stays_pending() -> None:
+    d = ShardDriver(shard())
+    d.run(d.shard.txn_offset_commit, "tx", "g", 5, 0, -1, "", None, [("t", 0, 9, -1, None)])
+    again = reloaded(d)
+    assert again.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
+    assert again.unstable_offsets("g") == {("t", 0)}
+    again.replay_marker(5, True, loading=False)
+    assert again.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 9  # type: ignore[union-attr]
+
+
+def test_a_member_committing_in_a_transaction_is_fenced_like_any_commit() -> None:
+    d = ShardDriver(shard())
+    a = d.answer(join(d, "g"))
+    d.run(d.shard.sync_group, "g", 1, a.member_id, None, None, None, {a.member_id: b""})
+    ok = d.run(d.shard.txn_offset_commit, "tx", "g", 5, 0, 1, a.member_id, None, [("t", 0, 1, -1, None)])
+    assert ok == [ErrorCode.none]
+    stale = d.run(d.shard.txn_offset_commit, "tx", "g", 5, 0, 0, a.member_id, None, [("t", 0, 1, -1, None)])
+    assert stale == [ErrorCode.illegal_generation]
+    gone = d.run(d.shard.txn_offset_commit, "tx", "g", 5, 0, 1, "nobody", None, [("t", 0, 1, -1, None)])
+    assert gone == [ErrorCode.unknown_member_id]

@@ -9,7 +9,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.coordinator.runtime import Cancel, CoordinatorResult, Deferred, Record, Schedule
+from dmq.coordinator.runtime import (
+    Cancel,
+    CoordinatorResult,
+    Deferred,
+    EndMarker,
+    LogEntry,
+    Record,
+    Schedule,
+)
 
 
 class MemoryWriter:
@@ -17,18 +25,29 @@ class MemoryWriter:
     ``release()``; ``fail_append``/``fail_commit`` make the next writes fail."""
 
     def __init__(self) -> None:
-        self.logs: dict[int, list[Record]] = {}
+        self.logs: dict[int, list[LogEntry]] = {}
         self.committed: dict[int, int] = {}  # partition -> high watermark
         self.holding = False
         self.fail_append: ErrorCode | None = None
         self.fail_commit: ErrorCode | None = None
         self._changed: asyncio.Event | None = None
 
-    def append(self, partition: int, records: list[Record]) -> tuple[ErrorCode, int]:
+    def append(self, partition: int, records: list[Record],
+               producer: tuple[int, int] | None = None) -> tuple[ErrorCode, int]:
         if self.fail_append is not None:
             return self.fail_append, -1
         log = self.logs.setdefault(partition, [])
-        log.extend(records)
+        pid = producer[0] if producer is not None else -1
+        log.extend(LogEntry(len(log) + i, k, v, pid) for i, (k, v) in enumerate(records))
+        if not self.holding:
+            self.committed[partition] = len(log)
+        return ErrorCode.none, len(log) - 1
+
+    def append_marker(self, partition: int, marker: EndMarker) -> tuple[ErrorCode, int]:
+        if self.fail_append is not None:
+            return self.fail_append, -1
+        log = self.logs.setdefault(partition, [])
+        log.append(LogEntry(len(log), None, None, marker.producer_id, marker))
         if not self.holding:
             self.committed[partition] = len(log)
         return ErrorCode.none, len(log) - 1
@@ -63,9 +82,8 @@ class MemoryWriter:
         if self._changed is not None:
             self._changed.set()
 
-    def read(self, partition: int) -> Iterator[tuple[int, bytes, bytes | None]]:
-        for offset, (key, value) in enumerate(self.logs.get(partition, [])):
-            yield offset, key, value
+    def read(self, partition: int) -> Iterator[LogEntry]:
+        yield from self.logs.get(partition, [])
 
 
 class ShardDriver:
@@ -82,7 +100,7 @@ class ShardDriver:
         self.parked: set[Hashable] = set()
         self.answers: dict[Hashable, Any] = {}
         self.timers: dict[Hashable, int] = {}  # key -> due time
-        self.log: list[Record] = []
+        self.log: list[LogEntry] = []
         self.effects: list[Any] = []
 
     def run(self, op: Callable[..., CoordinatorResult], *args: Any) -> Any:
@@ -97,10 +115,14 @@ class ShardDriver:
                 self.timers[timer.key] = self.now + timer.delay_ms
             elif isinstance(timer, Cancel):
                 self.timers.pop(timer.key, None)
+        pid = result.producer[0] if result.producer is not None else -1
         for key, value in result.records:
-            self.log.append((key, value))
-            self.shard.replay(key, value, loading=False)
-        if result.records and result.committed is not None:
+            self.log.append(LogEntry(len(self.log), key, value, pid))
+            self.shard.replay(key, value, loading=False, producer_id=pid)
+        if result.marker is not None:
+            self.log.append(LogEntry(len(self.log), None, None, result.marker.producer_id, result.marker))
+            self.shard.replay_marker(result.marker.producer_id, result.marker.commit, loading=False)
+        if (result.records or result.marker is not None) and result.committed is not None:
             self.apply(result.committed(self.shard, self.now))
         self.effects.extend(result.effects)
         for key, answer in result.replies:
@@ -129,3 +151,13 @@ class ShardDriver:
                 break
             self.fire(due[0][2])
         self.now = end
+
+
+def replay_into(shard: Any, log: list[LogEntry]) -> Any:
+    """Build ``shard`` the way a new leader does: replaying the log from the start."""
+    for entry in log:
+        if entry.marker is not None:
+            shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=True)
+        elif entry.key is not None:
+            shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id)
+    return shard

@@ -9,7 +9,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
-from support.coordinator import ShardDriver
+from support.coordinator import ShardDriver, replay_into
 
 from dmq.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
@@ -27,10 +27,7 @@ def driver(**kw: int) -> ShardDriver:
 
 
 def reloaded(d: ShardDriver) -> TransactionShard:
-    fresh = TransactionShard(0, 6, d.shard.config)
-    for key, value in d.log:
-        fresh.replay(key, value, loading=True)
-    return fresh
+    return replay_into(TransactionShard(0, 6, d.shard.config), d.log)  # type: ignore[no-any-return]
 
 
 def init(d: ShardDriver, txn: str = "tx", timeout: int = 60_000, expected: tuple[int, int] = (-1, -1),
