@@ -289,8 +289,15 @@ def test_aiokafka_group(kafka_default_broker: BrokerProcess) -> None:
         out: list[bytes] = []
         owned: list[set[int]] = [set(), set()]
         try:
+            def settled() -> bool:
+                # Both members own partitions, and none twice. The two are sampled one
+                # after the other, so a pass that straddles a rebalance can look
+                # overlapping (one member's assignment from before it, the other's after):
+                # keep polling until one pass sees the group settled.
+                return all(owned) and owned[0] | owned[1] == {0, 1} and not owned[0] & owned[1]
+
             async def collect() -> None:
-                while len(out) < 200 or not all(owned):
+                while len(out) < 200 or not settled():
                     for i, c in enumerate(members):
                         owned[i] = {tp.partition for tp in c.assignment()}
                         for records in (await c.getmany(timeout_ms=200)).values():
