@@ -141,7 +141,7 @@ def build_end_txn_marker_batch(
     )
 
 
-def read_end_txn_marker(batch: bytes | memoryview) -> EndTxnMarker | None:
+def read_end_txn_marker(batch: bytes | bytearray | memoryview) -> EndTxnMarker | None:
     """The marker of a whole control batch; None when the batch holds no record or no marker.
 
     A control batch emptied by the cleaner holds no record (Kafka: the whole
@@ -155,7 +155,7 @@ def read_end_txn_marker(batch: bytes | memoryview) -> EndTxnMarker | None:
     if header.record_count == 0:
         return None
     try:
-        _, records = decode_batch(batch)
+        _, records = decode_batch(memoryview(batch))
     except Exception as e:  # truncated varints, bad compressed data
         raise InvalidRecordError("corrupt_message", f"cannot read control record: {e}") from None
     if not records:

@@ -175,6 +175,7 @@ class LogCleaner:
             os.replace(cleaned, old.log_path)
             fresh = LogSegment(lg.directory, base, lg.config.index_interval_bytes)
             fresh.recover()
+            fresh.load_txn_index()
             fresh.flush()
             lg.segments[idx] = fresh
             replaced += 1
