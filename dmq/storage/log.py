@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from dmq.config import LogConfig
 from dmq.record import records as record_codec
 from dmq.record.batch import (
+    CONTROL_MASK,
     BatchHeader,
     InvalidRecordError,
     ValidatedBatches,
@@ -240,8 +241,9 @@ class Log:
                     if header.base_offset < start or header.producer_id < 0:
                         continue
                     marker = self._marker_of(segment.read_batch(pos, header)) if header.is_control else None
-                    for txn in self.producer_state.update(header, marker):
-                        self._complete_txn(txn, segment if index else None)
+                    for txn, lso in self.producer_state.update(header, marker):
+                        if index:
+                            self._index_txn(segment, txn, lso)
                 if index:
                     segment.txn_index.flush(fsync=False)
         self._replicated_if_untold()
@@ -264,12 +266,11 @@ class Log:
                         int.from_bytes(bytes(batch[:8]), "big", signed=True), e)
             return None
 
-    def _complete_txn(self, txn: CompletedTxn, segment: LogSegment | None) -> None:
-        """Index an aborted transaction in the marker's ``segment`` (None: already indexed), complete it."""
-        if txn.is_aborted and segment is not None:
-            lso = self.producer_state.last_stable_offset(txn)
+    @staticmethod
+    def _index_txn(segment: LogSegment, txn: CompletedTxn, lso: int) -> None:
+        """An aborted transaction goes into the index of its marker's segment."""
+        if txn.is_aborted:
             segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
-        self.producer_state.complete_txn(txn)
 
     def _replicated_if_untold(self) -> None:
         if self._high_watermark is None:
@@ -303,7 +304,7 @@ class Log:
     def check_producer_batches(self, batches: ValidatedBatches) -> AppendResult | None:
         """Return the original result when the batch is a retried duplicate (Produce only)."""
         for header in batches.headers:
-            if header.producer_id < 0 or header.is_control:
+            if header.producer_id < 0 or header.attributes & CONTROL_MASK:
                 continue
             dup = self.producer_state.find_duplicate(header)
             if dup is not None:
@@ -324,10 +325,8 @@ class Log:
         COORDINATOR for transaction markers and the group coordinator's records.
         Raises InvalidRecordError, leaving the log unchanged, when a batch is refused.
         """
-        if origin == AppendOrigin.CLIENT:
-            if any(h.is_control for h in batches.headers):
-                raise InvalidRecordError(
-                    "invalid_record", f"clients are not allowed to write control records in {self.name}")
+        client = origin == AppendOrigin.CLIENT
+        if client:
             duplicate = self.check_producer_batches(batches)
             if duplicate is not None:
                 return duplicate
@@ -338,14 +337,20 @@ class Log:
         next_offset = self.log_end_offset
         first_offset = next_offset
         headers: list[BatchHeader] = []
-        for header in batches.headers:
-            headers.append(header._replace(base_offset=next_offset,
-                                           max_timestamp=now if log_append else header.max_timestamp,
-                                           partition_leader_epoch=leader_epoch))
+        producer_batches: list[tuple[BatchHeader, EndTxnMarker | None]] = []
+        for header, pos in zip(batches.headers, batches.positions, strict=True):
+            header = header._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch,
+                                     max_timestamp=now if log_append else header.max_timestamp)
+            headers.append(header)
             next_offset += header.last_offset_delta + 1
-        markers = [self._leader_marker(records, pos, h) if h.is_control else None
-                   for h, pos in zip(headers, batches.positions, strict=True)]
-        pending = self.producer_state.prepare(zip(headers, markers, strict=True), origin)
+            if header.attributes & CONTROL_MASK:
+                if client:
+                    raise InvalidRecordError(
+                        "invalid_record", f"clients are not allowed to write control records in {self.name}")
+                producer_batches.append((header, self._leader_marker(records, pos, header)))
+            elif header.producer_id >= 0:
+                producer_batches.append((header, None))
+        pending = self.producer_state.prepare(producer_batches, origin) if producer_batches else None
         segment = self.active_segment
         if segment.size > 0 and (
             segment.size + batches.total_size > self.config.segment_bytes
@@ -360,9 +365,12 @@ class Log:
                 set_log_append_time(records, pos, header.size, now)
         segment.append(records, headers, batches.positions)
         self.log_end_offset = next_offset
-        for txn in self.producer_state.apply(pending):
-            self._complete_txn(txn, segment)
-        self._replicated_if_untold()
+        if pending is not None:
+            completed = self.producer_state.apply(pending)
+            if completed:
+                for txn, lso in completed:
+                    self._index_txn(segment, txn, lso)
+                self._replicated_if_untold()
         self.unflushed_messages += batches.record_count
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -406,7 +414,7 @@ class Log:
         headers = [h for _, h in found]
         markers = [self._marker_of(buf[pos: pos + h.size]) if h.is_control and h.producer_id >= 0 else None
                    for pos, h in found]
-        pending = self.producer_state.prepare(zip(headers, markers, strict=True), AppendOrigin.REPLICATION)
+        pending = self.producer_state.prepare(list(zip(headers, markers, strict=True)), AppendOrigin.REPLICATION)
         segment = self.active_segment
         if segment.size > 0 and (segment.size + len(buf) > self.config.segment_bytes
                                  or now_ms() - segment.created_ms >= self.config.segment_ms):
@@ -415,8 +423,8 @@ class Log:
         for header in headers:
             self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
         self.log_end_offset = expected
-        for txn in self.producer_state.apply(pending):
-            self._complete_txn(txn, segment)
+        for txn, lso in self.producer_state.apply(pending):
+            self._index_txn(segment, txn, lso)
         self._replicated_if_untold()
         self.unflushed_messages += sum(h.record_count for h in headers)
         if self.unflushed_messages >= self.config.flush_messages:

@@ -28,10 +28,15 @@ Transactions, as Kafka's ProducerAppendInfo and ProducerStateManager:
 Appending is two steps so that a refused request changes nothing:
 ``prepare(batches, origin)`` validates every batch of one append in order
 against the state as the earlier batches of the same append leave it and
-returns a ``ProducerAppend``; ``apply(append)`` installs it and returns the
-completed transactions, each of which the Log writes to its transaction index
-(``last_stable_offset(txn)`` gives the index entry's last stable offset)
-before calling ``complete_txn(txn)``. Checks by ``AppendOrigin``:
+returns a ``ProducerAppend``; ``apply(append)`` installs it, starting and
+completing transactions in batch order, and returns each completed
+transaction with the last stable offset at its marker, which the Log writes
+to its transaction index for an aborted one. (Kafka starts every transaction
+of an append before completing any, so when one append holds a marker and a
+later transaction start, as a follower's fetch may, the LSO it indexes for the
+marker is the later start: too high, which ends the index search early and
+misses aborted transactions. Batch order gives the LSO at the marker.)
+Checks by ``AppendOrigin``:
 
 - CLIENT (Produce): batches with a producer id need a base sequence;
   sequences (duplicates are answered by ``find_duplicate`` before ``prepare``),
@@ -62,7 +67,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from dmq.record.batch import BatchHeader, InvalidRecordError
+from dmq.record.batch import CONTROL_MASK, BatchHeader, InvalidRecordError
 from dmq.record.control import EndTxnMarker
 
 BATCHES_KEPT = 5
@@ -139,13 +144,35 @@ class LastRecord(NamedTuple):
     producer_epoch: int
 
 
-@dataclass(slots=True)
-class ProducerAppend:
-    """The validated effect of one append on the producers it touches."""
+# The batches of one append that ``prepare`` accepted, to ``apply`` in order.
+ProducerAppend = list[tuple[BatchHeader, EndTxnMarker | None]]
 
-    entries: dict[int, ProducerEntry] = field(default_factory=dict)
-    started: list[TxnMetadata] = field(default_factory=list)
-    completed: list[CompletedTxn] = field(default_factory=list)
+
+def _apply_batch(entry: ProducerEntry, header: BatchHeader,
+                 marker: EndTxnMarker | None) -> TxnMetadata | CompletedTxn | None:
+    """Change ``entry`` for one batch of its producer; the transaction it starts or completes."""
+    if header.attributes & CONTROL_MASK:
+        if marker is None:
+            return None  # the cleaner emptied it: its transaction is gone from the log
+        completed = None
+        if entry.current_txn_first_offset >= 0:
+            completed = CompletedTxn(entry.producer_id, entry.current_txn_first_offset,
+                                     header.base_offset, marker.is_abort)
+        entry.set_epoch(header.producer_epoch)
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.current_txn_first_offset = NO_OFFSET
+        if header.max_timestamp > entry.last_timestamp:
+            entry.last_timestamp = header.max_timestamp
+        return completed
+    entry.set_epoch(header.producer_epoch)
+    entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
+                                       header.base_offset, header.last_offset))
+    if header.max_timestamp > entry.last_timestamp:
+        entry.last_timestamp = header.max_timestamp
+    if entry.current_txn_first_offset < 0 and header.is_transactional:
+        entry.current_txn_first_offset = header.base_offset
+        return TxnMetadata(entry.producer_id, header.base_offset)
+    return None
 
 
 class ProducerStateManager:
@@ -170,60 +197,85 @@ class ProducerStateManager:
                 return batch
         return None
 
-    def prepare(self, batches: Iterable[tuple[BatchHeader, EndTxnMarker | None]],
+    def prepare(self, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
                 origin: AppendOrigin) -> ProducerAppend:
-        """Validate the batches of one append (offsets assigned) and compute their effect.
+        """Validate the batches of one append (offsets assigned), in order.
 
         ``batches`` are (header, marker) pairs: the marker of a control batch, None
         for a data batch or a control batch without a marker (emptied by the
-        cleaner). Batches without a producer id are skipped. Raises
-        InvalidRecordError; nothing changes until ``apply``.
+        cleaner). Batches without a producer id are skipped. A batch is checked
+        against the state its producer's earlier batches in the same append leave.
+        Raises InvalidRecordError; nothing changes until ``apply``.
         """
-        out = ProducerAppend()
+        if origin == AppendOrigin.REPLICATION:
+            return [(h, m) for h, m in batches if h.producer_id >= 0]
+        if len(batches) == 1:  # the usual Produce request: one batch per partition
+            header, marker = batches[0]
+            if header.producer_id < 0:
+                return []
+            current = self.producers.get(header.producer_id)
+            if current is None:
+                self._check(ProducerEntry(header.producer_id, -1, -1), False, header, marker, origin)
+            else:
+                self._check(current, True, header, marker, origin)
+            return batches
+        out: ProducerAppend = []
+        seen: set[int] = set()
+        working: dict[int, ProducerEntry] = {}  # copies, for producers with several batches
         for header, marker in batches:
             pid = header.producer_id
             if pid < 0:
                 continue
-            entry = out.entries.get(pid)
-            if entry is None:
+            if pid in seen:
+                entry = working.get(pid)
+                if entry is None:
+                    current = self.producers.get(pid)
+                    entry = current.copy() if current is not None else ProducerEntry(pid, -1, -1)
+                    for h, m in out:
+                        if h.producer_id == pid:
+                            _apply_batch(entry, h, m)
+                    working[pid] = entry
+                self._check(entry, True, header, marker, origin)
+                _apply_batch(entry, header, marker)
+            else:
                 current = self.producers.get(pid)
-                entry = current.copy() if current is not None else ProducerEntry(pid, -1, -1)
-                out.entries[pid] = entry
-                known = current is not None
-            else:
-                known = True
-            if header.is_control:
-                self._append_control(entry, header, marker, origin, out)
-            else:
-                self._append_data(entry, header, origin, known, out)
+                if current is None:
+                    self._check(ProducerEntry(pid, -1, -1), False, header, marker, origin)
+                else:
+                    self._check(current, True, header, marker, origin)
+                seen.add(pid)
+            out.append((header, marker))
         return out
 
-    def _check_epoch(self, entry: ProducerEntry, header: BatchHeader, origin: AppendOrigin) -> None:
-        if origin != AppendOrigin.REPLICATION and header.producer_epoch < entry.epoch:
+    def _check(self, entry: ProducerEntry, known: bool, header: BatchHeader, marker: EndTxnMarker | None,
+               origin: AppendOrigin) -> None:
+        if header.attributes & CONTROL_MASK:
+            if marker is None:
+                return
+            self._check_epoch(entry, header)
+            if entry.coordinator_epoch > marker.coordinator_epoch:
+                raise InvalidRecordError(
+                    "transaction_coordinator_fenced",
+                    f"marker at offset {header.base_offset} for producer {entry.producer_id} comes from "
+                    f"coordinator epoch {marker.coordinator_epoch}, older than {entry.coordinator_epoch}")
+            return
+        self._check_epoch(entry, header)
+        if origin == AppendOrigin.CLIENT:
+            self._check_sequence(entry, header, known)
+        if entry.current_txn_first_offset >= 0 and not header.is_transactional:
+            raise InvalidRecordError(
+                "invalid_txn_state",
+                f"non-transactional batch at offset {header.base_offset} from producer "
+                f"{entry.producer_id}, whose transaction from offset "
+                f"{entry.current_txn_first_offset} is still open")
+
+    @staticmethod
+    def _check_epoch(entry: ProducerEntry, header: BatchHeader) -> None:
+        if header.producer_epoch < entry.epoch:
             raise InvalidRecordError(
                 "invalid_producer_epoch",
                 f"epoch {header.producer_epoch} of producer {entry.producer_id} at offset "
                 f"{header.base_offset} is older than its current epoch {entry.epoch}")
-
-    def _append_data(self, entry: ProducerEntry, header: BatchHeader, origin: AppendOrigin,
-                     known: bool, out: ProducerAppend) -> None:
-        self._check_epoch(entry, header, origin)
-        if origin == AppendOrigin.CLIENT:
-            self._check_sequence(entry, header, known)
-        entry.set_epoch(header.producer_epoch)
-        entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
-                                           header.base_offset, header.last_offset))
-        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
-        if entry.has_ongoing_txn and not header.is_transactional:
-            if origin != AppendOrigin.REPLICATION:
-                raise InvalidRecordError(
-                    "invalid_txn_state",
-                    f"non-transactional batch at offset {header.base_offset} from producer "
-                    f"{entry.producer_id}, whose transaction from offset "
-                    f"{entry.current_txn_first_offset} is still open")
-        elif not entry.has_ongoing_txn and header.is_transactional:
-            entry.current_txn_first_offset = header.base_offset
-            out.started.append(TxnMetadata(entry.producer_id, header.base_offset))
 
     @staticmethod
     def _check_sequence(entry: ProducerEntry, header: BatchHeader, known: bool) -> None:
@@ -250,32 +302,27 @@ class ProducerStateManager:
                 "out_of_order_sequence_number",
                 f"producer {entry.producer_id} sent sequence {first_seq}, expected {expected}")
 
-    def _append_control(self, entry: ProducerEntry, header: BatchHeader, marker: EndTxnMarker | None,
-                        origin: AppendOrigin, out: ProducerAppend) -> None:
-        if marker is None:
-            return  # the cleaner emptied it: its transaction is gone from the log
-        self._check_epoch(entry, header, origin)
-        if origin != AppendOrigin.REPLICATION and entry.coordinator_epoch > marker.coordinator_epoch:
-            raise InvalidRecordError(
-                "transaction_coordinator_fenced",
-                f"marker at offset {header.base_offset} for producer {entry.producer_id} comes from "
-                f"coordinator epoch {marker.coordinator_epoch}, older than {entry.coordinator_epoch}")
-        if entry.has_ongoing_txn:
-            out.completed.append(CompletedTxn(entry.producer_id, entry.current_txn_first_offset,
-                                              header.base_offset, marker.is_abort))
-        entry.set_epoch(header.producer_epoch)
-        entry.coordinator_epoch = marker.coordinator_epoch
-        entry.current_txn_first_offset = NO_OFFSET
-        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+    def apply(self, append: ProducerAppend) -> list[tuple[CompletedTxn, int]]:
+        """Install a prepared append, batch by batch; returns the transactions it completed,
+        each with the last stable offset at its marker (for the transaction index)."""
+        out = []
+        producers = self.producers
+        for header, marker in append:
+            pid = header.producer_id
+            entry = producers.get(pid)
+            if entry is None:
+                entry = producers[pid] = ProducerEntry(pid, -1, -1)
+            event = _apply_batch(entry, header, marker)
+            if event is None:
+                continue
+            if isinstance(event, CompletedTxn):
+                out.append((event, self.last_stable_offset(event)))
+                self.complete_txn(event)
+            else:
+                self._add(self._ongoing, self._ongoing_firsts, event.first_offset, event.producer_id)
+        return out
 
-    def apply(self, append: ProducerAppend) -> list[CompletedTxn]:
-        """Install a prepared append; returns its completed transactions, still to complete."""
-        self.producers.update(append.entries)
-        for txn in append.started:
-            self._add(self._ongoing, self._ongoing_firsts, txn.first_offset, txn.producer_id)
-        return append.completed
-
-    def update(self, header: BatchHeader, marker: EndTxnMarker | None = None) -> list[CompletedTxn]:
+    def update(self, header: BatchHeader, marker: EndTxnMarker | None = None) -> list[tuple[CompletedTxn, int]]:
         """Apply one replicated batch (no checks); returns the transactions it completes."""
         return self.apply(self.prepare([(header, marker)], AppendOrigin.REPLICATION))
 
@@ -293,7 +340,7 @@ class ProducerStateManager:
             del firsts[bisect_left(firsts, first_offset)]
 
     def last_stable_offset(self, txn: CompletedTxn) -> int:
-        """The LSO to store with ``txn`` in the transaction index (before it is completed).
+        """The LSO at ``txn``'s marker, for its index entry (before it is completed).
 
         The first offset of the earliest ongoing transaction of another producer,
         else the offset after the marker.
@@ -324,6 +371,8 @@ class ProducerStateManager:
         self._drop_unreplicated_below(log_start_offset)
 
     def _drop_unreplicated_below(self, offset: int) -> None:
+        if not self._unreplicated:
+            return
         for first in [f for f, t in self._unreplicated.items() if t.last_offset < offset]:
             self._remove(self._unreplicated, self._unreplicated_firsts, first)
 

@@ -29,11 +29,8 @@ def header(offset: int, pid: int, epoch: int = 0, seq: int = 0, n: int = 1, *, t
 
 def run(psm: ProducerStateManager, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
         origin: AppendOrigin = CLIENT) -> list[CompletedTxn]:
-    """Append as the Log does: prepare, apply, then index and complete each finished transaction."""
-    done = psm.apply(psm.prepare(batches, origin))
-    for txn in done:
-        psm.complete_txn(txn)
-    return done
+    """Append as the Log does: prepare, then apply (which completes the finished transactions)."""
+    return [txn for txn, _lso in psm.apply(psm.prepare(batches, origin))]
 
 
 def error_of(psm: ProducerStateManager, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
@@ -76,17 +73,28 @@ def test_marker_without_ongoing_transaction_completes_nothing(tmp_path: Path) ->
 def test_last_stable_offset_of_a_completed_transaction(tmp_path: Path) -> None:
     psm = ProducerStateManager(str(tmp_path))
     run(psm, [(header(0, 1), None), (header(1, 2), None), (header(2, 3), None)])
-    done = psm.apply(psm.prepare([(header(3, 2, control=True), abort())], COORDINATOR))
-    # The earliest ongoing transaction of another producer.
-    assert psm.last_stable_offset(done[0]) == 0
-    psm.complete_txn(done[0])
-    done = psm.apply(psm.prepare([(header(4, 1, control=True), abort())], COORDINATOR))
-    assert psm.last_stable_offset(done[0]) == 2
-    psm.complete_txn(done[0])
-    done = psm.apply(psm.prepare([(header(5, 3, control=True), abort())], COORDINATOR))
-    assert psm.last_stable_offset(done[0]) == 6  # nothing else open: the offset after the marker
+
+    def end(offset: int, pid: int) -> list[tuple[CompletedTxn, int]]:
+        return psm.apply(psm.prepare([(header(offset, pid, control=True), abort())], COORDINATOR))
+
+    # The earliest ongoing transaction of another producer, else the offset after the marker.
+    assert end(3, 2) == [(CompletedTxn(2, 1, 3, True), 0)]
+    assert end(4, 1) == [(CompletedTxn(1, 0, 4, True), 2)]
+    assert end(5, 3) == [(CompletedTxn(3, 2, 5, True), 6)]
     with pytest.raises(ValueError):
         psm.complete_txn(CompletedTxn(9, 99, 100, True))
+
+
+def test_last_stable_offsets_follow_batch_order_within_one_append(tmp_path: Path) -> None:
+    # A follower's fetch: two transactions of pid 1, then one of pid 2. At each marker only
+    # what started before it is open (Kafka would store 6 for the first abort).
+    psm = ProducerStateManager(str(tmp_path))
+    done = psm.apply(psm.prepare([
+        (header(0, 1, n=2), None), (header(2, 1, control=True), abort()),
+        (header(3, 1, seq=2, n=2), None), (header(5, 1, control=True), abort()),
+        (header(6, 2, n=2), None), (header(8, 2, control=True), abort()),
+    ], REPLICATION))
+    assert [(t.first_offset, lso) for t, lso in done] == [(0, 3), (3, 6), (6, 9)]
 
 
 def test_epoch_and_coordinator_fencing(tmp_path: Path) -> None:
