@@ -107,6 +107,37 @@ def now_ms() -> int:
 
 
 class Log:
+    """One partition's log. The transaction API (details in the module docstring):
+
+    Writing, as leader and follower::
+
+        append_as_leader(records, batches, leader_epoch, timestamp=None,
+                         origin=AppendOrigin.CLIENT) -> AppendResult        # Produce
+        append_as_leader(..., origin=AppendOrigin.COORDINATOR)              # TxnOffsetCommit, markers
+        append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch,
+                              commit, leader_epoch, timestamp=None) -> AppendResult
+        append_as_follower(records) -> int                                  # markers included
+
+    Refusals raise ``InvalidRecordError`` (``.error``: invalid_producer_epoch,
+    transaction_coordinator_fenced, invalid_txn_state, invalid_record, ...) and
+    leave the log unchanged.
+
+    The high watermark and what read_committed reads::
+
+        update_high_watermark(hw) -> int        # on every change of the Partition's HW
+        high_watermark -> int                   # as last told (log end offset until told)
+        first_unstable_offset() -> int | None
+        last_stable_offset() -> int             # Fetch/ListOffsets with read_committed
+        collect_aborted_transactions(start_offset, upper_bound_offset) -> list[(producer_id, first_offset)]
+        aborted_transactions_for_read(offset, data, max_offset) -> list[(producer_id, first_offset)]
+        fetch_upper_bound_offset(data, max_offset) -> int
+
+    Producer state for DescribeProducers / ListTransactions:
+    ``producer_state.producers`` (``ProducerEntry``: epoch, last_seq,
+    last_timestamp, coordinator_epoch, current_txn_first_offset) and
+    ``producer_state.ongoing_transactions()``.
+    """
+
     def __init__(
         self,
         directory: str,

@@ -176,6 +176,15 @@ def _apply_batch(entry: ProducerEntry, header: BatchHeader,
 
 
 class ProducerStateManager:
+    """The producers of one partition; the Log drives it (see the module docstring).
+
+    ``find_duplicate(header)``, ``prepare(batches, origin)`` then ``apply(append)``
+    per append; ``first_unstable_offset()``, ``first_undecided_offset()``,
+    ``ongoing_transactions()``, ``unreplicated_transactions()``,
+    ``on_high_watermark_updated(hw)``; ``last_records()`` for the cleaner;
+    ``producers`` maps producer id -> ``ProducerEntry``.
+    """
+
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
