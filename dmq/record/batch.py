@@ -7,7 +7,8 @@ Wire layout of one batch (Kafka's ``DefaultRecordBatch``), big-endian::
     12 partitionLeaderEpoch  int32
     16 magic                 int8    always 2
     17 crc                   uint32  CRC32C of bytes [21, 12 + batchLength)
-    21 attributes            int16   bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control
+    21 attributes            int16   bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control,
+                                     6 delete horizon (baseTimestamp is then the cleaner's delete horizon)
     23 lastOffsetDelta       int32
     27 baseTimestamp         int64
     35 maxTimestamp          int64
@@ -40,6 +41,7 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
 
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
@@ -90,6 +92,11 @@ class BatchHeader(NamedTuple):
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the cleaner may drop this batch's tombstones or marker (Kafka's KIP-534 field)."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
 
     @property
     def last_sequence(self) -> int:

@@ -22,6 +22,7 @@ from crc32c import crc32c
 from dmq.record import compression
 from dmq.record.batch import (
     CRC_START,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
@@ -207,15 +208,41 @@ def raw_records(batch: bytes | memoryview) -> tuple[BatchHeader, list[RawRecord]
     return header, out
 
 
-def rebuild_batch(batch: bytes, kept: list[RawRecord]) -> bytes:
-    """The same batch (header fields, codec, offsets) holding only ``kept`` records."""
+def rebuild_batch(batch: bytes, kept: list[RawRecord], delete_horizon_ms: int | None = None) -> bytes:
+    """The same batch (header fields, codec, offsets) holding only ``kept`` records.
+
+    With ``delete_horizon_ms`` the batch is marked with the cleaner's delete
+    horizon as Kafka does (attribute bit 6, base timestamp = the horizon): each
+    kept record is re-encoded with its timestamp delta from the new base, so
+    record timestamps do not change.
+    """
     header = parse_header(batch, 0)
-    body = b"".join(r.raw for r in kept)
+    if delete_horizon_ms is None:
+        body = b"".join(r.raw for r in kept)
+    else:
+        body = b"".join(_with_timestamp_base(r, delete_horizon_ms) for r in kept)
     if header.compression:
         body = compression.compress(header.compression, body)
     out = bytearray(batch[:HEADER_SIZE])
     struct.pack_into(">i", out, 8, HEADER_SIZE - LOG_OVERHEAD + len(body))
     struct.pack_into(">i", out, 57, len(kept))
+    if delete_horizon_ms is not None:
+        struct.pack_into(">h", out, 21, header.attributes | DELETE_HORIZON_MASK)
+        struct.pack_into(">q", out, 27, delete_horizon_ms)
     out += body
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)
+
+
+def _with_timestamp_base(record: RawRecord, base_timestamp: int) -> bytes:
+    """``record`` re-encoded with its timestamp as a delta from ``base_timestamp``."""
+    raw = record.raw
+    _length, pos = read_varint(raw, 0)
+    attributes = raw[pos]
+    _old_delta, rest = read_varint(raw, pos + 1)  # offset delta, key, value, headers follow
+    inner = bytearray([attributes])
+    write_varint(inner, record.timestamp - base_timestamp)
+    inner += raw[rest:]
+    out = bytearray()
+    write_varint(out, len(inner))
+    return bytes(out + inner)

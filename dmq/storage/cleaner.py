@@ -3,23 +3,51 @@
 A pass over one log:
 
 1. pick the log with the highest dirty ratio (bytes written since its last
-   cleaning over the bytes of its non-active segments) at or above
+   cleaning over the bytes of its cleanable segments) at or above
    ``min.cleanable.dirty.ratio``;
-2. ``plan()`` (event-loop thread) snapshots the paths of its non-active
-   segments; the active segment is never cleaned;
+2. ``plan()`` (event-loop thread) snapshots the paths of its cleanable
+   segments: the non-active segments wholly below the last stable offset (the
+   active segment is never cleaned, nor anything an open or unreplicated
+   transaction could still change), with the aborted transactions overlapping
+   them (from the transaction indexes) and each active producer's last record;
 3. ``clean()`` (background thread) reads those files by path, builds
-   key -> latest offset over them, and writes ``<base>.log.cleaned`` files that
-   keep, per key, only its latest record; a tombstone (null value) is dropped
-   once it is older than ``delete.retention.ms``. Kept records are copied as
-   raw bytes inside their original batch header, so offsets, timestamps and
-   producer fields do not change;
+   key -> latest offset over them (records of aborted transactions excluded),
+   and writes ``<base>.log.cleaned`` files that keep, per key, only its latest
+   record; a tombstone (null value) is dropped once it is older than
+   ``delete.retention.ms``. Kept records are copied as raw bytes inside their
+   original batch header, so offsets, timestamps and producer fields do not
+   change;
 4. ``swap()`` (event-loop thread) replaces each still-present segment by its
-   cleaned file and rebuilds its indexes, then records the cleaned offset in
+   cleaned file (and its transaction index by the cleaned index) and rebuilds
+   its other indexes, then records the cleaned offset in
    ``cleaner-offset-checkpoint``.
 
-Invariants: the latest record of every key below the active segment
-survives; offsets are never reassigned; a segment deleted or truncated
-while cleaning ran is left alone (its cleaned file is discarded).
+Transactions follow Kafka's LogCleaner (CleanedTransactionMetadata) exactly:
+
+- records of aborted transactions are removed whatever their keys, and never
+  shadow an older committed value of the same key;
+- an ABORT marker is kept while its transaction still had batches in this pass
+  (they are removed in it), and its entry is written to the cleaned
+  transaction index; a COMMIT marker is kept while batches of its transaction
+  remain. Once a marker's transaction is gone it gets a delete horizon (batch
+  attribute bit 6, base timestamp = now + ``delete.retention.ms``, KIP-534) and
+  it is removed in the first pass after that horizon, so a consumer that read
+  the transaction's records before they were cleaned still finds the marker;
+  its index entry is dropped as soon as its records are gone;
+- the batch holding an active producer's last data record, or the marker that
+  is its last entry, is kept even with no record left (an empty batch), so
+  producer state rebuilt from the log keeps its sequence and epoch.
+
+Tombstones keep dmq's rule above (the record's timestamp), not KIP-534's
+horizon. A log is planned again with no new data once a kept tombstone or
+marker reaches its horizon, or right after a pass that removed a whole batch
+of a transaction (its marker may then get its horizon).
+
+Invariants: the latest committed or non-transactional record of every key
+below the cleaned offset survives; offsets are never reassigned; a
+read_committed consumer never sees an aborted record, before, during or after
+cleaning; a segment deleted or truncated while cleaning ran is left alone
+(its cleaned files are discarded).
 """
 
 from __future__ import annotations
@@ -28,11 +56,14 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from dmq.record.batch import HEADER_SIZE, parse_header
+from dmq.record.batch import HEADER_SIZE, BatchHeader, InvalidRecordError, parse_header
+from dmq.record.control import ControlRecordType, parse_control_type
 from dmq.record.records import RawRecord, raw_records, rebuild_batch
 from dmq.storage.log import Log, now_ms
 from dmq.storage.log_manager import read_checkpoint, write_checkpoint
+from dmq.storage.producer_state import LastRecord
 from dmq.storage.segment import LogSegment
+from dmq.storage.txn_index import AbortedTxn, write_entries
 
 log = logging.getLogger("dmq.cleaner")
 
@@ -43,17 +74,21 @@ CLEANED_SUFFIX = ".cleaned"
 @dataclass(slots=True)
 class CleanPlan:
     log: Log
-    segments: list[tuple[int, str, int]]  # (base offset, path, size) of non-active segments
+    segments: list[tuple[int, str, int]]  # (base offset, path, size) of the cleanable segments
     end_offset: int  # offsets below this are covered
     delete_retention_ms: int
     now: int
+    aborted: list[AbortedTxn] = field(default_factory=list)  # aborted transactions overlapping them
+    last_records: dict[int, LastRecord] = field(default_factory=dict)  # of active producers
+    txn_indexes: dict[int, list[AbortedTxn]] = field(default_factory=dict)  # base -> entries now
 
 
 @dataclass(slots=True)
 class CleanResult:
     plan: CleanPlan
-    cleaned: list[tuple[int, str, int]] = field(default_factory=list)  # (base, cleaned path, original size)
-    tombstone_due: int | None = None  # when the oldest kept tombstone may be dropped
+    # (base, cleaned log path, original size, cleaned transaction index path or None: no entry)
+    cleaned: list[tuple[int, str, int, str | None]] = field(default_factory=list)
+    tombstone_due: int | None = None  # when the next kept tombstone or marker may be dropped
     records_read: int = 0
     records_kept: int = 0
     bytes_before: int = 0
@@ -74,17 +109,96 @@ def _batches(path: str, size: int) -> list[bytes]:
     return out
 
 
+def _control_type(records: list[RawRecord]) -> ControlRecordType | None:
+    """The type of a control batch's record; None for a batch the cleaner emptied."""
+    if not records:
+        return None
+    try:
+        return parse_control_type(records[0].key)
+    except InvalidRecordError:
+        return ControlRecordType.UNKNOWN
+
+
+class _TxnWalk:
+    """Kafka's CleanedTransactionMetadata: transaction state along one pass, in offset order.
+
+    ``aborted`` are the index entries of the aborted transactions overlapping the
+    pass; ``index`` collects the entries to keep for the segment being written.
+    """
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._aborted = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._committing: set[int] = set()  # producers whose current transaction had batches
+        self._aborting: dict[int, tuple[AbortedTxn, bool]] = {}  # pid -> (entry, batches seen)
+        self.index: list[AbortedTxn] = []
+        self.removed_txn_batch = False  # a transaction's batch was removed: its marker may go next
+
+    def _reach(self, offset: int) -> None:
+        while self._next < len(self._aborted) and self._aborted[self._next].first_offset <= offset:
+            txn = self._aborted[self._next]
+            self._aborting.setdefault(txn.producer_id, (txn, False))
+            self._next += 1
+
+    def on_data(self, header: BatchHeader) -> bool:
+        """True when the batch belongs to an aborted transaction (discard it)."""
+        self._reach(header.last_offset)
+        if not header.is_transactional:
+            return False
+        aborting = self._aborting.get(header.producer_id)
+        if aborting is not None:
+            self._aborting[header.producer_id] = (aborting[0], True)
+            return True
+        self._committing.add(header.producer_id)
+        return False
+
+    def on_control(self, header: BatchHeader, control_type: ControlRecordType | None) -> bool:
+        """True when no batch of the marker's transaction remains (the marker may go)."""
+        self._reach(header.last_offset)
+        if control_type is None:
+            return True
+        if control_type == ControlRecordType.ABORT:
+            aborting = self._aborting.pop(header.producer_id, None)
+            if aborting is not None and aborting[1]:
+                self.index.append(aborting[0])
+                return False
+            return True
+        if control_type == ControlRecordType.COMMIT:
+            if header.producer_id in self._committing:
+                self._committing.discard(header.producer_id)
+                return False
+            return True
+        return False
+
+
+def _is_last_of_producer(header: BatchHeader, last_records: dict[int, LastRecord]) -> bool:
+    last = last_records.get(header.producer_id) if header.producer_id >= 0 else None
+    if last is None:
+        return False
+    if last.last_data_offset >= 0:
+        return header.last_offset == last.last_data_offset
+    return header.is_control and header.producer_epoch == last.producer_epoch
+
+
 class LogCleaner:
     def __init__(self, data_dir: str) -> None:
         self.data_dir = data_dir
         self.path = os.path.join(data_dir, CLEANER_CHECKPOINT)
         self.cleaned_to: dict[tuple[str, int], int] = read_checkpoint(self.path)
-        # When a cleaned log next holds a tombstone past delete.retention.ms (KIP-534):
-        # such a log is cleanable even with no new data. Unknown after a restart: 0.
+        # When a cleaned log next holds a tombstone past delete.retention.ms (KIP-534)
+        # or a marker that may go: such a log is cleanable even with no new data.
+        # Unknown after a restart: 0.
         self.tombstone_due: dict[tuple[str, int], int] = {}
 
+    @staticmethod
+    def cleanable_segments(lg: Log) -> list[LogSegment]:
+        """Non-active segments wholly below the last stable offset (Kafka's first uncleanable offset)."""
+        lso = lg.last_stable_offset()
+        segments = lg.segments
+        return [s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset <= lso]
+
     def dirty_ratio(self, lg: Log) -> float:
-        segments = lg.segments[:-1]
+        segments = self.cleanable_segments(lg)
         total = sum(s.size for s in segments)
         if total == 0:
             return 0.0
@@ -98,6 +212,8 @@ class LogCleaner:
         for lg in logs:
             if "compact" not in lg.config.cleanup_policy or len(lg.segments) < 2:
                 continue
+            if not self.cleanable_segments(lg):
+                continue
             ratio = self.dirty_ratio(lg)
             due = self.tombstone_due.get((lg.topic, lg.partition), 0)
             dirty_enough = ratio >= float(lg.config["min.cleanable.dirty.ratio"]) and ratio > 0
@@ -106,50 +222,86 @@ class LogCleaner:
         if best is None:
             return None
         lg = best[1]
-        segments = [(s.base_offset, s.log_path, s.size) for s in lg.segments[:-1]]
-        return CleanPlan(lg, segments, lg.active_segment.base_offset,
-                         int(lg.config["delete.retention.ms"]), now)
+        cleanable = self.cleanable_segments(lg)
+        end_offset = lg.segments[len(cleanable)].base_offset
+        return CleanPlan(
+            lg, [(s.base_offset, s.log_path, s.size) for s in cleanable], end_offset,
+            int(lg.config["delete.retention.ms"]), now,
+            aborted=lg.aborted_transactions(cleanable[0].base_offset, end_offset),
+            last_records=lg.producer_state.last_records(),
+            txn_indexes={s.base_offset: list(s.txn_index.entries) for s in cleanable},
+        )
 
     def clean(self, plan: CleanPlan) -> CleanResult:
         """Write cleaned copies of the planned segments (safe on a background thread)."""
         result = CleanResult(plan)
         latest: dict[bytes, int] = {}
+        walk = _TxnWalk(plan.aborted)
         for _base, path, size in plan.segments:
             for batch in _batches(path, size):
-                header, records = raw_records(batch)
+                header = parse_header(batch)
                 if header.is_control:
+                    walk.on_control(header, _control_type(raw_records(batch)[1]))
                     continue
-                for r in records:
+                if walk.on_data(header):
+                    continue  # aborted: its keys do not count
+                for r in raw_records(batch)[1]:
                     if r.key is not None:
                         latest[r.key] = r.offset
         horizon = plan.now - plan.delete_retention_ms
+        walk = _TxnWalk(plan.aborted)
+        due: list[int] = []
         for base, path, size in plan.segments:
+            walk.index = []
             out = bytearray()
             changed = False
             for batch in _batches(path, size):
                 header, records = raw_records(batch)
                 result.records_read += len(records)
                 if header.is_control:
-                    out += batch
-                    continue
-                kept: list[RawRecord] = [
-                    r for r in records
-                    if r.key is not None and latest.get(r.key) == r.offset
-                    and not (r.value is None and r.timestamp < horizon)
-                ]
+                    can_discard = walk.on_control(header, _control_type(records))
+                    delete_horizon = header.delete_horizon_ms
+                    discard_records = can_discard and delete_horizon is not None \
+                        and delete_horizon <= plan.now
+                    kept = [] if discard_records else records
+                else:
+                    can_discard = walk.on_data(header)
+                    kept = [] if can_discard else [
+                        r for r in records
+                        if r.key is not None and latest.get(r.key) == r.offset
+                        and not (r.value is None and r.timestamp < horizon)
+                    ]
                 result.records_kept += len(kept)
-                for r in kept:
-                    if r.value is None:
-                        due = r.timestamp + plan.delete_retention_ms + 1
-                        if result.tombstone_due is None or due < result.tombstone_due:
-                            result.tombstone_due = due
-                if len(kept) == len(records):
-                    out += batch
-                elif kept:
-                    out += rebuild_batch(batch, kept)
-                    changed = True
+                if kept:
+                    if header.is_control and can_discard and header.delete_horizon_ms is None:
+                        marker_horizon = plan.now + plan.delete_retention_ms
+                        out += rebuild_batch(batch, kept, marker_horizon)
+                        due.append(marker_horizon)
+                        changed = True
+                        continue
+                    if header.is_control and header.delete_horizon_ms is not None:
+                        due.append(header.delete_horizon_ms)
+                    for r in kept:
+                        if r.value is None and not header.is_control:
+                            due.append(r.timestamp + plan.delete_retention_ms + 1)
+                    if len(kept) == len(records):
+                        out += batch
+                    else:
+                        out += rebuild_batch(batch, kept)
+                        changed = True
+                elif _is_last_of_producer(header, plan.last_records):
+                    # Kept empty: the producer's sequence and epoch stay in the log.
+                    if records:
+                        out += rebuild_batch(batch, [])
+                        changed = True
+                    else:
+                        out += batch
                 else:
                     changed = True
+                    if header.is_transactional and not header.is_control:
+                        walk.removed_txn_batch = True
+            if walk.index != plan.txn_indexes.get(base, []):
+                changed = True
             result.bytes_before += size
             result.bytes_after += len(out) if changed else size
             if changed:
@@ -158,23 +310,40 @@ class LogCleaner:
                     f.write(out)
                     f.flush()
                     os.fsync(f.fileno())
-                result.cleaned.append((base, cleaned, size))
+                cleaned_index = None
+                if walk.index:
+                    cleaned_index = path[: -len(".log")] + ".txnindex" + CLEANED_SUFFIX
+                    write_entries(cleaned_index, walk.index)
+                result.cleaned.append((base, cleaned, size, cleaned_index))
+        if walk.removed_txn_batch:
+            due.append(plan.now)  # its marker may get a delete horizon in the next pass
+        result.tombstone_due = min(due) if due else None
         return result
 
     def swap(self, result: CleanResult) -> int:
         """Install cleaned segments (event-loop thread); returns how many were replaced."""
         lg = result.plan.log
         replaced = 0
-        for base, cleaned, original_size in result.cleaned:
+        for base, cleaned, original_size, cleaned_index in result.cleaned:
             idx = next((i for i, s in enumerate(lg.segments[:-1]) if s.base_offset == base), None)
             if idx is None or lg.segments[idx].size != original_size:
-                os.unlink(cleaned)  # deleted or changed meanwhile: leave it alone
+                # Deleted or changed meanwhile: leave it alone.
+                for path in (cleaned, cleaned_index):
+                    if path is not None:
+                        os.unlink(path)
                 continue
             old = lg.segments[idx]
             old.close()
+            # The index first: an entry is only dropped once its records are gone from
+            # the old file too, so the old log with the new index is consistent.
+            if cleaned_index is not None:
+                os.replace(cleaned_index, old.txn_index.path)
+            else:
+                old.txn_index.delete()
             os.replace(cleaned, old.log_path)
             fresh = LogSegment(lg.directory, base, lg.config.index_interval_bytes)
             fresh.recover()
+            fresh.load_txn_index()
             fresh.flush()
             lg.segments[idx] = fresh
             replaced += 1

@@ -1,15 +1,47 @@
 """Log: the segmented, append-only log of one partition (Kafka's UnifiedLog, local part).
 
 Directory ``<data-dir>/<topic>-<partition>/`` holds segments
-``<20-digit base offset>.log`` with ``.index`` and ``.timeindex``, producer
-snapshots ``<offset>.snapshot`` and ``partition.metadata`` (topic id).
+``<20-digit base offset>.log`` with ``.index``, ``.timeindex`` and, once a
+transaction was aborted in them, ``.txnindex``; producer snapshots
+``<offset>.snapshot`` and ``partition.metadata`` (topic id).
 
 Invariants:
 - ``segments`` is non-empty and sorted by base offset; the last one is active;
 - ``log_start_offset <= high watermark <= log_end_offset``; offsets below
   ``log_start_offset`` are invisible even while their segment still exists;
+- ``log_start_offset <= last_stable_offset() <= high watermark``;
 - ``recovery_point``: every byte below it has been fsynced; after an unclean
-  shutdown only segments from the one holding it are re-validated.
+  shutdown only segments from the one holding it are re-validated, and their
+  transaction indexes are rebuilt by replaying the producer state;
+- the producer state (idempotence, ongoing transactions) is that of every
+  batch below ``log_end_offset``; truncation reloads it from a snapshot.
+
+Transactions (Kafka's UnifiedLog; the API the handlers and replication use):
+
+- ``append_as_leader(..., origin=AppendOrigin.CLIENT)`` for Produce: control
+  batches are refused; sequences, epochs and transaction state are checked.
+  ``append_end_txn_marker(...)`` (or ``append_as_leader`` of a batch from
+  ``dmq.record.control.build_end_txn_marker_batch`` with
+  ``origin=AppendOrigin.COORDINATOR``) writes a WriteTxnMarkers marker: no
+  sequence checks; INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED and
+  INVALID_TXN_STATE as Kafka. ``AppendOrigin.COORDINATOR`` is also the origin
+  of the group coordinator's transactional offset commits.
+- ``append_as_follower(records)`` takes the markers in fetched batches through
+  the same producer-state and transaction-index path, unchecked.
+- The Log is told the high watermark: ``update_high_watermark(hw)`` whenever the
+  Partition's high watermark changes (leader or follower, after truncation,
+  when loaded from the checkpoint). Until it is first told, the Log takes
+  every appended record as replicated (the high watermark is the log end
+  offset), which is how a single replica behaves and keeps the cleaner working
+  for callers that never tell it.
+- ``first_unstable_offset()``: the first offset of the earliest transaction
+  that is ongoing or whose marker is not yet below the high watermark (None:
+  none); ``last_stable_offset()``: that offset when below the high watermark,
+  else the high watermark. A read_committed Fetch reads up to it.
+- ``collect_aborted_transactions(start, upper)``: (producer id, first offset)
+  of the aborted transactions overlapping [start, upper);
+  ``aborted_transactions_for_read(offset, data, max_offset)`` computes the
+  upper bound of a read as Kafka's fetch does.
 
 Plain synchronous code. The event-loop thread calls every method except
 ``flush_segments``, which the LogManager may run on a background thread.
@@ -20,13 +52,14 @@ from __future__ import annotations
 import logging
 import os
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from dmq.config import LogConfig
 from dmq.record import records as record_codec
 from dmq.record.batch import (
+    CONTROL_MASK,
     BatchHeader,
     InvalidRecordError,
     ValidatedBatches,
@@ -35,10 +68,18 @@ from dmq.record.batch import (
     set_base_offset,
     set_log_append_time,
     set_partition_leader_epoch,
+    validate_batches,
+)
+from dmq.record.control import (
+    ControlRecordType,
+    EndTxnMarker,
+    build_end_txn_marker_batch,
+    read_end_txn_marker,
 )
 from dmq.storage.leader_epoch import LeaderEpochFileCache
-from dmq.storage.producer_state import ProducerStateManager
+from dmq.storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
 from dmq.storage.segment import FileSlice, LogSegment
+from dmq.storage.txn_index import AbortedTxn
 
 log = logging.getLogger("dmq.storage")
 
@@ -66,6 +107,37 @@ def now_ms() -> int:
 
 
 class Log:
+    """One partition's log. The transaction API (details in the module docstring):
+
+    Writing, as leader and follower::
+
+        append_as_leader(records, batches, leader_epoch, timestamp=None,
+                         origin=AppendOrigin.CLIENT) -> AppendResult        # Produce
+        append_as_leader(..., origin=AppendOrigin.COORDINATOR)              # TxnOffsetCommit, markers
+        append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch,
+                              commit, leader_epoch, timestamp=None) -> AppendResult
+        append_as_follower(records) -> int                                  # markers included
+
+    Refusals raise ``InvalidRecordError`` (``.error``: invalid_producer_epoch,
+    transaction_coordinator_fenced, invalid_txn_state, invalid_record, ...) and
+    leave the log unchanged.
+
+    The high watermark and what read_committed reads::
+
+        update_high_watermark(hw) -> int        # on every change of the Partition's HW
+        high_watermark -> int                   # as last told (log end offset until told)
+        first_unstable_offset() -> int | None
+        last_stable_offset() -> int             # Fetch/ListOffsets with read_committed
+        collect_aborted_transactions(start_offset, upper_bound_offset) -> list[(producer_id, first_offset)]
+        aborted_transactions_for_read(offset, data, max_offset) -> list[(producer_id, first_offset)]
+        fetch_upper_bound_offset(data, max_offset) -> int
+
+    Producer state for DescribeProducers / ListTransactions:
+    ``producer_state.producers`` (``ProducerEntry``: epoch, last_seq,
+    last_timestamp, coordinator_epoch, current_txn_first_offset) and
+    ``producer_state.ongoing_transactions()``.
+    """
+
     def __init__(
         self,
         directory: str,
@@ -94,6 +166,7 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
         self.on_roll: Callable[[Log, int], None] | None = None
+        self._high_watermark: int | None = None  # None: not told, the log end offset stands in
         started = time.monotonic()
         self._load(clean_shutdown)
         self._load_leader_epochs()
@@ -137,6 +210,14 @@ class Log:
             recover_from = max(0, bisect_right(self.bases, self.recovery_point) - 1)
         truncated_at: int | None = None
         for i, segment in enumerate(self.segments):
+            if i < recover_from and not segment.load_txn_index():
+                # Rebuilding a transaction index needs the producer state at its
+                # segment's base: recover from here as if it were unflushed.
+                log.warning("%s: transaction index of segment %d is corrupt; recovering from it",
+                            self.name, segment.base_offset)
+                recover_from = i
+            if i >= recover_from:
+                segment.txn_index.reset()
             if i >= recover_from or not segment.load_indexes():
                 cut = segment.recover()
                 if i < recover_from:
@@ -161,24 +242,70 @@ class Log:
         if self.log_start_offset > self.log_end_offset:
             self.log_end_offset = self.log_start_offset
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
-        if not clean_shutdown:
-            self.recovery_point = min(self.recovery_point,
-                                      self.bases[recover_from] if recover_from < len(self.bases) else self.log_end_offset)
-        self._load_producer_state()
+        rebuild_from: int | None = None
+        if recover_from < len(self.bases):
+            rebuild_from = self.bases[recover_from]
+            self.recovery_point = min(self.recovery_point, rebuild_from)
+        self._load_producer_state(rebuild_from)
 
-    def _load_producer_state(self) -> None:
-        self.producer_state.delete_snapshots_after(self.log_end_offset)
-        snap = self.producer_state.load_latest_snapshot(self.log_end_offset)
+    def _load_producer_state(self, rebuild_txn_indexes_from: int | None = None) -> None:
+        """Load the newest snapshot and replay the batches after it up to the log end.
+
+        With ``rebuild_txn_indexes_from``, snapshots above it are not trusted (they
+        may describe unflushed data) and every aborted transaction whose marker is
+        at or above it is written again to its segment's (reset) transaction index.
+        """
+        limit = self.log_end_offset
+        if rebuild_txn_indexes_from is not None:
+            limit = min(limit, rebuild_txn_indexes_from)
+        self.producer_state.delete_snapshots_after(limit)
+        snap = self.producer_state.load_latest_snapshot(limit)
         start = max(snap, self.segments[0].base_offset)
-        if start >= self.log_end_offset:
-            return
-        for segment in self.segments[max(0, bisect_right(self.bases, start) - 1):]:
-            found = segment.find_position(start)
-            if found is None:
-                continue
-            for _pos, header in segment.batches(found[0]):
-                if header.base_offset >= start:
-                    self.producer_state.update(header)
+        if start < self.log_end_offset:
+            for segment in self.segments[max(0, bisect_right(self.bases, start) - 1):]:
+                found = segment.find_position(start)
+                if found is None:
+                    continue
+                index = rebuild_txn_indexes_from is not None \
+                    and segment.base_offset >= rebuild_txn_indexes_from
+                for pos, header in segment.batches(found[0]):
+                    if header.base_offset < start or header.producer_id < 0:
+                        continue
+                    marker = self._marker_of(segment.read_batch(pos, header)) if header.is_control else None
+                    for txn, lso in self.producer_state.update(header, marker):
+                        if index:
+                            self._index_txn(segment, txn, lso)
+                if index:
+                    segment.txn_index.flush(fsync=False)
+        self._replicated_if_untold()
+
+    @staticmethod
+    def _leader_marker(records: bytearray, pos: int, header: BatchHeader) -> EndTxnMarker:
+        marker = read_end_txn_marker(records[pos: pos + header.size])
+        if marker is None or header.producer_id < 0 or not header.is_transactional:
+            raise InvalidRecordError(
+                "invalid_record", "a control batch written by a coordinator must be a transaction "
+                "marker of a producer, in a transactional batch")
+        return marker
+
+    @staticmethod
+    def _marker_of(batch: bytes | bytearray | memoryview) -> EndTxnMarker | None:
+        try:
+            return read_end_txn_marker(batch)
+        except InvalidRecordError as e:
+            log.warning("unreadable control batch at offset %d: %s",
+                        int.from_bytes(bytes(batch[:8]), "big", signed=True), e)
+            return None
+
+    @staticmethod
+    def _index_txn(segment: LogSegment, txn: CompletedTxn, lso: int) -> None:
+        """An aborted transaction goes into the index of its marker's segment."""
+        if txn.is_aborted:
+            segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+
+    def _replicated_if_untold(self) -> None:
+        if self._high_watermark is None:
+            self.producer_state.on_high_watermark_updated(self.log_end_offset)
 
     def _load_leader_epochs(self) -> None:
         if self.leader_epochs.exists:
@@ -206,11 +333,11 @@ class Log:
     # ------------------------------------------------------------------- append
 
     def check_producer_batches(self, batches: ValidatedBatches) -> AppendResult | None:
-        """Return the original result when the batch is a retried duplicate; raise when invalid."""
+        """Return the original result when the batch is a retried duplicate (Produce only)."""
         for header in batches.headers:
-            if header.producer_id < 0:
+            if header.producer_id < 0 or header.attributes & CONTROL_MASK:
                 continue
-            dup = self.producer_state.check(header)
+            dup = self.producer_state.find_duplicate(header)
             if dup is not None:
                 if len(batches.headers) == 1:
                     return AppendResult(dup.first_offset, dup.last_offset, -1,
@@ -221,44 +348,77 @@ class Log:
         return None
 
     def append_as_leader(self, records: bytearray, batches: ValidatedBatches, leader_epoch: int,
-                         timestamp: int | None = None) -> AppendResult:
-        """Assign offsets to validated batches and append them."""
-        duplicate = self.check_producer_batches(batches)
-        if duplicate is not None:
-            return duplicate
+                         timestamp: int | None = None,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+        """Assign offsets to validated batches and append them.
+
+        ``origin`` says who writes (see the module docstring): CLIENT for Produce,
+        COORDINATOR for transaction markers and the group coordinator's records.
+        Raises InvalidRecordError, leaving the log unchanged, when a batch is refused.
+        """
+        client = origin == AppendOrigin.CLIENT
+        if client:
+            duplicate = self.check_producer_batches(batches)
+            if duplicate is not None:
+                return duplicate
         if "compact" in self.config.cleanup_policy:
             self._require_keys(records, batches)
         now = now_ms() if timestamp is None else timestamp
         log_append = self.config.log_append_time
+        next_offset = self.log_end_offset
+        first_offset = next_offset
+        headers: list[BatchHeader] = []
+        producer_batches: list[tuple[BatchHeader, EndTxnMarker | None]] = []
+        for header, pos in zip(batches.headers, batches.positions, strict=True):
+            header = header._replace(base_offset=next_offset, partition_leader_epoch=leader_epoch,
+                                     max_timestamp=now if log_append else header.max_timestamp)
+            headers.append(header)
+            next_offset += header.last_offset_delta + 1
+            if header.attributes & CONTROL_MASK:
+                if client:
+                    raise InvalidRecordError(
+                        "invalid_record", f"clients are not allowed to write control records in {self.name}")
+                producer_batches.append((header, self._leader_marker(records, pos, header)))
+            elif header.producer_id >= 0:
+                producer_batches.append((header, None))
+        pending = self.producer_state.prepare(producer_batches, origin) if producer_batches else None
         segment = self.active_segment
         if segment.size > 0 and (
             segment.size + batches.total_size > self.config.segment_bytes
             or now - segment.created_ms >= self.config.segment_ms
         ):
             segment = self.roll()
-        next_offset = self.log_end_offset
-        first_offset = next_offset
         self.leader_epochs.assign(leader_epoch, first_offset)
-        headers: list[BatchHeader] = []
-        for header, pos in zip(batches.headers, batches.positions, strict=True):
-            set_base_offset(records, pos, next_offset)
+        for header, pos in zip(headers, batches.positions, strict=True):
+            set_base_offset(records, pos, header.base_offset)
             set_partition_leader_epoch(records, pos, leader_epoch)
-            max_ts = header.max_timestamp
             if log_append:
                 set_log_append_time(records, pos, header.size, now)
-                max_ts = now
-            headers.append(header._replace(base_offset=next_offset, max_timestamp=max_ts,
-                                           partition_leader_epoch=leader_epoch))
-            next_offset += header.last_offset_delta + 1
         segment.append(records, headers, batches.positions)
-        for header in headers:
-            self.producer_state.update(header)
         self.log_end_offset = next_offset
+        if pending is not None:
+            completed = self.producer_state.apply(pending)
+            if completed:
+                for txn, lso in completed:
+                    self._index_txn(segment, txn, lso)
+                self._replicated_if_untold()
         self.unflushed_messages += batches.record_count
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
         return AppendResult(first_offset, next_offset - 1, now if log_append else -1,
                             self.log_start_offset, batches.record_count)
+
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                              commit: bool, leader_epoch: int,
+                              timestamp: int | None = None) -> AppendResult:
+        """Write a COMMIT or ABORT marker as the leader (WriteTxnMarkers; origin COORDINATOR)."""
+        now = now_ms() if timestamp is None else timestamp
+        marker = EndTxnMarker(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT,
+                              coordinator_epoch)
+        records = bytearray(build_end_txn_marker_batch(
+            marker, producer_id=producer_id, producer_epoch=producer_epoch, timestamp=now))
+        return self.append_as_leader(records, validate_batches(records, len(records)), leader_epoch,
+                                     timestamp=now, origin=AppendOrigin.COORDINATOR)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> int:
         """Append batches copied from the leader, keeping their offsets and epochs.
@@ -282,16 +442,21 @@ class Log:
             if compute_crc(buf, pos, header.size) != header.crc:
                 raise InvalidRecordError("corrupt_message", f"{self.name}: replicated batch CRC mismatch")
             expected = header.last_offset + 1
+        headers = [h for _, h in found]
+        markers = [self._marker_of(buf[pos: pos + h.size]) if h.is_control and h.producer_id >= 0 else None
+                   for pos, h in found]
+        pending = self.producer_state.prepare(list(zip(headers, markers, strict=True)), AppendOrigin.REPLICATION)
         segment = self.active_segment
         if segment.size > 0 and (segment.size + len(buf) > self.config.segment_bytes
                                  or now_ms() - segment.created_ms >= self.config.segment_ms):
             segment = self.roll()
-        headers = [h for _, h in found]
         segment.append(buf, headers, [p for p, _ in found])
         for header in headers:
             self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
-            self.producer_state.update(header)
         self.log_end_offset = expected
+        for txn, lso in self.producer_state.apply(pending):
+            self._index_txn(segment, txn, lso)
+        self._replicated_if_untold()
         self.unflushed_messages += sum(h.record_count for h in headers)
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
@@ -307,9 +472,10 @@ class Log:
         self.log_start_offset = offset
         self.log_end_offset = offset
         self.recovery_point = offset
-        self.producer_state.truncate_after(-1)
-        self.producer_state.delete_snapshots_after(-1)
+        self.producer_state.truncate_fully()
         self.leader_epochs.clear_and_flush()
+        if self._high_watermark is not None:
+            self._high_watermark = offset
 
     @staticmethod
     def _require_keys(records: bytearray, batches: ValidatedBatches) -> None:
@@ -331,6 +497,7 @@ class Log:
             return old
         old.offset_index.flush(fsync=False)
         old.time_index.flush(fsync=False)
+        old.txn_index.flush(fsync=False)
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
         self.segments.append(segment)
         self.bases.append(base)
@@ -363,6 +530,81 @@ class Log:
             if sl is not None:
                 return sl if sl.length > 0 else None
         return None
+
+    # ------------------------------------------------------------ transactions
+
+    @property
+    def high_watermark(self) -> int:
+        """The high watermark the Log was last told (the log end offset until told)."""
+        return self.log_end_offset if self._high_watermark is None else self._high_watermark
+
+    def update_high_watermark(self, high_watermark: int) -> int:
+        """Take the Partition's high watermark (clamped to [log start, log end]); returns it.
+
+        Transactions whose marker it passes become stable. Call it on every change,
+        including a move back after truncation and the value loaded at startup.
+        """
+        hw = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        self._high_watermark = hw
+        self.producer_state.on_high_watermark_updated(hw)
+        return hw
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest transaction that is ongoing or whose marker the high
+        watermark has not passed (never below the log start offset); None when there is none."""
+        first = self.producer_state.first_unstable_offset()
+        return None if first is None else max(first, self.log_start_offset)
+
+    def last_stable_offset(self) -> int:
+        """The LSO: read_committed consumers read below it (Kafka's UnifiedLog.lastStableOffset)."""
+        hw = self.high_watermark
+        first = self.first_unstable_offset()
+        return first if first is not None and first < hw else hw
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Index entries of the aborted transactions overlapping [start_offset, upper_bound_offset)."""
+        out: list[AbortedTxn] = []
+        i = max(0, bisect_right(self.bases, start_offset) - 1)
+        for segment in self.segments[i:]:
+            found, complete = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            out += found
+            if complete:
+                break
+        return out
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping
+        [start_offset, upper_bound_offset): a read_committed Fetch's abortedTransactions."""
+        return [(t.producer_id, t.first_offset)
+                for t in self.aborted_transactions(start_offset, upper_bound_offset)]
+
+    def fetch_upper_bound_offset(self, data: FileSlice, max_offset: int) -> int:
+        """An offset past every record in ``data`` (a slice ``read`` returned), at most ``max_offset``.
+
+        As Kafka: the offset of the first indexed batch at or after the end of the
+        slice, else the next segment's base offset, else the log end offset.
+        """
+        for i, segment in enumerate(self.segments):
+            if segment.fd != data.fd:
+                continue
+            end = data.position + data.length
+            index = segment.offset_index
+            j = bisect_left(index.positions, end)
+            if j < len(index.positions):
+                upper = index.offsets[j]  # a batch starting past the slice: an upper bound
+            elif i + 1 < len(self.segments):
+                upper = self.segments[i + 1].base_offset
+            else:
+                upper = self.log_end_offset
+            return min(upper, max_offset)
+        return max_offset
+
+    def aborted_transactions_for_read(self, offset: int, data: FileSlice | None,
+                                      max_offset: int) -> list[tuple[int, int]]:
+        """The aborted transactions to return with ``data = read(offset, ..., max_offset)``."""
+        if data is None or data.length == 0:
+            return []
+        return self.collect_aborted_transactions(offset, self.fetch_upper_bound_offset(data, max_offset))
 
     def batches_from(self, offset: int) -> list[tuple[LogSegment, int, BatchHeader]]:
         out = []
@@ -417,6 +659,7 @@ class Log:
         """Advance the log start offset to ``offset`` (DeleteRecords); return it."""
         if offset > self.log_start_offset:
             self.log_start_offset = offset
+            self._on_log_start_offset_moved()
             self._delete_segments_below_start()
         return self.log_start_offset
 
@@ -432,6 +675,12 @@ class Log:
         self.bases.pop(0)
         segment.delete()
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._on_log_start_offset_moved()
+
+    def _on_log_start_offset_moved(self) -> None:
+        if self._high_watermark is not None and self._high_watermark < self.log_start_offset:
+            self._high_watermark = self.log_start_offset
+        self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
 
     def delete_old_segments(self, now: int | None = None) -> int:
         """Apply retention.ms / retention.bytes (``delete`` policy); return segments deleted."""
@@ -472,8 +721,18 @@ class Log:
         self.active_segment.truncate_to(offset)
         self.log_end_offset = max(offset, self.log_start_offset)
         self.recovery_point = min(self.recovery_point, offset)
-        self.producer_state.truncate_after(offset)
-        self.producer_state.delete_snapshots_after(offset)
+        if self._high_watermark is not None:
+            self._high_watermark = min(self._high_watermark, self.log_end_offset)
+        # Kafka's truncateAndReload: the newest snapshot at or below the new end,
+        # then the batches after it (transactions whose marker was cut reopen).
+        # Completions still above the high watermark whose marker survives stay
+        # unstable (a snapshot does not hold them).
+        unreplicated = [t for t in self.producer_state.unreplicated_transactions()
+                        if t.last_offset < self.log_end_offset]
+        self._load_producer_state()
+        self.producer_state.restore_unreplicated(unreplicated)
+        if self._high_watermark is not None:
+            self.producer_state.on_high_watermark_updated(self._high_watermark)
         self.leader_epochs.truncate_from_end(offset)
 
     # --------------------------------------------------------------- flushing

@@ -1,27 +1,86 @@
-"""Idempotent producer state of one partition (Kafka's ProducerStateManager).
+"""Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager).
 
-For each producer id: its epoch and the metadata of its last 5 batches
-(first/last sequence, first/last offset). ``check()`` classifies an incoming
-batch as new, duplicate (answered with the original offsets) or invalid;
-``update()`` records an appended batch. State is rebuilt after a restart from
-the newest snapshot ``<20-digit offset>.snapshot`` (JSON with a CRC32C) plus
-the batches from that offset on, so a retry after a crash is still deduplicated.
+For each producer id: its epoch, the metadata of its last 5 batches (first/last
+sequence, first/last offset), the epoch of the transaction coordinator that
+wrote its last marker, and the first offset of its ongoing transaction (-1
+when none). State is rebuilt after a restart from the newest snapshot
+``<20-digit offset>.snapshot`` plus the batches from that offset on, so a
+retry after a crash is still deduplicated and an open transaction stays open.
+
+Snapshot file: a JSON header line ``{"version": V, "crc": CRC32C of the body}``
+then a JSON body, one list per producer. Version 1 (before transactions):
+``[pid, epoch, last timestamp, [[first seq, last seq, first offset, last offset], ...]]``;
+version 2 appends ``coordinator epoch, ongoing transaction's first offset``.
+Version 1 files are still read (no coordinator epoch, no open transaction).
+
+Transactions, as Kafka's ProducerAppendInfo and ProducerStateManager:
+
+- a producer's first transactional data batch starts its transaction at that
+  batch's base offset; the transaction is *ongoing* until a COMMIT or ABORT
+  marker of the producer is appended, which completes it (``CompletedTxn``:
+  producer id, first offset, last offset = the marker's offset, aborted?);
+- a completed transaction stays *unreplicated* until the high watermark
+  passes its marker (``on_high_watermark_updated``); ongoing and unreplicated
+  transactions together make ``first_unstable_offset()``;
+- a marker for a producer with no ongoing transaction completes nothing (it
+  still updates the producer's epoch and coordinator epoch).
+
+Appending is two steps so that a refused request changes nothing:
+``prepare(batches, origin)`` validates every batch of one append in order
+against the state as the earlier batches of the same append leave it and
+returns a ``ProducerAppend``; ``apply(append)`` installs it, starting and
+completing transactions in batch order, and returns each completed
+transaction with the last stable offset at its marker, which the Log writes
+to its transaction index for an aborted one. (Kafka starts every transaction
+of an append before completing any, so when one append holds a marker and a
+later transaction start, as a follower's fetch may, the LSO it indexes for the
+marker is the later start: too high, which ends the index search early and
+misses aborted transactions. Batch order gives the LSO at the marker.)
+Checks by ``AppendOrigin``:
+
+- CLIENT (Produce): batches with a producer id need a base sequence;
+  sequences (duplicates are answered by ``find_duplicate`` before ``prepare``),
+  then the checks below;
+- COORDINATOR (WriteTxnMarkers, the group coordinator's TxnOffsetCommit): no
+  sequence checks; a data batch or marker whose producer epoch is older than
+  the producer's current one -> INVALID_PRODUCER_EPOCH; a marker whose
+  coordinator epoch is older than the last one seen ->
+  TRANSACTION_COORDINATOR_FENCED; a non-transactional data batch from a
+  producer with an ongoing transaction -> INVALID_TXN_STATE;
+- REPLICATION (a follower's fetched batches, recovery, reload): no checks;
+  the leader validated.
+
+Errors are ``InvalidRecordError`` with the name of kio's ``ErrorCode``.
+Plain synchronous code, called by the owning Log.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from bisect import bisect_left, insort
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
 
 from crc32c import crc32c
 
-from dmq.record.batch import BatchHeader, InvalidRecordError
+from dmq.record.batch import CONTROL_MASK, BatchHeader, InvalidRecordError
+from dmq.record.control import EndTxnMarker
 
 BATCHES_KEPT = 5
 SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOT_VERSION = 2
 _SEQ_WRAP = 2**31
+NO_OFFSET = -1
+
+
+class AppendOrigin(Enum):
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+    REPLICATION = "replication"
 
 
 @dataclass(slots=True)
@@ -38,79 +97,335 @@ class ProducerEntry:
     epoch: int
     last_timestamp: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = NO_OFFSET  # first offset of the ongoing transaction
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
 
+    @property
+    def last_data_offset(self) -> int:
+        """Offset of the last data record written by the producer (-1: none known)."""
+        return self.batches[-1].last_offset if self.batches else NO_OFFSET
+
+    @property
+    def has_ongoing_txn(self) -> bool:
+        return self.current_txn_first_offset >= 0
+
+    def copy(self) -> ProducerEntry:
+        return ProducerEntry(self.producer_id, self.epoch, self.last_timestamp,
+                             deque(self.batches, maxlen=BATCHES_KEPT), self.coordinator_epoch,
+                             self.current_txn_first_offset)
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:  # a new epoch starts its sequences over
+            self.batches.clear()
+            self.epoch = epoch
+
+
+class CompletedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int  # offset of the marker
+    is_aborted: bool
+
+
+class TxnMetadata(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int = NO_OFFSET  # the marker's offset once completed
+
+
+class LastRecord(NamedTuple):
+    """What the cleaner must keep of an active producer (Kafka's LastRecord)."""
+
+    last_data_offset: int  # -1 when the producer's last entry is a marker
+    producer_epoch: int
+
+
+# The batches of one append that ``prepare`` accepted, to ``apply`` in order.
+ProducerAppend = list[tuple[BatchHeader, EndTxnMarker | None]]
+
+
+def _apply_batch(entry: ProducerEntry, header: BatchHeader,
+                 marker: EndTxnMarker | None) -> TxnMetadata | CompletedTxn | None:
+    """Change ``entry`` for one batch of its producer; the transaction it starts or completes."""
+    if header.attributes & CONTROL_MASK:
+        if marker is None:
+            return None  # the cleaner emptied it: its transaction is gone from the log
+        completed = None
+        if entry.current_txn_first_offset >= 0:
+            completed = CompletedTxn(entry.producer_id, entry.current_txn_first_offset,
+                                     header.base_offset, marker.is_abort)
+        entry.set_epoch(header.producer_epoch)
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.current_txn_first_offset = NO_OFFSET
+        if header.max_timestamp > entry.last_timestamp:
+            entry.last_timestamp = header.max_timestamp
+        return completed
+    entry.set_epoch(header.producer_epoch)
+    entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
+                                       header.base_offset, header.last_offset))
+    if header.max_timestamp > entry.last_timestamp:
+        entry.last_timestamp = header.max_timestamp
+    if entry.current_txn_first_offset < 0 and header.is_transactional:
+        entry.current_txn_first_offset = header.base_offset
+        return TxnMetadata(entry.producer_id, header.base_offset)
+    return None
+
 
 class ProducerStateManager:
+    """The producers of one partition; the Log drives it (see the module docstring).
+
+    ``find_duplicate(header)``, ``prepare(batches, origin)`` then ``apply(append)``
+    per append; ``first_unstable_offset()``, ``first_undecided_offset()``,
+    ``ongoing_transactions()``, ``unreplicated_transactions()``,
+    ``on_high_watermark_updated(hw)``; ``last_records()`` for the cleaner;
+    ``producers`` maps producer id -> ``ProducerEntry``.
+    """
+
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        self._ongoing: dict[int, int] = {}  # first offset -> producer id
+        self._ongoing_firsts: list[int] = []  # sorted first offsets of ongoing transactions
+        self._unreplicated: dict[int, TxnMetadata] = {}  # first offset -> completed transaction
+        self._unreplicated_firsts: list[int] = []
 
-    def check(self, header: BatchHeader) -> BatchMetadata | None:
-        """Validate an idempotent batch; return the original batch if it is a duplicate."""
+    # ------------------------------------------------------------- validation
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        """The batch already appended with ``header``'s epoch and sequence range, if any."""
         entry = self.producers.get(header.producer_id)
-        first_seq = header.base_sequence
-        if entry is None:
-            if first_seq != 0:
-                raise InvalidRecordError(
-                    "out_of_order_sequence_number",
-                    f"unknown producer {header.producer_id} sent sequence {first_seq}, expected 0",
-                )
+        if entry is None or entry.epoch != header.producer_epoch:
             return None
-        if header.producer_epoch < entry.epoch:
-            raise InvalidRecordError(
-                "invalid_producer_epoch",
-                f"producer epoch {header.producer_epoch} is older than {entry.epoch}",
-            )
-        if header.producer_epoch > entry.epoch:
-            if first_seq != 0:
-                raise InvalidRecordError(
-                    "out_of_order_sequence_number",
-                    f"new epoch {header.producer_epoch} must start at sequence 0, got {first_seq}",
-                )
-            return None
-        last_seq = header.last_sequence
+        first_seq, last_seq = header.base_sequence, header.last_sequence
         for batch in entry.batches:
             if batch.first_seq == first_seq and batch.last_seq == last_seq:
                 return batch
+        return None
+
+    def prepare(self, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
+                origin: AppendOrigin) -> ProducerAppend:
+        """Validate the batches of one append (offsets assigned), in order.
+
+        ``batches`` are (header, marker) pairs: the marker of a control batch, None
+        for a data batch or a control batch without a marker (emptied by the
+        cleaner). Batches without a producer id are skipped. A batch is checked
+        against the state its producer's earlier batches in the same append leave.
+        Raises InvalidRecordError; nothing changes until ``apply``.
+        """
+        if origin == AppendOrigin.REPLICATION:
+            return [(h, m) for h, m in batches if h.producer_id >= 0]
+        if len(batches) == 1:  # the usual Produce request: one batch per partition
+            header, marker = batches[0]
+            if header.producer_id < 0:
+                return []
+            current = self.producers.get(header.producer_id)
+            if current is None:
+                self._check(ProducerEntry(header.producer_id, -1, -1), False, header, marker, origin)
+            else:
+                self._check(current, True, header, marker, origin)
+            return batches
+        out: ProducerAppend = []
+        seen: set[int] = set()
+        working: dict[int, ProducerEntry] = {}  # copies, for producers with several batches
+        for header, marker in batches:
+            pid = header.producer_id
+            if pid < 0:
+                continue
+            if pid in seen:
+                entry = working.get(pid)
+                if entry is None:
+                    current = self.producers.get(pid)
+                    entry = current.copy() if current is not None else ProducerEntry(pid, -1, -1)
+                    for h, m in out:
+                        if h.producer_id == pid:
+                            _apply_batch(entry, h, m)
+                    working[pid] = entry
+                self._check(entry, True, header, marker, origin)
+                _apply_batch(entry, header, marker)
+            else:
+                current = self.producers.get(pid)
+                if current is None:
+                    self._check(ProducerEntry(pid, -1, -1), False, header, marker, origin)
+                else:
+                    self._check(current, True, header, marker, origin)
+                seen.add(pid)
+            out.append((header, marker))
+        return out
+
+    def _check(self, entry: ProducerEntry, known: bool, header: BatchHeader, marker: EndTxnMarker | None,
+               origin: AppendOrigin) -> None:
+        if header.attributes & CONTROL_MASK:
+            if marker is None:
+                return
+            self._check_epoch(entry, header)
+            if entry.coordinator_epoch > marker.coordinator_epoch:
+                raise InvalidRecordError(
+                    "transaction_coordinator_fenced",
+                    f"marker at offset {header.base_offset} for producer {entry.producer_id} comes from "
+                    f"coordinator epoch {marker.coordinator_epoch}, older than {entry.coordinator_epoch}")
+            return
+        self._check_epoch(entry, header)
+        if origin == AppendOrigin.CLIENT:
+            self._check_sequence(entry, header, known)
+        if entry.current_txn_first_offset >= 0 and not header.is_transactional:
+            raise InvalidRecordError(
+                "invalid_txn_state",
+                f"non-transactional batch at offset {header.base_offset} from producer "
+                f"{entry.producer_id}, whose transaction from offset "
+                f"{entry.current_txn_first_offset} is still open")
+
+    @staticmethod
+    def _check_epoch(entry: ProducerEntry, header: BatchHeader) -> None:
+        if header.producer_epoch < entry.epoch:
+            raise InvalidRecordError(
+                "invalid_producer_epoch",
+                f"epoch {header.producer_epoch} of producer {entry.producer_id} at offset "
+                f"{header.base_offset} is older than its current epoch {entry.epoch}")
+
+    @staticmethod
+    def _check_sequence(entry: ProducerEntry, header: BatchHeader, known: bool) -> None:
+        first_seq = header.base_sequence
+        if first_seq < 0:
+            raise InvalidRecordError(
+                "invalid_record",
+                f"batch of producer {entry.producer_id} has no sequence number ({first_seq})")
+        if not known:
+            if first_seq != 0:
+                raise InvalidRecordError(
+                    "out_of_order_sequence_number",
+                    f"unknown producer {entry.producer_id} sent sequence {first_seq}, expected 0")
+            return
+        if header.producer_epoch != entry.epoch:
+            if first_seq != 0:
+                raise InvalidRecordError(
+                    "out_of_order_sequence_number",
+                    f"new epoch {header.producer_epoch} must start at sequence 0, got {first_seq}")
+            return
         expected = (entry.last_seq + 1) % _SEQ_WRAP
         if first_seq != expected:
             raise InvalidRecordError(
                 "out_of_order_sequence_number",
-                f"producer {header.producer_id} sent sequence {first_seq}, expected {expected}",
-            )
-        return None
+                f"producer {entry.producer_id} sent sequence {first_seq}, expected {expected}")
 
-    def update(self, header: BatchHeader) -> None:
-        """Record an appended batch (offsets assigned)."""
-        if header.producer_id < 0:
+    def apply(self, append: ProducerAppend) -> list[tuple[CompletedTxn, int]]:
+        """Install a prepared append, batch by batch; returns the transactions it completed,
+        each with the last stable offset at its marker (for the transaction index)."""
+        out = []
+        producers = self.producers
+        for header, marker in append:
+            pid = header.producer_id
+            entry = producers.get(pid)
+            if entry is None:
+                entry = producers[pid] = ProducerEntry(pid, -1, -1)
+            event = _apply_batch(entry, header, marker)
+            if event is None:
+                continue
+            if isinstance(event, CompletedTxn):
+                out.append((event, self.last_stable_offset(event)))
+                self.complete_txn(event)
+            else:
+                self._add(self._ongoing, self._ongoing_firsts, event.first_offset, event.producer_id)
+        return out
+
+    def update(self, header: BatchHeader, marker: EndTxnMarker | None = None) -> list[tuple[CompletedTxn, int]]:
+        """Apply one replicated batch (no checks); returns the transactions it completes."""
+        return self.apply(self.prepare([(header, marker)], AppendOrigin.REPLICATION))
+
+    # ----------------------------------------------------------- transactions
+
+    @staticmethod
+    def _add(index: dict, firsts: list[int], first_offset: int, value: object) -> None:
+        if first_offset not in index:
+            insort(firsts, first_offset)
+        index[first_offset] = value
+
+    @staticmethod
+    def _remove(index: dict, firsts: list[int], first_offset: int) -> None:
+        if index.pop(first_offset, None) is not None:
+            del firsts[bisect_left(firsts, first_offset)]
+
+    def last_stable_offset(self, txn: CompletedTxn) -> int:
+        """The LSO at ``txn``'s marker, for its index entry (before it is completed).
+
+        The first offset of the earliest ongoing transaction of another producer,
+        else the offset after the marker.
+        """
+        for first in self._ongoing_firsts:
+            if self._ongoing[first] != txn.producer_id:
+                return first
+        return txn.last_offset + 1
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        """Mark ``txn`` complete; it stays unstable until the high watermark passes its marker."""
+        if self._ongoing.get(txn.first_offset) != txn.producer_id:
+            raise ValueError(f"transaction {txn} was not started")
+        self._remove(self._ongoing, self._ongoing_firsts, txn.first_offset)
+        self._add(self._unreplicated, self._unreplicated_firsts, txn.first_offset,
+                  TxnMetadata(txn.producer_id, txn.first_offset, txn.last_offset))
+
+    def restore_unreplicated(self, txns: Iterable[TxnMetadata]) -> None:
+        """Take back completed transactions held before a reload (their markers survived it)."""
+        for txn in txns:
+            self._add(self._unreplicated, self._unreplicated_firsts, txn.first_offset, txn)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is below ``high_watermark``."""
+        self._drop_unreplicated_below(high_watermark)
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        self._drop_unreplicated_below(log_start_offset)
+
+    def _drop_unreplicated_below(self, offset: int) -> None:
+        if not self._unreplicated:
             return
-        entry = self.producers.get(header.producer_id)
-        if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_id, header.producer_epoch, header.max_timestamp)
-            self.producers[header.producer_id] = entry
-        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
-        if header.base_sequence >= 0:
-            entry.batches.append(
-                BatchMetadata(header.base_sequence, header.last_sequence,
-                              header.base_offset, header.last_offset)
-            )
+        for first in [f for f, t in self._unreplicated.items() if t.last_offset < offset]:
+            self._remove(self._unreplicated, self._unreplicated_firsts, first)
 
-    def truncate_after(self, offset: int) -> None:
-        """Forget batches at or past ``offset`` (the log was truncated)."""
-        for pid in list(self.producers):
-            entry = self.producers[pid]
-            kept = [b for b in entry.batches if b.last_offset < offset]
-            if len(kept) != len(entry.batches):
-                entry.batches = deque(kept, maxlen=BATCHES_KEPT)
-            if not entry.batches:
-                del self.producers[pid]
+    def first_undecided_offset(self) -> int | None:
+        """First offset of the earliest ongoing transaction (no marker yet)."""
+        return self._ongoing_firsts[0] if self._ongoing_firsts else None
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest transaction that is ongoing or whose marker is not yet
+        below the high watermark."""
+        candidates = []
+        if self._ongoing_firsts:
+            candidates.append(self._ongoing_firsts[0])
+        if self._unreplicated_firsts:
+            candidates.append(self._unreplicated_firsts[0])
+        return min(candidates) if candidates else None
+
+    def ongoing_transactions(self) -> list[TxnMetadata]:
+        """Ongoing transactions by first offset."""
+        return [TxnMetadata(self._ongoing[f], f) for f in self._ongoing_firsts]
+
+    def unreplicated_transactions(self) -> list[TxnMetadata]:
+        """Completed transactions whose marker the high watermark has not passed, by first offset."""
+        return [self._unreplicated[f] for f in self._unreplicated_firsts]
+
+    def last_records(self) -> dict[int, LastRecord]:
+        return {pid: LastRecord(e.last_data_offset, e.epoch) for pid, e in self.producers.items()}
+
+    # ---------------------------------------------------------- housekeeping
+
+    def _clear(self) -> None:
+        self.producers = {}
+        self._ongoing, self._ongoing_firsts = {}, []
+        self._unreplicated, self._unreplicated_firsts = {}, []
+
+    def truncate_fully(self) -> None:
+        """Forget everything, snapshots included (the log restarts empty)."""
+        self._clear()
+        self.delete_snapshots_after(-1)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
-        for pid in [p for p, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]:
+        """Drop producers idle for longer than ``expiration_ms``; never one with an open transaction."""
+        for pid in [p for p, e in self.producers.items()
+                    if not e.has_ongoing_txn and now_ms - e.last_timestamp > expiration_ms]:
             del self.producers[pid]
 
     # -------------------------------------------------------------- snapshots
@@ -133,12 +448,13 @@ class ProducerStateManager:
         body = json.dumps(
             [
                 [e.producer_id, e.epoch, e.last_timestamp,
-                 [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches]]
+                 [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches],
+                 e.coordinator_epoch, e.current_txn_first_offset]
                 for e in self.producers.values()
             ],
             separators=(",", ":"),
         ).encode()
-        data = json.dumps({"version": 1, "crc": crc32c(body)}).encode() + b"\n" + body
+        data = json.dumps({"version": SNAPSHOT_VERSION, "crc": crc32c(body)}).encode() + b"\n" + body
         tmp = self._path(offset) + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -162,8 +478,12 @@ class ProducerStateManager:
                 self.delete_snapshot(snap)
 
     def load_latest_snapshot(self, max_offset: int) -> int:
-        """Load the newest valid snapshot at or below ``max_offset``; return its offset or -1."""
-        self.producers = {}
+        """Load the newest valid snapshot at or below ``max_offset``; return its offset or -1.
+
+        Everything held before is dropped, the transactions too: a snapshot's
+        open transactions become ongoing; completed ones are taken as replicated.
+        """
+        self._clear()
         for snap in reversed(self.snapshot_offsets()):
             if snap > max_offset:
                 continue
@@ -171,15 +491,23 @@ class ProducerStateManager:
                 with open(self._path(snap), "rb") as f:
                     head, _, body = f.read().partition(b"\n")
                 meta = json.loads(head)
-                if meta.get("version") != 1 or crc32c(body) != meta.get("crc"):
+                version = meta.get("version")
+                if version not in (1, SNAPSHOT_VERSION) or crc32c(body) != meta.get("crc"):
                     raise ValueError("bad snapshot")
-                for pid, epoch, ts, batches in json.loads(body):
-                    entry = ProducerEntry(pid, epoch, ts)
+                for item in json.loads(body):
+                    pid, epoch, ts, batches = item[:4]
+                    coordinator_epoch, txn_first = item[4:6] if version >= 2 else (-1, NO_OFFSET)
+                    entry = ProducerEntry(int(pid), int(epoch), int(ts),
+                                          coordinator_epoch=int(coordinator_epoch),
+                                          current_txn_first_offset=int(txn_first))
                     for b in batches:
-                        entry.batches.append(BatchMetadata(*b))
-                    self.producers[pid] = entry
+                        entry.batches.append(BatchMetadata(*(int(x) for x in b)))
+                    self.producers[entry.producer_id] = entry
+                    if entry.has_ongoing_txn:
+                        self._add(self._ongoing, self._ongoing_firsts, entry.current_txn_first_offset,
+                                  entry.producer_id)
                 return snap
-            except (OSError, ValueError, TypeError):
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
                 self.delete_snapshot(snap)
-                self.producers = {}
+                self._clear()
         return -1

@@ -1,11 +1,18 @@
-"""LogSegment: one ``<20-digit base offset>.log`` file with its two indexes.
+"""LogSegment: one ``<20-digit base offset>.log`` file with its indexes.
+
+The offset index ``.index`` and time index ``.timeindex`` always exist; the
+transaction index ``.txnindex`` (aborted transactions whose ABORT marker is in
+this segment) only once it has an entry.
 
 Invariants:
 - the file holds whole v2 batches back to back; ``size`` is the end of the
   last whole batch (a torn tail is cut by ``recover()``);
 - every batch's offsets are >= ``base_offset`` and increase strictly;
 - ``max_timestamp``/``offset_of_max_timestamp`` describe the batches appended
-  or recovered so far (the time index is derived from them).
+  or recovered so far (the time index is derived from them);
+- ``recover()`` rebuilds the offset and time indexes only: the transaction
+  index needs the producer state as of the segment's base offset, so the Log
+  resets and rebuilds it.
 
 Plain synchronous file code; only the owning Log calls it.
 """
@@ -28,6 +35,8 @@ from dmq.record.batch import (
     parse_header,
 )
 from dmq.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from dmq.storage.txn_index import SUFFIX as TXN_INDEX_SUFFIX
+from dmq.storage.txn_index import AbortedTxn, TransactionIndex
 
 _SCAN_CHUNK = 1 << 20
 
@@ -59,6 +68,9 @@ class LogSegment:
         )
         self.time_index = TimeIndex(
             os.path.join(directory, segment_name(base_offset, ".timeindex")), base_offset
+        )
+        self.txn_index = TransactionIndex(
+            os.path.join(directory, segment_name(base_offset, TXN_INDEX_SUFFIX)), base_offset
         )
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         for index_path in (self.offset_index.path, self.time_index.path):
@@ -170,6 +182,17 @@ class LogSegment:
             return False
         return True
 
+    def load_txn_index(self) -> bool:
+        """Load the transaction index; False when it is not sane (the Log rebuilds it)."""
+        try:
+            self.txn_index.load()
+        except CorruptIndexError:
+            return False
+        return True
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> tuple[list[AbortedTxn], bool]:
+        return self.txn_index.collect(fetch_offset, upper_bound_offset)
+
     def restore_tail_state(self) -> None:
         """Set next offset and max timestamp from the tail of a trusted segment."""
         last_off, position = self.offset_index.last_entry()
@@ -247,18 +270,21 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.restore_tail_state()
 
     def flush(self) -> None:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         self.offset_index.flush(fsync=False)
         self.time_index.flush(fsync=False)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         try:
             os.close(self.fd)
         except OSError:
@@ -266,7 +292,7 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

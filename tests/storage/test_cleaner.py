@@ -8,9 +8,13 @@ from hypothesis import strategies as st
 
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import InvalidRecordError, validate_batches
+from dmq.record.control import ControlRecordType, EndTxnMarker, read_end_txn_marker
 from dmq.record.records import decode_batch, encode_batch
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.log import Log
+from tests.support.transactions import end_txn, read_committed
+from tests.support.transactions import make_log as make_txn_log
+from tests.support.transactions import send as txn_send
 
 
 def compacted_log(path: Path, **extra: str) -> Log:
@@ -129,3 +133,202 @@ def test_compact_and_delete_policies_together(tmp_path: Path) -> None:
     assert {k for _, k, _ in everything(log)} == {b"k0", b"k1", b"k2"}
     assert log.delete_old_segments(now=10_000) > 0  # retention.ms applies as well
     assert log.log_start_offset > 0
+
+
+# ---------------------------------------------------------------- transactions
+
+
+def txn_log(path: Path, **extra: str) -> Log:
+    cfg = {"cleanup.policy": "compact", "segment.bytes": "400", "min.cleanable.dirty.ratio": "0.01",
+           "delete.retention.ms": "1000", **extra}
+    return make_txn_log(path, **cfg)
+
+
+def keyed(log: Log, pid: int, epoch: int, seq: int, key: bytes, value: bytes, *,
+          transactional: bool = True, ts: int = 1000) -> int:
+    return txn_send(log, pid, epoch, seq, [value], keys=[key], transactional=transactional, ts=ts)
+
+
+def roll_out(log: Log, n: int = 3) -> None:
+    """Plain records (keys of their own) pushing everything written so far out of the active segment."""
+    for _ in range(n):
+        put(log, b"pad-%d" % log.log_end_offset, b"p" * 300, ts=1000)
+
+
+def cleaner_pass(log: Log, tmp: Path, now: int) -> LogCleaner:
+    cleaner = LogCleaner(str(tmp))
+    plan = cleaner.plan([log], now=now)
+    assert plan is not None
+    cleaner.swap(cleaner.clean(plan))
+    return cleaner
+
+
+def control_batches(log: Log) -> list[tuple[int, int, int | None]]:
+    """(offset, record count, delete horizon) of every control batch."""
+    return [(h.base_offset, h.record_count, h.delete_horizon_ms)
+            for _s, _p, h in log.batches_from(log.log_start_offset) if h.is_control]
+
+
+def test_aborted_records_go_and_never_shadow_committed_ones(tmp_path: Path) -> None:
+    log = txn_log(tmp_path / "c-0")
+    keyed(log, 1, 0, 0, b"k", b"committed")                   # 0
+    end_txn(log, 1, 0, commit=True)                           # 1
+    keyed(log, 2, 0, 0, b"k", b"aborted")                     # 2
+    keyed(log, 2, 0, 1, b"other", b"aborted too")             # 3
+    end_txn(log, 2, 0, commit=False)                          # 4
+    roll_out(log)
+    before = read_committed(log)
+    assert (0, b"committed") in before and all(b"aborted" not in (v or b"") for _, v in before)
+    cleaner_pass(log, tmp_path, now=2000)
+    offsets = [o for o, _k, _v in everything(log)]
+    assert 0 in offsets and 2 not in offsets and 3 not in offsets
+    assert read_committed(log) == before
+    # The abort marker stays (its records went in this pass) with its index entry.
+    assert (4, 1, None) in control_batches(log)
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == [(2, 2)]
+
+
+def test_markers_get_a_horizon_then_go(tmp_path: Path) -> None:
+    log = txn_log(tmp_path / "c-0")
+    keyed(log, 1, 0, 0, b"k", b"v1")                          # 0
+    end_txn(log, 1, 0, commit=True)                           # 1
+    keyed(log, 2, 0, 0, b"k", b"aborted")                     # 2
+    end_txn(log, 2, 0, commit=False)                          # 3
+    put(log, b"k", b"v2", ts=1000)                            # 4: supersedes the commit's record
+    keyed(log, 1, 0, 1, b"x", b"x")                           # 5: later transactions of both
+    end_txn(log, 1, 0, commit=True)                           # 6
+    keyed(log, 2, 0, 1, b"y", b"y")                           # 7
+    end_txn(log, 2, 0, commit=True)                           # 8
+    roll_out(log)
+    before = read_committed(log)
+    later = [(6, 1, None), (8, 1, None)]
+    cleaner = cleaner_pass(log, tmp_path, now=2000)
+    # Pass 1: the aborted record and the superseded committed one go; both markers stay
+    # (batches of their transactions were read in this pass), the abort's index entry too.
+    assert control_batches(log) == [(1, 1, None), (3, 1, None), *later]
+    assert [h.base_offset for _s, _p, h in log.batches_from(0) if h.base_offset < 5] == [1, 3, 4]
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == [(2, 2)]
+    assert cleaner.tombstone_due[("t", 0)] == 2000  # cleanable again at once
+    cleaner = cleaner_pass(log, tmp_path, now=2500)
+    # Pass 2: their transactions are gone: a delete horizon each, the index entry goes.
+    assert control_batches(log) == [(1, 1, 3500), (3, 1, 3500), *later]
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == []
+    assert cleaner.tombstone_due[("t", 0)] == 3500
+    cleaner_pass(log, tmp_path, now=3499)
+    assert control_batches(log) == [(1, 1, 3500), (3, 1, 3500), *later]
+    cleaner = cleaner_pass(log, tmp_path, now=3500)
+    assert control_batches(log) == later
+    assert cleaner.tombstone_due[("t", 0)] == 2**62
+    assert read_committed(log) == [r for r in before if r[0] != 0]
+
+
+def test_marker_with_horizon_keeps_its_record_timestamp(tmp_path: Path) -> None:
+    log = txn_log(tmp_path / "c-0")
+    keyed(log, 1, 0, 0, b"k", b"v", ts=1000)
+    end_txn(log, 1, 0, commit=True, ts=1234)                  # 1
+    put(log, b"k", b"newer", ts=1000)
+    keyed(log, 1, 0, 1, b"x", b"x", ts=1000)                  # the producer's last batch
+    end_txn(log, 1, 0, commit=True)
+    roll_out(log)
+    cleaner_pass(log, tmp_path, now=2000)
+    cleaner_pass(log, tmp_path, now=2000)
+    batch = next(seg.read_batch(pos, h) for seg, pos, h in log.batches_from(0) if h.is_control)
+    header, records = decode_batch(batch)
+    assert header.delete_horizon_ms == 3000 and records[0].timestamp == 1234
+    assert read_end_txn_marker(batch) == EndTxnMarker(ControlRecordType.COMMIT, 0)
+
+
+def test_nothing_at_or_above_the_lso_is_cleaned(tmp_path: Path) -> None:
+    log = txn_log(tmp_path / "c-0")
+    for i in range(4):
+        put(log, b"k", b"old%d" % i, ts=1000)
+    roll_out(log, 1)
+    keyed(log, 1, 0, 0, b"k", b"open")                        # an open transaction
+    for i in range(4):
+        put(log, b"k", b"new%d" % i, ts=1000)
+    roll_out(log)
+    lso = log.last_stable_offset()
+    assert lso < log.active_segment.base_offset
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None and plan.end_offset <= lso
+    above = [(o, k, v) for o, k, v in everything(log) if o >= plan.end_offset]
+    cleaner.swap(cleaner.clean(plan))
+    assert [(o, k, v) for o, k, v in everything(log) if o >= plan.end_offset] == above
+    # The high watermark holds cleaning back as well.
+    log2 = txn_log(tmp_path / "d-0")
+    for _ in range(6):
+        put(log2, b"k", b"v" * 300, ts=1000)
+    log2.update_high_watermark(0)
+    assert LogCleaner(str(tmp_path)).plan([log2], now=2000) is None
+
+
+def test_last_batch_of_an_active_producer_is_kept_empty(tmp_path: Path) -> None:
+    log = txn_log(tmp_path / "c-0")
+    keyed(log, 7, 0, 0, b"k", b"idempotent", transactional=False)  # 0: the producer's last batch
+    put(log, b"k", b"newer", ts=1000)                               # 1
+    roll_out(log)
+    cleaner_pass(log, tmp_path, now=2000)
+    batches = [h for _s, _p, h in log.batches_from(0)]
+    assert (batches[0].base_offset, batches[0].record_count, batches[0].producer_id) == (0, 0, 7)
+    # Rebuilt from the log, the producer continues its sequence.
+    log.close()
+    again = Log(log.directory, "t", 0, log.config, clean_shutdown=False)
+    assert again.producer_state.producers[7].last_seq == 0
+    keyed(again, 7, 0, 1, b"k", b"next", transactional=False)
+
+
+def test_cleaned_segments_keep_their_index_over_a_restart(tmp_path: Path) -> None:
+    log = txn_log(tmp_path / "c-0")
+    keyed(log, 2, 0, 0, b"k", b"aborted")
+    end_txn(log, 2, 0, commit=False)
+    roll_out(log)
+    cleaner_pass(log, tmp_path, now=2000)
+    entries = log.collect_aborted_transactions(0, log.log_end_offset)
+    log.flush()
+    log.close()
+    again = Log(log.directory, "t", 0, log.config, clean_shutdown=True)
+    assert again.collect_aborted_transactions(0, again.log_end_offset) == entries == [(2, 0)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["put", "txn", "commit", "abort"]), st.integers(0, 2),
+                          st.integers(0, 3)), min_size=5, max_size=60),
+       st.lists(st.integers(0, 3000), min_size=1, max_size=4))
+def test_property_cleaning_keeps_the_read_committed_view(tmp_path_factory, ops, passes) -> None:  # noqa: ANN001
+    """Whatever the interleaving and however many passes: no aborted record becomes visible,
+    and the latest committed value of every key is what a read_committed consumer last sees."""
+    tmp = tmp_path_factory.mktemp("txnclean")
+    log = txn_log(tmp / "c-0", **{"segment.bytes": "250"})
+    seqs = {1: 0, 2: 0, 3: 0}
+    open_txn: dict[int, bool] = {}
+    for i, (op, p, k) in enumerate(ops):
+        pid = p + 1
+        key = b"k%d" % k
+        if op == "put":
+            put(log, key, b"plain-%d" % i, ts=1000)
+        elif op == "txn":
+            keyed(log, pid, 0, seqs[pid], key, b"txn-%d-%d" % (pid, i))
+            seqs[pid] += 1
+            open_txn[pid] = True
+        elif open_txn.pop(pid, False):
+            end_txn(log, pid, 0, commit=op == "commit")
+    for pid in list(open_txn):
+        end_txn(log, pid, 0, commit=False)
+    roll_out(log)
+
+    def latest(view: list[tuple[int, bytes | None]]) -> dict[bytes, bytes | None]:
+        keys = {o: k for o, k, _v in everything(log)}
+        return {keys[o]: v for o, v in view}
+
+    expected = latest(read_committed(log))
+    aborted_values = {v for _o, _k, v in everything(log)} - {v for _o, v in read_committed(log)}
+    for now in sorted(passes):
+        cleaner = LogCleaner(str(tmp))
+        plan = cleaner.plan([log], now=2000 + now)
+        if plan is not None:
+            cleaner.swap(cleaner.clean(plan))
+        view = read_committed(log)
+        assert not aborted_values & {v for _o, v in view}
+        assert latest(view) == expected
+        assert [o for o, _v in view] == sorted(o for o, _v in view)

@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from crc32c import crc32c
+
+from dmq.record.batch import CONTROL_MASK, TRANSACTIONAL_MASK, BatchHeader, InvalidRecordError
+from dmq.record.control import ControlRecordType, EndTxnMarker
+from dmq.storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateManager, TxnMetadata
+
+CLIENT, COORDINATOR, REPLICATION = AppendOrigin.CLIENT, AppendOrigin.COORDINATOR, AppendOrigin.REPLICATION
+
+def abort(coordinator_epoch: int = 0) -> EndTxnMarker:
+    return EndTxnMarker(ControlRecordType.ABORT, coordinator_epoch)
+
+
+def commit(coordinator_epoch: int = 0) -> EndTxnMarker:
+    return EndTxnMarker(ControlRecordType.COMMIT, coordinator_epoch)
+
+
+def header(offset: int, pid: int, epoch: int = 0, seq: int = 0, n: int = 1, *, txn: bool = True,
+           control: bool = False, ts: int = 1000) -> BatchHeader:
+    attributes = (TRANSACTIONAL_MASK if txn or control else 0) | (CONTROL_MASK if control else 0)
+    return BatchHeader(offset, 49, 0, 2, 0, attributes, n - 1, ts, ts, pid, epoch,
+                       -1 if control else seq, n)
+
+
+def run(psm: ProducerStateManager, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
+        origin: AppendOrigin = CLIENT) -> list[CompletedTxn]:
+    """Append as the Log does: prepare, then apply (which completes the finished transactions)."""
+    return [txn for txn, _lso in psm.apply(psm.prepare(batches, origin))]
+
+
+def error_of(psm: ProducerStateManager, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
+             origin: AppendOrigin = CLIENT) -> str:
+    with pytest.raises(InvalidRecordError) as e:
+        psm.prepare(batches, origin)
+    return e.value.error
+
+
+def test_transaction_starts_at_first_batch_and_marker_completes_it(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(10, 7, n=3), None)])
+    assert psm.producers[7].current_txn_first_offset == 10
+    run(psm, [(header(13, 7, seq=3), None)])
+    assert psm.producers[7].current_txn_first_offset == 10  # still the same transaction
+    assert psm.first_undecided_offset() == psm.first_unstable_offset() == 10
+    assert psm.ongoing_transactions() == [TxnMetadata(7, 10)]
+    done = run(psm, [(header(14, 7, control=True), abort(3))], COORDINATOR)
+    assert done == [CompletedTxn(7, 10, 14, True)]
+    entry = psm.producers[7]
+    assert (entry.current_txn_first_offset, entry.coordinator_epoch) == (-1, 3)
+    # Complete but its marker is not below the high watermark yet: still unstable.
+    assert psm.first_undecided_offset() is None and psm.first_unstable_offset() == 10
+    psm.on_high_watermark_updated(14)
+    assert psm.first_unstable_offset() == 10
+    psm.on_high_watermark_updated(15)
+    assert psm.first_unstable_offset() is None
+
+
+def test_marker_without_ongoing_transaction_completes_nothing(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    assert run(psm, [(header(0, 5, epoch=2, control=True), commit(1))], COORDINATOR) == []
+    entry = psm.producers[5]
+    assert (entry.epoch, entry.coordinator_epoch, entry.has_ongoing_txn) == (2, 1, False)
+    # An empty control batch (cleaned) changes nothing.
+    assert run(psm, [(header(1, 5, epoch=3, control=True), None)], REPLICATION) == []
+    assert psm.producers[5].epoch == 2
+
+
+def test_last_stable_offset_of_a_completed_transaction(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1), None), (header(1, 2), None), (header(2, 3), None)])
+
+    def end(offset: int, pid: int) -> list[tuple[CompletedTxn, int]]:
+        return psm.apply(psm.prepare([(header(offset, pid, control=True), abort())], COORDINATOR))
+
+    # The earliest ongoing transaction of another producer, else the offset after the marker.
+    assert end(3, 2) == [(CompletedTxn(2, 1, 3, True), 0)]
+    assert end(4, 1) == [(CompletedTxn(1, 0, 4, True), 2)]
+    assert end(5, 3) == [(CompletedTxn(3, 2, 5, True), 6)]
+    with pytest.raises(ValueError):
+        psm.complete_txn(CompletedTxn(9, 99, 100, True))
+
+
+def test_last_stable_offsets_follow_batch_order_within_one_append(tmp_path: Path) -> None:
+    # A follower's fetch: two transactions of pid 1, then one of pid 2. At each marker only
+    # what started before it is open (Kafka would store 6 for the first abort).
+    psm = ProducerStateManager(str(tmp_path))
+    done = psm.apply(psm.prepare([
+        (header(0, 1, n=2), None), (header(2, 1, control=True), abort()),
+        (header(3, 1, seq=2, n=2), None), (header(5, 1, control=True), abort()),
+        (header(6, 2, n=2), None), (header(8, 2, control=True), abort()),
+    ], REPLICATION))
+    assert [(t.first_offset, lso) for t, lso in done] == [(0, 3), (3, 6), (6, 9)]
+
+
+def test_epoch_and_coordinator_fencing(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, epoch=2), None)])
+    # A zombie of an older epoch: transactional data or a marker.
+    assert error_of(psm, [(header(1, 1, epoch=1), None)]) == "invalid_producer_epoch"
+    assert error_of(psm, [(header(1, 1, epoch=1), None)], COORDINATOR) == "invalid_producer_epoch"
+    assert error_of(psm, [(header(1, 1, epoch=1, control=True), commit())], COORDINATOR) \
+        == "invalid_producer_epoch"
+    run(psm, [(header(1, 1, epoch=2, control=True), commit(5))], COORDINATOR)
+    assert error_of(psm, [(header(2, 1, epoch=2, control=True), abort(4))], COORDINATOR) \
+        == "transaction_coordinator_fenced"
+    run(psm, [(header(2, 1, epoch=2, control=True), abort(5))], COORDINATOR)  # same epoch is fine
+    # Replication takes whatever the leader wrote.
+    run(psm, [(header(3, 1, epoch=1, control=True), abort(1))], REPLICATION)
+    assert (psm.producers[1].epoch, psm.producers[1].coordinator_epoch) == (1, 1)
+
+
+def test_non_transactional_batch_during_transaction(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1), None)])
+    assert error_of(psm, [(header(1, 1, seq=1, txn=False), None)]) == "invalid_txn_state"
+    assert error_of(psm, [(header(1, 1, seq=1, txn=False), None)], COORDINATOR) == "invalid_txn_state"
+    run(psm, [(header(1, 1, seq=1, txn=False), None)], REPLICATION)
+    assert psm.producers[1].current_txn_first_offset == 0
+    # After the marker the producer may write idempotently again.
+    psm2 = ProducerStateManager(str(tmp_path))
+    run(psm2, [(header(0, 1), None), (header(1, 1, control=True), commit())], REPLICATION)
+    run(psm2, [(header(2, 1, seq=1, txn=False), None)])
+    assert not psm2.producers[1].has_ongoing_txn
+
+
+def test_a_refused_append_changes_nothing(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1), None)])
+    before = psm.producers[1].copy()
+    # The first batch is fine, the second is not: neither is applied.
+    assert error_of(psm, [(header(1, 2), None), (header(2, 1, seq=1, txn=False), None)]) == "invalid_txn_state"
+    assert 2 not in psm.producers and psm.producers[1] == before
+    assert psm.ongoing_transactions() == [TxnMetadata(1, 0)]
+
+
+def test_batches_of_one_append_are_checked_in_order(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    # Replication may carry a whole transaction and the next one in one fetch.
+    done = run(psm, [(header(0, 1, n=2), None), (header(2, 1, seq=2), None),
+                     (header(3, 1, control=True), abort()), (header(4, 1, seq=3), None)], REPLICATION)
+    assert done == [CompletedTxn(1, 0, 3, True)]
+    assert psm.producers[1].current_txn_first_offset == 4
+    assert psm.first_unstable_offset() == 0
+    # Sequences run on within one client append.
+    run(psm, [(header(5, 9, n=2, txn=False), None), (header(7, 9, seq=2, txn=False), None)])
+    assert psm.producers[9].last_seq == 2
+    assert error_of(psm, [(header(8, 9, seq=4, txn=False), None)]) == "out_of_order_sequence_number"
+
+
+def test_sequence_rules_are_kept(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    assert error_of(psm, [(header(0, 1, seq=3, txn=False), None)]) == "out_of_order_sequence_number"
+    assert error_of(psm, [(header(0, 1, seq=-1, txn=False), None)]) == "invalid_record"
+    run(psm, [(header(0, 1, n=2, txn=False), None)])
+    assert psm.find_duplicate(header(0, 1, n=2, txn=False)) is not None
+    assert psm.find_duplicate(header(0, 1, epoch=1, n=2, txn=False)) is None
+    assert error_of(psm, [(header(2, 1, epoch=1, seq=5, txn=False), None)]) == "out_of_order_sequence_number"
+    run(psm, [(header(2, 1, epoch=1, seq=0, txn=False), None)])
+    # An abort marker of a bumped epoch starts the sequences over.
+    run(psm, [(header(3, 1, epoch=1, seq=1), None), (header(4, 1, epoch=2, control=True), abort())],
+        COORDINATOR)
+    assert psm.producers[1].last_seq == -1
+    assert error_of(psm, [(header(5, 1, epoch=2, seq=2), None)]) == "out_of_order_sequence_number"
+    run(psm, [(header(5, 1, epoch=2, seq=0), None)])
+    # Coordinator writes carry no sequence and are not checked for one.
+    run(psm, [(header(6, 4, seq=-1), None)], COORDINATOR)
+    assert psm.producers[4].current_txn_first_offset == 6
+
+
+def test_expiry_keeps_open_transactions(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, ts=0), None), (header(1, 2, ts=0, txn=False), None)])
+    psm.remove_expired(now_ms=10_000, expiration_ms=1000)
+    assert list(psm.producers) == [1]
+
+
+def test_snapshot_round_trip_keeps_transactions(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, epoch=3, n=2), None), (header(2, 2, txn=False), None),
+              (header(3, 3), None), (header(4, 3, control=True), commit(7))], REPLICATION)
+    psm.take_snapshot(5)
+    loaded = ProducerStateManager(str(tmp_path))
+    assert loaded.load_latest_snapshot(10) == 5
+    assert loaded.producers == psm.producers
+    assert loaded.ongoing_transactions() == [TxnMetadata(1, 0)]
+    assert loaded.producers[3].coordinator_epoch == 7
+    # Completed transactions are taken as replicated after a load (as Kafka).
+    assert loaded.first_unstable_offset() == 0 and loaded.unreplicated_transactions() == []
+
+
+def test_version_1_snapshots_are_still_read(tmp_path: Path) -> None:
+    body = json.dumps([[7, 2, 1234, [[0, 4, 10, 14]]]], separators=(",", ":")).encode()
+    path = tmp_path / f"{20:020d}.snapshot"
+    path.write_bytes(json.dumps({"version": 1, "crc": crc32c(body)}).encode() + b"\n" + body)
+    psm = ProducerStateManager(str(tmp_path))
+    assert psm.load_latest_snapshot(100) == 20
+    entry = psm.producers[7]
+    assert (entry.epoch, entry.last_seq, entry.last_data_offset, entry.coordinator_epoch,
+            entry.has_ongoing_txn) == (2, 4, 14, -1, False)
+    # Rewritten as version 2.
+    psm.take_snapshot(30)
+    assert json.loads((tmp_path / f"{30:020d}.snapshot").read_bytes().partition(b"\n")[0])["version"] == 2
+
+
+def test_corrupt_snapshot_falls_back_to_an_older_one(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1), None)], REPLICATION)
+    psm.take_snapshot(1)
+    run(psm, [(header(1, 2), None)], REPLICATION)
+    psm.take_snapshot(2)
+    (tmp_path / f"{2:020d}.snapshot").write_bytes(b'{"version": 2, "crc": 1}\n[]')
+    loaded = ProducerStateManager(str(tmp_path))
+    assert loaded.load_latest_snapshot(10) == 1
+    assert list(loaded.producers) == [1] and loaded.snapshot_offsets() == [1]
+
+
+def test_last_records_for_the_cleaner(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, n=3), None), (header(3, 2, epoch=4, control=True), abort())], REPLICATION)
+    records = psm.last_records()
+    assert records[1] == (2, 0) and records[2] == (-1, 4)
