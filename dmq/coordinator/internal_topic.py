@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Iterator
 
@@ -12,13 +11,15 @@ from kio.schema.errors import ErrorCode
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.metadata import MetadataError
 from dmq.coordinator.runtime import EndMarker, LogEntry
+from dmq.record.batch import InvalidRecordError
+from dmq.record.control import parse_end_txn_marker
 from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.storage.producer_state import AppendOrigin
 
 log = logging.getLogger("dmq.coordinator")
 
-TRANSACTIONAL = 0x10  # batch attribute bits
-CONTROL = 0x20
+TRANSACTIONAL = 0x10  # the transactional bit of a batch's attributes
 
 
 class InternalTopic:
@@ -78,22 +79,21 @@ class InternalTopic:
         now = int(time.time() * 1000)
         if producer is None:
             batch = encode_batch([(k, v, []) for k, v in records], timestamp=now)
+            result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1)
         else:
             batch = encode_batch([(k, v, []) for k, v in records], timestamp=now, producer_id=producer[0],
                                  producer_epoch=producer[1], attributes_extra=TRANSACTIONAL)
-        result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1)
+            result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1,
+                                                              AppendOrigin.COORDINATOR)
         return result.error, result.last_offset
 
     def append_marker(self, partition: int, marker: EndMarker) -> tuple[ErrorCode, int]:
         """A transaction's COMMIT or ABORT marker (a control batch), acks=all."""
         if self.admin_manager.store.topic(self.name) is None:
             return ErrorCode.coordinator_not_available, -1
-        key = struct.pack(">hh", 0, 1 if marker.commit else 0)
-        value = struct.pack(">hi", 0, marker.coordinator_epoch)
-        batch = encode_batch([(key, value, [])], timestamp=int(time.time() * 1000),
-                             producer_id=marker.producer_id, producer_epoch=marker.producer_epoch,
-                             attributes_extra=TRANSACTIONAL | CONTROL)
-        result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1)
+        result = self.replica_manager.append_end_txn_marker(
+            self.name, partition, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
+            marker.commit)
         return result.error, result.last_offset
 
     async def wait_committed(self, partition: int, last_offset: int) -> ErrorCode:
@@ -122,11 +122,9 @@ class InternalTopic:
 
 
 def _end_marker(producer_id: int, epoch: int, key: bytes | None, value: bytes | None) -> EndMarker | None:
-    """A COMMIT (type 1) or ABORT (type 0) control record; None for other control types."""
-    if key is None or len(key) < 4:
+    """A COMMIT or ABORT control record; None for any other (or unreadable) control record."""
+    try:
+        marker = parse_end_txn_marker(key, value)
+    except InvalidRecordError:
         return None
-    _, kind = struct.unpack_from(">hh", key)
-    if kind not in (0, 1):
-        return None
-    epoch_of_coordinator = struct.unpack_from(">i", value, 2)[0] if value is not None and len(value) >= 6 else -1
-    return EndMarker(producer_id, epoch, kind == 1, epoch_of_coordinator)
+    return EndMarker(producer_id, epoch, marker.is_commit, marker.coordinator_epoch)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from types import ModuleType
 
 from dmq.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_partition_reassignments,
     api_versions,
@@ -21,7 +23,9 @@ from dmq.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_transactions,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -40,6 +44,8 @@ from dmq.handlers import (
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
+    write_txn_markers,
 )
 
 HANDLERS: dict[int, ModuleType] = {
@@ -51,6 +57,8 @@ HANDLERS: dict[int, ModuleType] = {
         heartbeat, leave_group, offset_commit, offset_fetch, list_groups, describe_groups,
         delete_groups, offset_delete, offset_for_leader_epoch, alter_partition_reassignments,
         list_partition_reassignments, elect_leaders, list_transactions,
+        add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
+        describe_transactions,
     )
 }
 
@@ -58,8 +66,3 @@ HANDLERS: dict[int, ModuleType] = {
 def supported_apis() -> dict[int, tuple[int, int]]:
     return {key: (m.MIN_VERSION, m.MAX_VERSION) for key, m in HANDLERS.items()}
 
-
-# Built, not yet advertised (issue 11): add_partitions_to_txn, add_offsets_to_txn, end_txn
-# and describe_transactions join HANDLERS once transactional produce and markers work end
-# to end with real clients (DescribeTransactions also needs an Ongoing transaction to test:
-# an Empty one's start time is -1, which kio, the tests' decoder, cannot read).

@@ -1,5 +1,8 @@
 """Fetch (1): read batches below the high watermark, long-polling on max_wait/min_bytes.
 
+A read_committed consumer (isolation level 1) reads below the last stable
+offset and gets the aborted transactions of what it read, to skip their records.
+
 A follower's fetch (``replica_id >= 0``) reads up to the log end offset and
 tells the leader how far the follower is (its fetch offset), which moves the
 high watermark and the ISR. ``current_leader_epoch`` (v9+) is checked as KIP-320 says.
@@ -22,6 +25,8 @@ API_KEY = 1
 MIN_VERSION = 4
 MAX_VERSION = 12
 
+READ_COMMITTED = 1
+
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
@@ -33,8 +38,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     ]
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     max_bytes = getattr(request, "max_bytes", 2**31 - 1)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED and request.replica_id < 0
     results = await services.replica_manager.fetch_messages(
-        wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1))
+        wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1), read_committed)
     by_topic: dict[str, list[Any]] = {}
     order: list[str] = []
     for req, res in zip(wanted, results, strict=True):
@@ -44,7 +50,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         by_topic[req.topic].append(make(
             schema.PartitionData, partition_index=req.partition, error_code=res.error,
             high_watermark=res.high_watermark, last_stable_offset=res.last_stable_offset,
-            log_start_offset=res.log_start_offset, aborted_transactions=None,
+            log_start_offset=res.log_start_offset,
+            aborted_transactions=None if res.aborted is None else tuple(
+                make(schema.AbortedTransaction, producer_id=pid, first_offset=first)
+                for pid, first in res.aborted),
             preferred_read_replica=-1,
             records=SpliceRecords.of(res.data) if res.data is not None else b"",
         ))

@@ -17,13 +17,14 @@ MAX_VERSION = 7
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
-def lookup(partition: Partition, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) for a ListOffsets query; (-1, -1) when no record matches."""
+def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -> tuple[int, int]:
+    """(offset, timestamp) for a ListOffsets query; (-1, -1) when no record matches.
+    read_committed: the latest offset is the last stable offset."""
     lg = partition.log
     if timestamp == EARLIEST:
         return lg.log_start_offset, -1
     if timestamp == LATEST:
-        return partition.high_watermark, -1
+        return (lg.last_stable_offset() if read_committed else partition.high_watermark), -1
     if timestamp == MAX_TIMESTAMP:
         found = lg.offset_of_max_timestamp()
     else:
@@ -47,7 +48,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 if p.timestamp < MAX_TIMESTAMP or (p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7):
                     error = ErrorCode.unsupported_version
                 else:
-                    offset, ts = lookup(partition, p.timestamp)
+                    offset, ts = lookup(partition, p.timestamp, getattr(request, "isolation_level", 0) == 1)
                     epoch = partition.leader_epoch
             except PartitionError as e:
                 error = e.error

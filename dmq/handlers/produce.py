@@ -25,9 +25,6 @@ def _refused(request: Any) -> ProduceResult | None:
     if request.acks not in (0, 1, -1):
         return ProduceResult(ErrorCode.invalid_required_acks,
                              error_message=f"acks={request.acks} is not 0, 1 or -1")
-    if request.transactional_id is not None:
-        return ProduceResult(ErrorCode.invalid_request,
-                             error_message="transactions are not supported by this broker yet")
     return None
 
 

@@ -41,6 +41,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.record.batch import ValidatedBatches
 from dmq.storage.log import AppendResult, Log, OffsetOutOfRangeError
+from dmq.storage.producer_state import AppendOrigin
 from dmq.storage.segment import FileSlice
 
 NO_LEADER = -1
@@ -64,6 +65,7 @@ class ReadResult:
     last_stable_offset: int
     data: FileSlice | None
     log_end_offset: int = -1
+    aborted: list[tuple[int, int]] | None = None  # read_committed: (producer id, first offset)
 
 
 @dataclass(slots=True)
@@ -96,10 +98,21 @@ class Partition:
         self._retry_at_ms = 0  # a write with an unknown outcome is retried after this
         self._resigned_at_ms = 0  # when this leader asked to be replaced in its epoch (0: never)
         self.followers: dict[int, ReplicaState] = {}
+        self._high_watermark = -1
         self.high_watermark = log.log_end_offset
         self.visible_bytes = 0
         self.appended_bytes = 0
         self._marks: deque[tuple[int, int]] = deque()  # (end offset, appended_bytes after it)
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        """Every change reaches the Log too: its last stable offset depends on it."""
+        self._high_watermark = offset
+        self.log.update_high_watermark(offset)
 
     @property
     def is_leader(self) -> bool:
@@ -267,7 +280,28 @@ class Partition:
                              f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}")
 
     def append_records_to_leader(self, records: bytearray, batches: ValidatedBatches,
-                                 required_acks: int) -> AppendResult:
+                                 required_acks: int,
+                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+        self._check_leader_for_append(required_acks)
+        result = self.log.append_as_leader(records, batches, self.leader_epoch, origin=origin)
+        if not result.duplicate:
+            self._track_append(batches.total_size)
+            self.maybe_increment_high_watermark()
+        return result
+
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                              commit: bool) -> AppendResult:
+        """A transaction's marker (WriteTxnMarkers), written as the leader, acks=all."""
+        self._check_leader_for_append(-1)
+        size_before = self.log.size_in_bytes
+        result = self.log.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                                self.leader_epoch)
+        if self.log.size_in_bytes > size_before:
+            self._track_append(self.log.size_in_bytes - size_before)
+            self.maybe_increment_high_watermark()
+        return result
+
+    def _check_leader_for_append(self, required_acks: int) -> None:
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower,
                                  f"broker {self.broker_id} is not the leader of {self.topic}-{self.index}")
@@ -278,11 +312,6 @@ class Partition:
                 f"The size of the current ISR {self.isr} is insufficient to satisfy "
                 f"the min.isr requirement of {min_isr} for partition {self.topic}-{self.index}",
             )
-        result = self.log.append_as_leader(records, batches, self.leader_epoch)
-        if not result.duplicate:
-            self._track_append(batches.total_size)
-            self.maybe_increment_high_watermark()
-        return result
 
     def _track_append(self, size: int) -> None:
         self.appended_bytes += size
@@ -418,17 +447,24 @@ class Partition:
     # ------------------------------------------------------------------- read
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool,
-             for_replica: bool = False) -> ReadResult:
-        max_offset = self.log.log_end_offset if for_replica else self.high_watermark
-        lso = self.high_watermark
+             for_replica: bool = False, read_committed: bool = False) -> ReadResult:
+        """Followers read to the log end, read_uncommitted consumers below the high
+        watermark, read_committed ones below the last stable offset, with the aborted
+        transactions of what they read (Kafka's isolation levels)."""
+        lso = self.log.last_stable_offset()
+        if for_replica:
+            max_offset = self.log.log_end_offset
+        else:
+            max_offset = lso if read_committed else self.high_watermark
         leo = self.log.log_end_offset
         try:
             data = self.log.read(offset, max_bytes, max_offset, min_one_batch)
         except OffsetOutOfRangeError:
             return ReadResult(ErrorCode.offset_out_of_range, self.high_watermark,
                               self.log.log_start_offset, lso, None, leo)
+        aborted = self.log.aborted_transactions_for_read(offset, data, max_offset) if read_committed else None
         return ReadResult(ErrorCode.none, self.high_watermark, self.log.log_start_offset, lso,
-                          data, leo)
+                          data, leo, aborted)
 
     def delete_records(self, offset: int) -> int:
         """Move the log start offset (DeleteRecords); -1 means 'the high watermark'."""

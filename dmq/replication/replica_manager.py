@@ -45,6 +45,7 @@ from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.replication.partition import Partition, PartitionError, ReadResult
 from dmq.replication.purgatory import DelayedOperationPurgatory
 from dmq.storage.log_manager import LogManager, read_checkpoint, write_checkpoint
+from dmq.storage.producer_state import AppendOrigin
 
 log = logging.getLogger("dmq.replication")
 
@@ -191,7 +192,7 @@ class ReplicaManager:
         return results
 
     def append_to_local_log(self, topic: str, index: int, records: bytes | None,
-                            required_acks: int) -> ProduceResult:
+                            required_acks: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
         partition = self.partitions.get((topic, index))
         if partition is None:
             error, message = self._not_hosted(topic, index)
@@ -201,7 +202,7 @@ class ReplicaManager:
         buf = bytearray(records)
         try:
             batches = validate_batches(buf, partition.log.config.max_message_bytes)
-            result = partition.append_records_to_leader(buf, batches, required_acks)
+            result = partition.append_records_to_leader(buf, batches, required_acks, origin)
         except InvalidRecordError as e:
             log.info("rejected produce to %s-%d: %s: %s", topic, index, e.error, e)
             return ProduceResult(ErrorCode[e.error], error_message=str(e),
@@ -213,6 +214,28 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.kafka_storage_error, error_message=str(e))
         if not result.duplicate:
             self._wake((topic, index))
+        return ProduceResult(ErrorCode.none, result.first_offset, result.log_append_time,
+                             result.log_start_offset, last_offset=result.last_offset)
+
+    def append_end_txn_marker(self, topic: str, index: int, producer_id: int, producer_epoch: int,
+                              coordinator_epoch: int, commit: bool) -> ProduceResult:
+        """A transaction's COMMIT or ABORT marker as the leader (WriteTxnMarkers); the caller
+        waits for replication as for acks=all."""
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            error, message = self._not_hosted(topic, index)
+            return ProduceResult(error, error_message=message)
+        try:
+            result = partition.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        except InvalidRecordError as e:
+            log.info("refused a transaction marker for %s-%d: %s: %s", topic, index, e.error, e)
+            return ProduceResult(ErrorCode[e.error], error_message=str(e))
+        except PartitionError as e:
+            return ProduceResult(e.error, error_message=str(e))
+        except OSError as e:
+            log.error("write to %s-%d failed: %s", topic, index, e)
+            return ProduceResult(ErrorCode.kafka_storage_error, error_message=str(e))
+        self._wake((topic, index))
         return ProduceResult(ErrorCode.none, result.first_offset, result.log_append_time,
                              result.log_start_offset, last_offset=result.last_offset)
 
@@ -246,7 +269,7 @@ class ReplicaManager:
     # -------------------------------------------------------------------- fetch
 
     def read_from_local_log(self, requests: list[FetchRequestPartition], max_bytes: int,
-                            replica_id: int = -1) -> list[ReadResult]:
+                            replica_id: int = -1, read_committed: bool = False) -> list[ReadResult]:
         results: list[ReadResult] = []
         remaining = max_bytes
         any_data = False
@@ -259,7 +282,7 @@ class ReplicaManager:
                 continue
             limit = max(0, min(req.max_bytes, remaining))
             res = partition.read(req.fetch_offset, limit, min_one_batch=not any_data,
-                                 for_replica=replica_id >= 0)
+                                 for_replica=replica_id >= 0, read_committed=read_committed)
             if res.data is not None and res.data.length:
                 any_data = True
                 remaining -= res.data.length
@@ -282,10 +305,11 @@ class ReplicaManager:
                 self._change_isr(partition, expanded, "caught up")
 
     async def fetch_messages(self, requests: list[FetchRequestPartition], max_wait_ms: int,
-                             min_bytes: int, max_bytes: int, replica_id: int = -1) -> list[ReadResult]:
+                             min_bytes: int, max_bytes: int, replica_id: int = -1,
+                             read_committed: bool = False) -> list[ReadResult]:
         if replica_id >= 0:
             self._record_follower_fetches(requests, replica_id)
-        results = self.read_from_local_log(requests, max_bytes, replica_id)
+        results = self.read_from_local_log(requests, max_bytes, replica_id, read_committed)
         available = sum(r.data.length for r in results if r.data is not None)
         has_error = any(r.error != ErrorCode.none for r in results)
         if max_wait_ms <= 0 or not requests or available >= min_bytes or has_error:
@@ -308,7 +332,7 @@ class ReplicaManager:
             return available + grown >= min_bytes
 
         await self.fetch_purgatory.wait_until(keys, max_wait_ms / 1000.0, enough)
-        return self.read_from_local_log(requests, max_bytes, replica_id)
+        return self.read_from_local_log(requests, max_bytes, replica_id, read_committed)
 
     # ---------------------------------------------------------------------- ISR
 

@@ -60,10 +60,12 @@ from dmq.protocol.codec import (
 )
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, Listener
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
+from dmq.transaction.markers import TransactionMarkerSender
 from dmq.transaction.shard import TransactionConfig
 
 log = logging.getLogger("dmq.broker")
@@ -235,8 +237,11 @@ class Broker:
             coordinators=self.coordinators, transactions=self.transaction_coordinator,
             supported_apis=supported_apis(),
         )
+        self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services)
+        self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)
+        self.transaction_coordinator.send_markers = self.marker_sender.send
         if self.zk is None:
-            backend.reconcile()  # leads every partition: loads the group coordinator's shards
+            backend.reconcile()  # leads every partition: loads the coordinators' shards
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
                                  int(self.config["socket.request.max.bytes"]))
         try:
@@ -486,6 +491,8 @@ class Broker:
             await self.fetchers.shutdown()
         if self.listener is not None:
             await self.listener.stop()
+        await self.marker_sender.close()
+        self.marker_writer.close()
         await self.group_coordinator.close()
         await self.transaction_coordinator.close()
         for task in self._tasks:

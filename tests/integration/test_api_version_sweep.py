@@ -85,8 +85,6 @@ def build(api_key: int, version: int, topic: str) -> Any:
         return make(R, timeout=T5, topics=None)
     if api_key == 43:
         return make(R, election_type=0, timeout=T5, topic_partitions=(m("TopicPartitions", topic=topic, partitions=(0,)),))
-    if api_key == 65:
-        return make(R, transactional_ids=("sweep-txn",))
     if api_key == 66:
         return make(R, state_filters=("Empty",), producer_id_filters=())
     if api_key == 22:
@@ -126,8 +124,14 @@ def build(api_key: int, version: int, topic: str) -> Any:
 
 
 def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
-    if api_key in (18, 60, 22, 12, 14, 16, 47, 66):
+    if api_key in (18, 60, 22, 12, 14, 16, 47, 66, 25, 26):
         return [resp.error_code]
+    if api_key == 24:
+        return [p.partition_error_code for t in resp.results_by_topic_v3_and_below for p in t.results_by_partition]
+    if api_key == 27:
+        return [p.error_code for m in resp.markers for t in m.topics for p in t.partitions]
+    if api_key == 28:
+        return [p.error_code for t in resp.topics for p in t.partitions]
     if api_key == 65:
         return [t.error_code for t in resp.transaction_states]
     if api_key == 10:
@@ -210,7 +214,58 @@ def group_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
     return c.request(make(R, group_id=group, member_id=member))
 
 
-def init_transactional_id(c: WireClient, txn_id: str) -> None:
+TXN_APIS = (24, 25, 26, 27, 28, 65)
+
+
+def fields(cls: Any, **values: Any) -> Any:
+    """make() with the fields this version of ``cls`` has."""
+    return make(cls, **{k: v for k, v in values.items() if k in cls.__dataclass_fields__})
+
+
+def txn_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
+    """A transactional id with an open transaction on ``topic``-0, then the API under test."""
+    txn_id, group = f"sweep-txn-{api_key}-{version}", f"g-{topic}"
+    pid, epoch = init_transactional_id(c, txn_id)
+    R = request_class(api_key, version)
+    mod = load_entity_module(R.__module__.split(".")[2], version, EntityType.request)
+    add = request_class(24, 3)
+    amod = load_entity_module("add_partitions_to_txn", 3, EntityType.request)
+
+    def add_partition() -> None:
+        r = c.request(make(add, v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+                           v3_and_below_producer_epoch=epoch,
+                           v3_and_below_topics=(make(amod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),)))
+        assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == ErrorCode.none
+
+    if api_key == 24:
+        return c.request(make(R, v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+                              v3_and_below_producer_epoch=epoch,
+                              v3_and_below_topics=(make(mod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),)))
+    if api_key == 25:
+        return c.request(make(R, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, group_id=group))
+    if api_key == 26:
+        add_partition()
+        return c.request(make(R, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch, committed=True))
+    if api_key == 27:
+        add_partition()
+        return c.request(make(R, markers=(make(
+            mod.WritableTxnMarker, producer_id=pid, producer_epoch=epoch, transaction_result=False,
+            coordinator_epoch=0, topics=(make(mod.WritableTxnMarkerTopic, name=topic, partition_indexes=(0,)),)),)))
+    if api_key == 28:
+        c.request(make(request_class(25, 3), transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                       group_id=group))
+        part = fields(mod.TxnOffsetCommitRequestPartition, partition_index=0, committed_offset=1,
+                      committed_leader_epoch=-1, committed_metadata=None)
+        return c.request(fields(R, transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
+                                generation_id=-1, member_id="", group_instance_id=None,
+                                topics=(make(mod.TxnOffsetCommitRequestTopic, name=topic, partitions=(part,)),)))
+    add_partition()  # 65: an Ongoing transaction has a start time
+    resp = c.request(make(R, transactional_ids=(txn_id,)))
+    assert resp.transaction_states[0].transaction_state == "Ongoing"
+    return resp
+
+
+def init_transactional_id(c: WireClient, txn_id: str) -> tuple[int, int]:
     find = request_class(10, 4)
     for _ in range(50):
         found = c.request(make(find, key_type=1, coordinator_keys=(txn_id,)))
@@ -219,6 +274,7 @@ def init_transactional_id(c: WireClient, txn_id: str) -> None:
     init = c.request(make(request_class(22, 4), transactional_id=txn_id, transaction_timeout=timedelta(seconds=60),
                           producer_id=-1, producer_epoch=-1))
     assert init.error_code == ErrorCode.none, init
+    return init.producer_id, init.producer_epoch
 
 
 PAIRS = [(key, v) for key, h in sorted(HANDLERS.items()) for v in range(h.MIN_VERSION, h.MAX_VERSION + 1)]
@@ -232,10 +288,12 @@ def test_every_advertised_version(broker: BrokerProcess, api_key: int, version: 
         c.request(build(0, 9, topic))   # and holds a record
         if api_key in (12, 13, 14):
             resp = group_session(c, api_key, version, topic)
+        elif api_key in TXN_APIS:
+            resp = txn_session(c, api_key, version, topic)
         else:
             if api_key in (15, 42, 47):  # a group with committed offsets to look at or delete
                 c.request(build(8, 9, topic))
-            if api_key in (65, 66):  # a transactional id to look at
+            if api_key == 66:  # a transactional id to look at
                 init_transactional_id(c, "sweep-txn")
             resp = c.request(build(api_key, version, topic))
             if api_key == 11 and resp.error_code == ErrorCode.member_id_required:

@@ -3,7 +3,11 @@ finding the transaction coordinator, InitProducerId with a transactional id, Lis
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 from kio.schema.errors import ErrorCode
 from support.broker import BrokerProcess
@@ -53,3 +57,189 @@ def test_list_transactions_filters_by_state_and_producer_id(broker: BrokerProces
         assert listed(("Ongoing",), (pid,))[0] == []
         assert listed(("Empty", "Bogus"), (pid,)) == ([("txn-listed", pid, "Empty")], ("Bogus",))
         assert listed(("Bogus",), ()) == ([], ("Bogus",))
+
+
+def _create(broker: BrokerProcess, topic: str, partitions: int = 2) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+
+
+def _read_all(broker: BrokerProcess, topic: str, isolation: str, partitions: int = 2,
+              expect: int | None = None, seconds: float = 10) -> list[tuple[int, str]]:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"read-{topic}-{isolation}",
+                         "auto.offset.reset": "earliest", "isolation.level": isolation,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    got: list[tuple[int, str]] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (expect is None or len(got) < expect):
+        msg = consumer.poll(0.2)
+        if msg is None or msg.error():
+            continue
+        got.append((msg.partition(), msg.value().decode()))
+    consumer.close()
+    return got
+
+
+def _latest(broker: BrokerProcess, topic: str, partition: int, isolation: str) -> int:
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lso-probe",
+                         "isolation.level": isolation})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    consumer.close()
+    return int(high)
+
+
+def test_confluent_kafka_commit_abort_and_read_committed(broker: BrokerProcess) -> None:
+    topic = "txn-ck"
+    _create(broker, topic)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-ck", "log_level": 3})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, f"c{i}".encode(), partition=i % 2)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, f"a{i}".encode(), partition=i % 2)
+    assert producer.flush(10) == 0  # on the broker, then aborted
+    producer.abort_transaction(30)
+    # An open transaction holds the last stable offset of its partitions.
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    assert producer.flush(10) == 0
+    assert _latest(broker, topic, 0, "read_committed") < _latest(broker, topic, 0, "read_uncommitted")
+    committed = _read_all(broker, topic, "read_committed", expect=10, seconds=6)
+    assert sorted(v for _, v in committed) == sorted(f"c{i}" for i in range(10))
+    assert [v for p, v in committed if p == 0] == [f"c{i}" for i in range(0, 10, 2)]  # in order
+    producer.commit_transaction(30)
+    everything = _read_all(broker, topic, "read_uncommitted", expect=16)
+    assert sorted(v for _, v in everything) == sorted([f"c{i}" for i in range(10)] + [f"a{i}" for i in range(5)]
+                                                      + ["open"])
+    committed = _read_all(broker, topic, "read_committed", expect=11)
+    assert sorted(v for _, v in committed) == sorted([f"c{i}" for i in range(10)] + ["open"])
+    assert _latest(broker, topic, 0, "read_committed") == _latest(broker, topic, 0, "read_uncommitted")
+
+
+def test_a_zombie_producer_is_fenced_by_a_new_instance(broker: BrokerProcess) -> None:
+    topic = "txn-zombie"
+    _create(broker, topic, 1)
+    conf = {"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-zombie", "log_level": 3}
+    zombie = Producer(conf)
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", partition=0)
+    assert zombie.flush(10) == 0
+    fresh = Producer(conf)
+    fresh.init_transactions(30)  # fences the zombie and aborts its open transaction
+    fresh.begin_transaction()
+    fresh.produce(topic, b"fresh", partition=0)
+    fresh.commit_transaction(30)
+    with pytest.raises(KafkaException) as raised:
+        zombie.commit_transaction(10)
+    assert raised.value.args[0].fatal() or raised.value.args[0].txn_requires_abort() or \
+        "fenced" in str(raised.value).lower()
+    assert [v for _, v in _read_all(broker, topic, "read_committed", partitions=1, expect=1, seconds=4)] == ["fresh"]
+
+
+def test_consume_transform_produce_commits_offsets_with_the_output(broker: BrokerProcess) -> None:
+    source, sink, group = "txn-in", "txn-out", "txn-ctp"
+    _create(broker, source, 1)
+    _create(broker, sink, 1)
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(20):
+        plain.produce(source, f"{i}".encode(), partition=0)
+    assert plain.flush(10) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.subscribe([source])
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-ctp", "log_level": 3})
+    producer.init_transactions(30)
+    seen = 0
+    deadline = time.monotonic() + 30
+    while seen < 20 and time.monotonic() < deadline:
+        msgs = [m for m in consumer.consume(10, 1.0) if not m.error()]
+        if not msgs:
+            continue
+        producer.begin_transaction()
+        for m in msgs:
+            producer.produce(sink, str(int(m.value()) * 10).encode(), partition=0)
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        seen += len(msgs)
+    consumer.close()
+    assert seen == 20
+    out = [v for _, v in _read_all(broker, sink, "read_committed", partitions=1, expect=20)]
+    assert out == [str(i * 10) for i in range(20)]
+    check = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    committed = check.committed([TopicPartition(source, 0)], timeout=10)
+    check.close()
+    assert committed[0].offset == 20
+
+
+def test_kafka_python_commit_and_abort(broker: BrokerProcess) -> None:
+    from kafka import KafkaConsumer
+
+    topic = "txn-kp-data"
+    _create(broker, topic, 1)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="txn-kp-data")
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(5):
+        producer.send(topic, f"c{i}".encode(), partition=0)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    for i in range(3):
+        producer.send(topic, f"a{i}".encode(), partition=0)
+    producer.flush()
+    producer.abort_transaction()
+    producer.close(timeout=5)
+    for isolation, expected in (("read_committed", [f"c{i}" for i in range(5)]),
+                                ("read_uncommitted", [f"c{i}" for i in range(5)] + [f"a{i}" for i in range(3)])):
+        consumer = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, isolation_level=isolation,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=3000)
+        got = [m.value.decode() for m in consumer]
+        consumer.close()
+        assert got == expected, isolation
+
+
+def test_aiokafka_transaction_and_read_committed(broker: BrokerProcess) -> None:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    topic = "txn-aio"
+    _create(broker, topic, 1)
+
+    async def main() -> list[str]:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="txn-aio")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i in range(4):
+                    await producer.send_and_wait(topic, f"c{i}".encode(), partition=0)
+            try:
+                async with producer.transaction():
+                    await producer.send_and_wait(topic, b"aborted", partition=0)
+                    raise RuntimeError("roll back")
+            except RuntimeError:
+                pass
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker.bootstrap, isolation_level="read_committed",
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[str] = []
+        try:
+            end = asyncio.get_running_loop().time() + 6
+            while len(got) < 4 and asyncio.get_running_loop().time() < end:
+                for records in (await consumer.getmany(timeout_ms=300)).values():
+                    got.extend(r.value.decode() for r in records)
+            await asyncio.sleep(0.5)
+            for records in (await consumer.getmany(timeout_ms=300)).values():
+                got.extend(r.value.decode() for r in records)
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(main()) == [f"c{i}" for i in range(4)]
