@@ -1,0 +1,105 @@
+"""Transactions gone wrong: abandoned transactions time out, bad requests get Kafka's errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_entity_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+from support.broker import BrokerProcess
+
+from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class
+
+ABANDON = """
+import os, sys
+from confluent_kafka import Producer
+p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": "abandoned", "transaction.timeout.ms": 2000,
+              "log_level": 0})
+p.init_transactions(30)
+p.begin_transaction()
+for i in range(5):
+    p.produce("txn-abandon", b"never", partition=0)
+assert p.flush(10) == 0
+os._exit(0)  # gone without EndTxn
+"""
+
+
+def request(c: WireClient, api_key: int, version: int, **values: Any) -> Any:
+    return c.request(make(request_class(api_key, version), **values))
+
+
+def init(c: WireClient, txn_id: str, timeout_ms: int = 60_000) -> Any:
+    for _ in range(50):
+        found = request(c, 10, 4, key_type=1, coordinator_keys=(txn_id,))
+        if found.coordinators[0].error_code == ErrorCode.none:
+            break
+        time.sleep(0.1)
+    return request(c, 22, 4, transactional_id=txn_id, transaction_timeout=timedelta(milliseconds=timeout_ms),
+                   producer_id=-1, producer_epoch=-1)
+
+
+def test_an_abandoned_transaction_is_aborted_after_its_timeout(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "500"}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("txn-abandon", 1, 1)])["txn-abandon"].result(15)
+        subprocess.run([sys.executable, "-c", ABANDON, broker.bootstrap], check=True, timeout=60)
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "abandon-probe",
+                             "isolation.level": "read_committed"})
+        tp = TopicPartition("txn-abandon", 0)
+        assert consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1] == 0  # held by it
+        deadline = time.monotonic() + 20
+        while consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1] == 0 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1] == 6  # 5 records and the ABORT
+        consumer.assign([TopicPartition("txn-abandon", 0, OFFSET_BEGINNING)])
+        got = [m for m in (consumer.poll(0.5) for _ in range(6)) if m is not None and not m.error()]
+        consumer.close()
+        assert got == []  # aborted: nothing for read_committed
+        with WireClient("127.0.0.1", broker.port) as c:
+            state = request(c, 65, 0, transactional_ids=("abandoned",)).transaction_states[0]
+            assert state.transaction_state == "CompleteAbort" and state.producer_epoch == 1  # fenced
+    finally:
+        broker.close()
+
+
+def test_bad_transactional_requests_get_kafkas_errors(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("bad-t", 1, 1)])["bad-t"].result(15)
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert init(c, "bad-timeout", timeout_ms=900_001).error_code == ErrorCode.invalid_transaction_timeout
+        good = init(c, "bad-input")
+        assert good.error_code == ErrorCode.none
+        pid, epoch = good.producer_id, good.producer_epoch
+        amod = load_entity_module("add_partitions_to_txn", 3, EntityType.request)
+
+        def add(txn: str, p: int, e: int, topic: str) -> list[ErrorCode]:
+            r = request(c, 24, 3, v3_and_below_transactional_id=txn, v3_and_below_producer_id=p,
+                        v3_and_below_producer_epoch=e, v3_and_below_topics=(
+                            make(amod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),))
+            return [x.partition_error_code for t in r.results_by_topic_v3_and_below for x in t.results_by_partition]
+
+        assert add("never-initialised", 1, 0, "bad-t") == [ErrorCode.invalid_producer_id_mapping]
+        assert add("bad-input", pid, epoch + 1, "bad-t") == [ErrorCode.producer_fenced]
+        assert add("bad-input", pid, epoch, "no-such-topic") == [ErrorCode.unknown_topic_or_partition]
+        end = request(c, 26, 3, transactional_id="bad-input", producer_id=pid, producer_epoch=epoch, committed=True)
+        assert end.error_code == ErrorCode.invalid_txn_state  # no transaction open
+        end = request(c, 26, 1, transactional_id="bad-input", producer_id=pid, producer_epoch=epoch + 5,
+                      committed=False)
+        assert end.error_code == ErrorCode.invalid_producer_epoch  # before KIP-588
+        mmod = load_entity_module("write_txn_markers", 1, EntityType.request)
+        markers = request(c, 27, 1, markers=(make(
+            mmod.WritableTxnMarker, producer_id=pid, producer_epoch=epoch, transaction_result=True,
+            coordinator_epoch=0, topics=(make(mmod.WritableTxnMarkerTopic, name="no-such-topic",
+                                              partition_indexes=(3,)),)),))
+        assert markers.markers[0].topics[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
