@@ -128,3 +128,12 @@ def test_the_quickstart_runs_top_to_bottom(tmp_path: Path) -> None:
              for p in (tmp_path / "dmq-data").rglob("*") if p.is_file()}
     unnamed = sorted(n for n in names if n.replace("00000000000000000000", "") not in listing.group(1))
     assert not unnamed, f"files of dmq-data the README's listing does not name: {unnamed}"
+
+
+def test_the_api_table_lists_exactly_what_the_broker_advertises() -> None:
+    """ApiVersions advertises the handler registry; the README's table must say the same."""
+    from dmq.handlers import supported_apis
+
+    rows = re.findall(r"^\| [A-Za-z]+ \((\d+)\) \| (\d+)(?:–(\d+))? \|", README.read_text(), re.MULTILINE)
+    listed = {int(key): (int(low), int(high or low)) for key, low, high in rows}
+    assert listed == supported_apis()
