@@ -44,6 +44,8 @@ def create(bootstrap: str, topic: str) -> None:
 def idempotent(bootstrap: str, topic: str, records: int, payload: bytes, timeout: float) -> float:
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                   "linger.ms": 5, "log_level": 0})
+    p.produce(topic, payload, partition=0)  # its producer id and metadata, as init_transactions does
+    p.flush(timeout)
     start = time.perf_counter()
     for i in range(records):
         while True:
