@@ -103,22 +103,8 @@ class GroupCoordinator:
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(offsets)
 
-        validated: list[ErrorCode] = []
-
-        def commit(shard: GroupShard, now: int) -> CoordinatorResult:
-            result = shard.commit_offsets(group_id, generation, member_id, instance_id, offsets, now)
-            validated.extend(result.response)
-            return result
-
-        def on_error(error: ErrorCode) -> list[ErrorCode]:
-            # A failed write fails the entries it held; the others keep their own errors.
-            if not validated:
-                return [error] * len(offsets)
-            return [error if e == ErrorCode.none else e for e in validated]
-
-        result = await self.runtime.write(self.partition_for(group_id), commit, on_error)
-        assert isinstance(result, list)
-        return result
+        return await self._write_offsets(group_id, len(offsets), lambda shard, now: shard.commit_offsets(
+            group_id, generation, member_id, instance_id, offsets, now))
 
     async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
                                 producer_epoch: int, generation: int, member_id: str,
@@ -127,20 +113,27 @@ class GroupCoordinator:
         """TxnOffsetCommit: offsets that count once the producer's transaction commits."""
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(offsets)
+        return await self._write_offsets(group_id, len(offsets), lambda shard, now: shard.txn_offset_commit(
+            transactional_id, group_id, producer_id, producer_epoch, generation, member_id, instance_id,
+            offsets, now))
+
+    async def _write_offsets(self, group_id: str, count: int,
+                             op: Callable[[GroupShard, int], CoordinatorResult]) -> list[ErrorCode]:
+        """An offset write whose answer is an error per entry: a failed write fails the
+        entries it held; the others keep their own errors."""
         validated: list[ErrorCode] = []
 
-        def commit(shard: GroupShard, now: int) -> CoordinatorResult:
-            result = shard.txn_offset_commit(transactional_id, group_id, producer_id, producer_epoch,
-                                             generation, member_id, instance_id, offsets, now)
+        def write(shard: GroupShard, now: int) -> CoordinatorResult:
+            result = op(shard, now)
             validated.extend(result.response)
             return result
 
         def on_error(error: ErrorCode) -> list[ErrorCode]:
             if not validated:
-                return [error] * len(offsets)
+                return [error] * count
             return [error if e == ErrorCode.none else e for e in validated]
 
-        result = await self.runtime.write(self.partition_for(group_id), commit, on_error)
+        result = await self.runtime.write(self.partition_for(group_id), write, on_error)
         assert isinstance(result, list)
         return result
 

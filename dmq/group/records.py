@@ -19,6 +19,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from dmq.coordinator.hashing import java_string_hash
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
@@ -194,15 +196,6 @@ def decode_group_value(data: bytes) -> GroupValue:
         members.append(MemberValue(r.string() or "", r.string(), r.string() or "", r.string() or "",
                                    r.i32(), r.i32(), r.blob(), r.blob()))
     return GroupValue(protocol_type, generation, protocol, leader, ts, tuple(members))
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def partition_for(group: str, partitions: int) -> int:

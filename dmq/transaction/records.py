@@ -19,6 +19,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from dmq.coordinator.hashing import java_string_hash
+
 KEY_VERSION = 0
 VALUE_VERSION = 0
 
@@ -36,15 +38,6 @@ class TxnValue:
     partitions: tuple[tuple[str, tuple[int, ...]], ...]
     last_update_ms: int
     start_ms: int
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def kafka_abs(n: int) -> int:

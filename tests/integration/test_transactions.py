@@ -16,7 +16,7 @@ from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class
 
 
-def test_confluent_kafka_init_transactions_and_a_second_instance_bumps_the_epoch(
+def test_confluent_kafka_init_transactions_twice_for_one_id(
         broker: BrokerProcess) -> None:
     conf = {"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-init", "log_level": 3}
     first = Producer(conf)
