@@ -2,7 +2,8 @@
 
 Each module defines ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async handle(services, ctx, request) -> response | None`` (None: no response,
-as for acks=0 Produce). ApiVersions advertises exactly this registry.
+as for acks=0 Produce). ApiVersions advertises exactly this registry, except
+dmq's own extension APIs (``ADVERTISED = False``; only ``dmq.client`` sends them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dmq.handlers import (
     alter_configs,
     alter_partition_reassignments,
     api_versions,
+    check_transactions,
     create_partitions,
     create_topics,
     delete_groups,
@@ -58,11 +60,12 @@ HANDLERS: dict[int, ModuleType] = {
         delete_groups, offset_delete, offset_for_leader_epoch, alter_partition_reassignments,
         list_partition_reassignments, elect_leaders, list_transactions,
         add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
-        describe_transactions,
+        describe_transactions, check_transactions,
     )
 }
 
 
 def supported_apis() -> dict[int, tuple[int, int]]:
-    return {key: (m.MIN_VERSION, m.MAX_VERSION) for key, m in HANDLERS.items()}
+    return {key: (m.MIN_VERSION, m.MAX_VERSION) for key, m in HANDLERS.items()
+            if getattr(m, "ADVERTISED", True)}
 

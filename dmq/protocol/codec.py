@@ -23,6 +23,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import is_optional
 from kio.static.constants import EntityType
 
+from dmq.protocol.extensions import EXTENSIONS
+
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")
 _RESPONSE_HEAD = struct.Struct(">ii")
@@ -50,10 +52,20 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return _HEAD.unpack_from(frame, 0)
 
 
+def _load_module(api_key: int, version: int, kind: EntityType) -> ModuleType:
+    """kio's module of an API version, or one of dmq's extension APIs."""
+    extension = EXTENSIONS.get(api_key)
+    if extension is not None:
+        if version not in extension:
+            raise LookupError(f"no version {version} of dmq's API {api_key}")
+        return extension[version][0 if kind == EntityType.request else 1]
+    return load_entity_module(api_key_map[api_key], version, kind)  # type: ignore[arg-type]
+
+
 @cache
 def _entity_class(api_key: int, version: int, kind: EntityType) -> type[Any]:
-    name = api_key_map[api_key]
-    module = load_entity_module(name, version, kind)  # type: ignore[arg-type]
+    module = _load_module(api_key, version, kind)
+    name = module.__name__
     for attr in vars(module).values():
         if isinstance(attr, type) and getattr(attr, "__type__", None) == kind:
             return attr
@@ -70,12 +82,12 @@ def response_class(api_key: int, version: int) -> type[Any]:
 
 @cache
 def request_module(api_key: int, version: int) -> ModuleType:
-    return load_entity_module(api_key_map[api_key], version, EntityType.request)
+    return _load_module(api_key, version, EntityType.request)
 
 
 @cache
 def response_module(api_key: int, version: int) -> ModuleType:
-    return load_entity_module(api_key_map[api_key], version, EntityType.response)
+    return _load_module(api_key, version, EntityType.response)
 
 
 def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[RequestHeader, Any]:

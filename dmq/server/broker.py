@@ -212,6 +212,9 @@ class Broker:
             abort_interval_ms=int(self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),
             id_expiration_ms=int(self.config["transactional.id.expiration.ms"]),
             expire_interval_ms=int(self.config["transaction.remove.expired.transaction.cleanup.interval.ms"]),
+            check_delay_ms=int(self.config["transaction.check.delay.ms"]),
+            check_interval_ms=int(self.config["transaction.check.interval.ms"]),
+            check_max=int(self.config["transaction.check.max"]),
         )
         self.transaction_topic = InternalTopic(
             TRANSACTION_STATE_TOPIC, self.replica_manager, self.admin_manager, txn_config.num_partitions,

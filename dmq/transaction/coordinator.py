@@ -19,7 +19,15 @@ from dmq.cluster.metadata import BrokerInfo, MetadataStore
 from dmq.coordinator.runtime import CoordinatorRuntime, CoordinatorTopic
 from dmq.transaction import records as rec
 from dmq.transaction.metadata import TransactionMetadata
-from dmq.transaction.shard import InitResult, SendMarkers, TransactionConfig, TransactionShard
+from dmq.transaction.shard import (
+    CheckAnswer,
+    CheckPoll,
+    HalfTransaction,
+    InitResult,
+    SendMarkers,
+    TransactionConfig,
+    TransactionShard,
+)
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -107,6 +115,28 @@ class TransactionCoordinator:
             lambda error: error)
         assert isinstance(result, ErrorCode)
         return result
+
+    # ----------------------------------------------------------- half messages
+
+    def group_partition(self, producer_group: str) -> int:
+        """The ``__transaction_state`` partition of every half-message transaction of a group."""
+        return self.partition_for(rec.half_transactional_id(producer_group, "any"))
+
+    async def poll_checks(self, producer_group: str, answers: Iterable[CheckAnswer]) -> CheckPoll:
+        """A checker's poll: apply its answers, hand it the transactions due a check."""
+        given = list(answers)
+        result = await self.runtime.write(
+            self.group_partition(producer_group),
+            lambda shard, now: shard.poll_checks(producer_group, given, now),
+            lambda error: CheckPoll(error))
+        assert isinstance(result, CheckPoll)
+        return result
+
+    def half_transactions(self, producer_group: str) -> tuple[ErrorCode, list[HalfTransaction]]:
+        shard = self.runtime.shard(self.group_partition(producer_group))
+        if shard is None:
+            return ErrorCode.not_coordinator, []
+        return ErrorCode.none, shard.half_transactions(producer_group)
 
     # ------------------------------------------------------------------ admin
 

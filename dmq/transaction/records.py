@@ -11,7 +11,17 @@ partition ids)), last update timestamp int64, start timestamp int64. A null
 value is a tombstone: the transactional id expired.
 
 The partition of a transactional id is Kafka's
-``Utils.abs(transactionalId.hashCode) % transaction.state.log.num.partitions``.
+``Utils.abs(transactionalId.hashCode) % transaction.state.log.num.partitions``,
+except for a half-message transaction (``__dmq_half/<producer group>/<instance>``,
+dmq's extension, docs/half-messages.md): it hashes ``__dmq_half/<producer group>``
+so every half-message transaction of one producer group has one coordinator,
+which the group's checkers ask for checks.
+
+dmq's check-back record (an extension; Kafka writes no such key): key int16
+version 100, transactional id; value int16 version 0, producer id int64,
+producer epoch int16, transaction start timestamp int64, checks made int32,
+last answer int8 (-1 none, 0 commit, 1 rollback, 2 unknown), last check
+timestamp int64. A null value: the check state is gone (the transaction ended).
 """
 
 from __future__ import annotations
@@ -23,6 +33,9 @@ from dmq.coordinator.hashing import java_string_hash
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
+CHECK_KEY_VERSION = 100
+CHECK_VALUE_VERSION = 0
+HALF_PREFIX = "__dmq_half/"
 
 
 class RecordFormatError(ValueError):
@@ -45,8 +58,35 @@ def kafka_abs(n: int) -> int:
     return 0 if n == -(2**31) else abs(n)
 
 
+@dataclass(frozen=True, slots=True)
+class CheckValue:
+    producer_id: int
+    producer_epoch: int
+    start_ms: int
+    checks: int
+    last_answer: int
+    last_check_ms: int
+
+
+def half_group(transactional_id: str) -> str | None:
+    """The producer group of a half-message transactional id, else None."""
+    if not transactional_id.startswith(HALF_PREFIX):
+        return None
+    rest = transactional_id[len(HALF_PREFIX):]
+    cut = rest.rfind("/")
+    return rest[:cut] if cut > 0 else None
+
+
+def half_transactional_id(group: str, instance: str) -> str:
+    if not group or "/" in instance or not instance:
+        raise ValueError("a producer group must be non-empty and an instance id must not contain '/'")
+    return f"{HALF_PREFIX}{group}/{instance}"
+
+
 def partition_for(transactional_id: str, partitions: int) -> int:
-    return kafka_abs(java_string_hash(transactional_id)) % partitions
+    group = half_group(transactional_id)
+    key = transactional_id if group is None else HALF_PREFIX + group
+    return kafka_abs(java_string_hash(key)) % partitions
 
 
 def _string(v: str) -> bytes:
@@ -56,6 +96,15 @@ def _string(v: str) -> bytes:
 
 def encode_key(transactional_id: str) -> bytes:
     return struct.pack(">h", KEY_VERSION) + _string(transactional_id)
+
+
+def encode_check_key(transactional_id: str) -> bytes:
+    return struct.pack(">h", CHECK_KEY_VERSION) + _string(transactional_id)
+
+
+def encode_check_value(v: CheckValue) -> bytes:
+    return struct.pack(">hqhqibq", CHECK_VALUE_VERSION, v.producer_id, v.producer_epoch, v.start_ms,
+                       v.checks, v.last_answer, v.last_check_ms)
 
 
 def encode_value(v: TxnValue) -> bytes:
@@ -96,11 +145,27 @@ class _Reader:
 
 
 def decode_key(data: bytes) -> str:
-    r = _Reader(data)
-    (version,) = r.take(">h")
+    version, txn_id = decode_any_key(data)
     if version != KEY_VERSION:
         raise RecordFormatError(f"unknown __transaction_state key version {version}")
-    return r.string()
+    return txn_id
+
+
+def decode_any_key(data: bytes) -> tuple[int, str]:
+    """(key version, transactional id): 0 for Kafka's record, 100 for dmq's check state."""
+    r = _Reader(data)
+    (version,) = r.take(">h")
+    if version not in (KEY_VERSION, CHECK_KEY_VERSION):
+        raise RecordFormatError(f"unknown __transaction_state key version {version}")
+    return version, r.string()
+
+
+def decode_check_value(data: bytes) -> CheckValue:
+    r = _Reader(data)
+    (version,) = r.take(">h")
+    if version != CHECK_VALUE_VERSION:
+        raise RecordFormatError(f"unsupported check state value version {version}")
+    return CheckValue(*r.take(">qhqibq"))
 
 
 def decode_value(data: bytes) -> TxnValue:

@@ -10,6 +10,16 @@ committed the shard asks for the markers to be written (a ``SendMarkers``
 effect); ``complete()`` then writes CompleteCommit/CompleteAbort. A shard
 loaded with a transaction in a Prepare state asks for its markers again.
 
+Half messages (dmq's extension, docs/half-messages.md): a transaction whose
+id names a producer group (``__dmq_half/<group>/<instance>``) is not aborted by
+its timeout. From ``transaction.check.delay.ms`` after it began, and every
+``transaction.check.interval.ms`` after a check, a checker of its group that
+polls (``poll_checks``) is handed it; the checker's answer commits or rolls it
+back, or (UNKNOWN) leaves it for the next check. After
+``transaction.check.max`` checks it is rolled back. Checks are only made when
+a checker polls, so with no live checker they wait. The checks made and the
+last answer are written as dmq's check-state records.
+
 Timers: ``("abort-timed-out",)`` every
 ``transaction.abort.timed.out.transaction.cleanup.interval.ms`` fences and
 aborts transactions open longer than their timeout; ``("expire-ids",)`` every
@@ -21,11 +31,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from dmq.coordinator.runtime import CoordinatorResult, Record, Schedule
+from dmq.protocol.extensions import Resolution
 from dmq.transaction import records as rec
 from dmq.transaction.metadata import (
     MAX_PRODUCER_EPOCH,
@@ -49,6 +60,35 @@ class TransactionConfig:
     abort_interval_ms: int = 10_000
     id_expiration_ms: int = 7 * 24 * 3600 * 1000
     expire_interval_ms: int = 3_600_000
+    check_delay_ms: int = 6_000
+    check_interval_ms: int = 60_000
+    check_max: int = 15
+
+
+NO_ANSWER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CheckAnswer:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    resolution: int
+
+
+@dataclass(frozen=True, slots=True)
+class HalfTransaction:
+    """A half-message transaction as a checker (or ``describe``) sees it."""
+    meta: TransactionMetadata
+    checks: int
+    last_answer: int
+    last_check_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckPoll:
+    error: ErrorCode
+    transactions: list[HalfTransaction] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +132,11 @@ class TransactionShard:
         self.transactions: dict[str, TransactionMetadata] = {}
         self.pending: dict[str, TransactionState] = {}
         self.last_producer_ids: dict[str, int] = {}
+        # Half messages: check state per transactional id (what the check records say), the
+        # ids whose check-state write is in flight, and when each producer group last polled.
+        self.checks: dict[str, rec.CheckValue] = {}
+        self.checks_pending: set[str] = set()
+        self.checkers: dict[str, int] = {}
 
     # ------------------------------------------------------------------ replay
 
@@ -100,7 +145,13 @@ class TransactionShard:
 
     def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
         try:
-            txn_id = rec.decode_key(key)
+            version, txn_id = rec.decode_any_key(key)
+            if version == rec.CHECK_KEY_VERSION:
+                if value is None:
+                    self.checks.pop(txn_id, None)
+                else:
+                    self.checks[txn_id] = rec.decode_check_value(value)
+                return
             if value is None:
                 self.transactions.pop(txn_id, None)
                 return
@@ -140,26 +191,32 @@ class TransactionShard:
     # ---------------------------------------------------------------- writing
 
     def _write(self, changes: list[TransactionMetadata], response: object,
-               effects: Callable[[list[TransactionMetadata]], list[object]] | None = None
-               ) -> CoordinatorResult:
-        """Write new metadata; applied on replay, pending until then."""
+               effects: Callable[[list[TransactionMetadata]], list[object]] | None = None,
+               checks: dict[str, rec.CheckValue | None] | None = None) -> CoordinatorResult:
+        """Write new metadata (and check states); applied on replay, pending until then."""
+        check_writes = checks or {}
         for meta in changes:
             self.pending[meta.transactional_id] = meta.state
+        self.checks_pending.update(check_writes)
 
         def committed(shard: TransactionShard, now: int) -> CoordinatorResult:
             for meta in changes:
                 shard.pending.pop(meta.transactional_id, None)
                 if meta.state != S.DEAD:
                     shard.transactions[meta.transactional_id] = meta
+            shard.checks_pending.difference_update(check_writes)
             return CoordinatorResult(effects=effects(changes) if effects is not None else [])
 
         def failed(shard: TransactionShard, error: ErrorCode, now: int) -> CoordinatorResult:
             for meta in changes:
                 shard.pending.pop(meta.transactional_id, None)
+            shard.checks_pending.difference_update(check_writes)
             return CoordinatorResult()
 
         records = [_record(m) if m.state != S.DEAD else (rec.encode_key(m.transactional_id), None)
                    for m in changes]
+        records += [(rec.encode_check_key(txn_id), rec.encode_check_value(v) if v is not None else None)
+                    for txn_id, v in check_writes.items()]
         return CoordinatorResult(response=response, records=records, committed=committed, failed=failed)
 
     def _markers(self, meta: TransactionMetadata) -> SendMarkers:
@@ -302,7 +359,8 @@ class TransactionShard:
         for the markers of prepared ones."""
         expired = [self._fence(meta, now_ms) for txn_id, meta in self.transactions.items()
                    if meta.state == S.ONGOING and txn_id not in self.pending
-                   and meta.start_ms + meta.timeout_ms < now_ms]
+                   and rec.half_group(txn_id) is None and meta.start_ms + meta.timeout_ms < now_ms]
+        expired += self._checks_exhausted(now_ms)
         # Prepared transactions whose markers are not all written yet are sent again (the
         # marker sender drops what it is already sending): a PrepareCommit whose write timed
         # out and was committed later never got its markers asked for.
@@ -326,7 +384,108 @@ class TransactionShard:
                 and meta.last_update_ms + self.config.id_expiration_ms < now_ms]
         if not dead:
             return CoordinatorResult()
-        return self._write(dead, None)
+        gone: dict[str, rec.CheckValue | None] = {
+            m.transactional_id: None for m in dead if m.transactional_id in self.checks}
+        return self._write(dead, None, checks=gone)
+
+    # ----------------------------------------------------------- half messages
+
+    def _check_state(self, meta: TransactionMetadata) -> rec.CheckValue:
+        """The check state of ``meta``'s open transaction (a fresh one if none is recorded)."""
+        found = self.checks.get(meta.transactional_id)
+        if found is not None and (found.producer_id, found.producer_epoch, found.start_ms) == \
+                (meta.producer_id, meta.producer_epoch, meta.start_ms):
+            return found
+        return rec.CheckValue(meta.producer_id, meta.producer_epoch, meta.start_ms, 0, NO_ANSWER, -1)
+
+    def _next_check_ms(self, state: rec.CheckValue) -> int:
+        if state.checks == 0:
+            return state.start_ms + self.config.check_delay_ms
+        return state.last_check_ms + self.config.check_interval_ms
+
+    def _checkable(self, txn_id: str, meta: TransactionMetadata) -> bool:
+        return (meta.state == S.ONGOING and rec.half_group(txn_id) is not None
+                and txn_id not in self.pending and txn_id not in self.checks_pending)
+
+    def _checks_exhausted(self, now_ms: int) -> list[TransactionMetadata]:
+        """Half-message transactions checked ``transaction.check.max`` times without an
+        answer that ends them: fenced and rolled back, each with a log line."""
+        out = []
+        for txn_id, meta in self.transactions.items():
+            if not self._checkable(txn_id, meta):
+                continue
+            state = self._check_state(meta)
+            if state.checks >= self.config.check_max and now_ms >= self._next_check_ms(state):
+                answer = Resolution(state.last_answer).name if state.last_answer != NO_ANSWER else "none"
+                log.warning("rolling back half-message transaction %s of producer group %s (producer %d): "
+                            "%d checks made (transaction.check.max), last answer %s", txn_id,
+                            rec.half_group(txn_id), meta.producer_id, state.checks, answer)
+                out.append(self._fence(meta, now_ms))
+        return out
+
+    def poll_checks(self, group: str, answers: Iterable[CheckAnswer], now_ms: int) -> CoordinatorResult:
+        """A checker of ``group`` polls: its answers are applied (COMMIT/ROLLBACK end the
+        transaction, UNKNOWN is recorded) and it is handed the transactions due a check."""
+        self.checkers[group] = now_ms
+        changes: list[TransactionMetadata] = []
+        checks: dict[str, rec.CheckValue | None] = {}
+        for answer in answers:
+            meta = self.transactions.get(answer.transactional_id)
+            if meta is None or rec.half_group(answer.transactional_id) != group \
+                    or (meta.producer_id, meta.producer_epoch) != (answer.producer_id, answer.producer_epoch) \
+                    or not self._checkable(answer.transactional_id, meta) \
+                    or answer.transactional_id in checks:
+                continue  # ended or fenced meanwhile, or not this group's: the answer is stale
+            try:
+                resolution = Resolution(answer.resolution)
+            except ValueError:
+                continue
+            state = self._check_state(meta)
+            checks[meta.transactional_id] = rec.CheckValue(
+                state.producer_id, state.producer_epoch, state.start_ms, state.checks, int(resolution),
+                state.last_check_ms)
+            if resolution != Resolution.UNKNOWN:
+                log.info("half-message transaction %s of producer group %s: the checker answered %s",
+                         meta.transactional_id, group, resolution.name)
+                changes.append(self._prepare_end(meta, resolution == Resolution.COMMIT, now_ms))
+        exhausted = self._checks_exhausted(now_ms)
+        changes += [m for m in exhausted if m.transactional_id not in checks]
+        handed: list[HalfTransaction] = []
+        for txn_id, meta in self.transactions.items():
+            if rec.half_group(txn_id) != group or not self._checkable(txn_id, meta) \
+                    or txn_id in checks or any(m.transactional_id == txn_id for m in changes):
+                continue
+            state = self._check_state(meta)
+            if now_ms < self._next_check_ms(state):
+                continue
+            checked = rec.CheckValue(state.producer_id, state.producer_epoch, state.start_ms,
+                                     state.checks + 1, state.last_answer, now_ms)
+            checks[txn_id] = checked
+            handed.append(HalfTransaction(meta, checked.checks, checked.last_answer, now_ms))
+        if not changes and not checks:
+            return CoordinatorResult(CheckPoll(ErrorCode.none))
+        return self._write(changes, CheckPoll(ErrorCode.none, handed),
+                           lambda ms: [self._markers(m) for m in ms], checks=checks)
+
+    def half_transactions(self, group: str) -> list[HalfTransaction]:
+        """Every transaction of ``group`` this shard knows, with its check state."""
+        out = []
+        for txn_id in sorted(self.transactions):
+            if rec.half_group(txn_id) != group:
+                continue
+            half = self.check_state(txn_id)
+            if half is not None:
+                out.append(half)
+        return out
+
+    def check_state(self, transactional_id: str) -> HalfTransaction | None:
+        meta = self.transactions.get(transactional_id)
+        if meta is None or rec.half_group(transactional_id) is None:
+            return None
+        state = self.checks.get(transactional_id)
+        if state is None or (state.producer_id, state.start_ms) != (meta.producer_id, meta.start_ms):
+            return HalfTransaction(meta, 0, NO_ANSWER, -1)
+        return HalfTransaction(meta, state.checks, state.last_answer, state.last_check_ms)
 
     # ------------------------------------------------------------------ admin
 

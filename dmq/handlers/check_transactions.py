@@ -1,0 +1,52 @@
+"""CheckTransactions (dmq's extension 10000): half-message check-back, docs/half-messages.md.
+
+A checker of a producer group polls the coordinator of the group's
+half-message transactions with its answers to earlier checks and gets the
+transactions now due a check; ``describe_only`` lists them for the CLI.
+Not advertised in ApiVersions: only ``dmq.client`` sends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
+from dmq.protocol.codec import make
+from dmq.protocol.extensions import CHECK_TRANSACTIONS_KEY
+from dmq.transaction.shard import CheckAnswer, HalfTransaction
+
+API_KEY = CHECK_TRANSACTIONS_KEY
+MIN_VERSION = 0
+MAX_VERSION = 0
+ADVERTISED = False
+
+
+def _entry(schema: Any, half: HalfTransaction) -> Any:
+    topics: dict[str, list[int]] = {}
+    for topic, partition in sorted(half.meta.partitions):
+        topics.setdefault(topic, []).append(partition)
+    meta = half.meta
+    return make(schema.CheckedTransaction, transactional_id=meta.transactional_id,
+                producer_id=meta.producer_id, producer_epoch=meta.producer_epoch, state=meta.state.display,
+                start_time_ms=meta.start_ms, checks=half.checks, last_answer=half.last_answer,
+                last_check_ms=half.last_check_ms,
+                topics=tuple(make(schema.CheckedTopic, name=t, partitions=tuple(ps)) for t, ps in topics.items()))
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    group = request.producer_group
+    found: list[HalfTransaction]
+    if not group:
+        error, found = ErrorCode.invalid_request, []
+    elif request.describe_only:
+        error, found = services.transactions.half_transactions(group)
+    else:
+        poll = await services.transactions.poll_checks(group, [
+            CheckAnswer(a.transactional_id, int(a.producer_id), int(a.producer_epoch), int(a.resolution))
+            for a in request.answers])
+        error, found = poll.error, poll.transactions
+    return make(schema.CheckTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
+                transactions=tuple(_entry(schema, h) for h in found))

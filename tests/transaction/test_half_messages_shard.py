@@ -1,0 +1,163 @@
+"""Half-message check-back in the transaction shard, without an event loop."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from kio.schema.errors import ErrorCode
+from support.coordinator import ShardDriver, replay_into
+
+from dmq.transaction import records as rec
+from dmq.transaction.metadata import TransactionState
+from dmq.transaction.shard import (
+    NO_ANSWER,
+    CheckAnswer,
+    CheckPoll,
+    InitResult,
+    Resolution,
+    SendMarkers,
+    TransactionConfig,
+    TransactionShard,
+)
+
+S = TransactionState
+HALF = rec.half_transactional_id("orders", "p1")
+
+
+def driver(**kw: int) -> ShardDriver:
+    config = {"check_delay_ms": 6000, "check_interval_ms": 1000, "check_max": 3, "abort_interval_ms": 500, **kw}
+    d = ShardDriver(TransactionShard(0, 5, TransactionConfig(**config)))
+    d.apply(d.shard.on_loaded(d.now))
+    return d
+
+
+def open_half(d: ShardDriver, txn: str = HALF, new_id: int = 1000) -> None:
+    result = d.run(d.shard.init_producer_id, txn, 60_000, -1, -1, new_id)
+    assert isinstance(result, InitResult) and result.error == ErrorCode.none
+    assert d.run(d.shard.add_partitions, txn, new_id, 0, [("orders", 2)]) == ErrorCode.none
+
+
+def poll(d: ShardDriver, *answers: tuple[str, int], group: str = "orders") -> list[str]:
+    result = d.run(d.shard.poll_checks, group, [CheckAnswer(t, 1000, 0, r) for t, r in answers])
+    assert isinstance(result, CheckPoll) and result.error == ErrorCode.none
+    return [h.meta.transactional_id for h in result.transactions]
+
+
+def test_half_ids_name_their_group_and_share_its_coordinator_partition() -> None:
+    assert rec.half_group(HALF) == "orders"
+    assert rec.half_group(rec.half_transactional_id("a/b", "x")) == "a/b"
+    assert rec.half_group("orders") is None and rec.half_group("__dmq_half/orders") is None
+    partitions = {rec.partition_for(rec.half_transactional_id("orders", str(i)), 50) for i in range(20)}
+    assert len(partitions) == 1
+    with pytest.raises(ValueError):
+        rec.half_transactional_id("orders", "a/b")
+
+
+def test_first_check_after_the_delay_then_every_interval_and_commit_ends_it() -> None:
+    d = driver()
+    open_half(d)
+    assert poll(d) == []  # not due before transaction.check.delay.ms
+    d.now += 6000
+    assert poll(d) == [HALF]
+    assert poll(d) == []  # handed out: the next is due an interval later
+    d.now += 1000
+    assert poll(d) == [HALF]
+    assert d.shard.check_state(HALF).checks == 2  # type: ignore[union-attr]
+    assert poll(d, (HALF, Resolution.COMMIT)) == []
+    assert d.shard.transactions[HALF].state == S.PREPARE_COMMIT
+    assert d.effects[-1] == SendMarkers(HALF, 1000, 0, True, 5, frozenset({("orders", 2)}))
+    d.run(d.shard.complete, HALF, 1000, 0)
+    half = d.shard.check_state(HALF)
+    assert half is not None and half.meta.state == S.COMPLETE_COMMIT
+    assert (half.checks, half.last_answer) == (2, Resolution.COMMIT)
+    reloaded = replay_into(TransactionShard(0, 6, d.shard.config), d.log)
+    again = reloaded.check_state(HALF)
+    assert again is not None and (again.checks, again.last_answer) == (2, Resolution.COMMIT)
+
+
+def test_rollback_answer_aborts() -> None:
+    d = driver()
+    open_half(d)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    poll(d, (HALF, Resolution.ROLLBACK))
+    assert d.shard.transactions[HALF].state == S.PREPARE_ABORT
+    assert d.effects[-1].commit is False
+
+
+def test_unknown_answers_until_the_limit_then_rolled_back_with_a_log_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    d = driver()
+    open_half(d)
+    d.now += 6000
+    for n in range(3):
+        assert poll(d) == [HALF], n
+        assert poll(d, (HALF, Resolution.UNKNOWN)) == []
+        assert d.shard.check_state(HALF).last_answer == Resolution.UNKNOWN  # type: ignore[union-attr]
+        d.now += 1000
+    with caplog.at_level(logging.WARNING, logger="dmq.transaction"):
+        assert poll(d) == []  # the limit: rolled back, not checked a fourth time
+    meta = d.shard.transactions[HALF]
+    assert meta.state == S.PREPARE_ABORT and meta.producer_epoch == 1  # fenced
+    assert "3 checks made" in caplog.text and HALF in caplog.text
+
+
+def test_exhausted_checks_roll_back_from_the_timer_too() -> None:
+    d = driver(check_max=1)
+    open_half(d)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    d.advance(1000)
+    assert d.shard.transactions[HALF].state == S.PREPARE_ABORT
+
+
+def test_no_checker_no_check_counted_and_no_timeout_abort() -> None:
+    d = driver()
+    open_half(d)
+    d.advance(120_000)  # far past the 60 s transaction timeout and the check delay
+    meta = d.shard.transactions[HALF]
+    assert meta.state == S.ONGOING
+    assert d.shard.check_state(HALF).checks == 0  # type: ignore[union-attr]
+    assert poll(d) == [HALF]  # a checker comes: the check is made at once
+
+
+def test_an_ordinary_transaction_still_times_out_and_is_never_checked() -> None:
+    d = driver()
+    open_half(d, "plain")
+    d.now += 6000
+    assert poll(d) == []
+    d.advance(61_000)
+    assert d.shard.transactions["plain"].state == S.PREPARE_ABORT
+
+
+def test_stale_and_foreign_answers_are_ignored() -> None:
+    d = driver()
+    open_half(d)
+    other = rec.half_transactional_id("payments", "p9")
+    open_half(d, other, new_id=1001)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    # An answer for another group's transaction, a wrong epoch, an unknown id, a bad resolution.
+    d.run(d.shard.poll_checks, "orders", [CheckAnswer(other, 1001, 0, Resolution.COMMIT),
+                                          CheckAnswer(HALF, 1000, 7, Resolution.COMMIT),
+                                          CheckAnswer("nope", 1, 0, Resolution.COMMIT),
+                                          CheckAnswer(HALF, 1000, 0, 9)])
+    assert d.shard.transactions[HALF].state == S.ONGOING
+    assert d.shard.transactions[other].state == S.ONGOING
+    assert d.shard.check_state(HALF).last_answer == NO_ANSWER  # type: ignore[union-attr]
+    assert [h.meta.transactional_id for h in d.shard.half_transactions("payments")] == [other]
+
+
+def test_a_check_in_flight_is_not_handed_out_twice() -> None:
+    shard = TransactionShard(0, 5, TransactionConfig(check_delay_ms=0))
+    d = ShardDriver(shard)
+    open_half(d)
+    d.now += 1
+    first = shard.poll_checks("orders", [], d.now)
+    assert [h.meta.transactional_id for h in first.response.transactions] == [HALF]
+    second = shard.poll_checks("orders", [], d.now)
+    assert second.response.transactions == []
+    assert first.failed is not None
+    first.failed(shard, ErrorCode.not_coordinator, d.now)
+    assert [h.meta.transactional_id for h in shard.poll_checks("orders", [], d.now).response.transactions] == [HALF]
