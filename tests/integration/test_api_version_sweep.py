@@ -17,7 +17,7 @@ from kio.static.constants import EntityType
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
-from dmq.handlers import HANDLERS
+from dmq.handlers import HANDLERS, supported_apis
 from dmq.protocol.codec import make, request_class
 from dmq.record.records import encode_batch
 
@@ -277,7 +277,7 @@ def init_transactional_id(c: WireClient, txn_id: str) -> tuple[int, int]:
     return init.producer_id, init.producer_epoch
 
 
-PAIRS = [(key, v) for key, h in sorted(HANDLERS.items()) for v in range(h.MIN_VERSION, h.MAX_VERSION + 1)]
+PAIRS = [(key, v) for key, (lo, hi) in sorted(supported_apis().items()) for v in range(lo, hi + 1)]
 
 
 @pytest.mark.parametrize("api_key,version", PAIRS, ids=[f"{HANDLERS[k].__name__.rsplit('.', 1)[1]}-v{v}" for k, v in PAIRS])
