@@ -35,8 +35,8 @@ response header v1)::
           partitions     [int32]
 """
 
-from __future__ import annotations
 
+# No ``from __future__ import annotations`` here: kio's codec reads the field types at runtime.
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import ModuleType

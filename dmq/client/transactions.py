@@ -1,0 +1,332 @@
+"""Half messages with check-back (RocketMQ's transactional messages) on Kafka transactions.
+
+A ``TransactionProducer`` of a *producer group* sends half messages: records
+of a Kafka transaction whose transactional id is
+``__dmq_half/<producer group>/<instance>``. They are invisible to
+``read_committed`` consumers until ``commit()``; ``rollback()`` aborts them.
+When neither arrives (the producer crashed, the call was lost), the broker
+checks back: the checker thread of every live producer of the group polls the
+group's transaction coordinator (dmq's CheckTransactions API) and is handed
+the transactions due a check; it calls the application's ``checker`` with the
+first half message and sends the answer back in its next poll. COMMIT and
+ROLLBACK end the transaction on the broker; UNKNOWN leaves it for the next
+check. docs/half-messages.md has the whole protocol.
+
+Threads: ``begin()``, ``send()``, ``commit()``, ``rollback()`` and ``close()``
+belong to the application's thread (one transaction at a time per producer,
+as Kafka's transactional producer); the checker runs in its own daemon thread
+with its own connections and calls ``checker`` there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class, request_module
+from dmq.protocol.extensions import CheckAnswer, CheckTransactionsRequest, Resolution
+
+log = logging.getLogger("dmq.client.transactions")
+
+HALF_PREFIX = "__dmq_half/"  # dmq.transaction.records.HALF_PREFIX; the client sits below it
+OWN_KEYS = ("producer.group", "check.poll.interval.ms", "check.fetch.timeout.ms")
+RETRIABLE = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+             ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions,
+             ErrorCode.request_timed_out)
+
+
+class TransactionResolution(IntEnum):
+    """What a checker answers: the local transaction committed, rolled back, or is not known yet."""
+    COMMIT = Resolution.COMMIT
+    ROLLBACK = Resolution.ROLLBACK
+    UNKNOWN = Resolution.UNKNOWN
+
+
+@dataclass(frozen=True)
+class HalfMessage:
+    """The first record of a half-message transaction, as a checker is given it.
+
+    ``key``, ``value`` and ``headers`` are None when the record could not be read
+    (its partition's leader was unreachable within ``check.fetch.timeout.ms``)."""
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    check: int  # which check this is, 1 for the first
+
+
+class TransactionError(RuntimeError):
+    pass
+
+
+def _bootstrap(servers: str) -> list[tuple[str, int]]:
+    out = []
+    for item in servers.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bootstrap.servers: {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+class Transaction:
+    """One open half-message transaction. Use ``send()``, then ``commit()`` or ``rollback()``;
+    as a context manager it rolls back when the block raises and was not ended."""
+
+    def __init__(self, producer: TransactionProducer) -> None:
+        self._producer = producer
+        self.ended = False
+
+    def send(self, topic: str, value: bytes | str | None = None, key: bytes | str | None = None,
+             partition: int | None = None, headers: list[tuple[str, bytes]] | None = None) -> None:
+        if self.ended:
+            raise TransactionError("this transaction has ended")
+        kwargs: dict[str, Any] = {"value": value, "key": key}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers is not None:
+            kwargs["headers"] = headers
+        kafka = self._producer.kafka
+        while True:
+            try:
+                kafka.produce(topic, **kwargs)
+                break
+            except BufferError:
+                kafka.poll(0.05)
+        kafka.poll(0)
+
+    def commit(self, timeout: float = 30.0) -> None:
+        self._end()
+        self._producer.kafka.commit_transaction(timeout)
+
+    def rollback(self, timeout: float = 30.0) -> None:
+        self._end()
+        self._producer.kafka.abort_transaction(timeout)
+
+    def _end(self) -> None:
+        if self.ended:
+            raise TransactionError("this transaction has already ended")
+        self.ended = True
+        self._producer._open = None
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None and not self.ended:
+            self.rollback()
+
+
+class TransactionProducer:
+    """A producer of half messages in a producer group, and (given ``checker``) a checker
+    of the group's transactions whose producer is gone.
+
+    Config: ``bootstrap.servers`` and ``producer.group`` (required),
+    ``check.poll.interval.ms`` (1000: how often the checker asks for checks),
+    ``check.fetch.timeout.ms`` (5000: how long it tries to read a half message);
+    everything else goes to confluent-kafka's ``Producer``."""
+
+    def __init__(self, config: dict[str, Any],
+                 checker: Callable[[HalfMessage], TransactionResolution] | None = None,
+                 init_timeout: float = 30.0) -> None:
+        from confluent_kafka import Producer
+
+        group = config.get("producer.group")
+        if not group or not isinstance(group, str):
+            raise ValueError("producer.group is required")
+        servers = config.get("bootstrap.servers")
+        if not servers:
+            raise ValueError("bootstrap.servers is required")
+        self.group = group
+        self.bootstrap = _bootstrap(str(servers))
+        self.transactional_id = f"{HALF_PREFIX}{group}/{uuid.uuid4().hex}"
+        kafka_config = {k: v for k, v in config.items() if k not in OWN_KEYS}
+        kafka_config.setdefault("log_level", 3)
+        kafka_config["transactional.id"] = self.transactional_id
+        self.kafka = Producer(kafka_config)
+        self.kafka.init_transactions(init_timeout)
+        self._open: Transaction | None = None
+        self._checker: _Checker | None = None
+        if checker is not None:
+            self._checker = _Checker(self, checker, int(config.get("check.poll.interval.ms", 1000)),
+                                     int(config.get("check.fetch.timeout.ms", 5000)), kafka_config)
+            self._checker.start()
+
+    def begin(self) -> Transaction:
+        if self._open is not None:
+            raise TransactionError("a transaction is already open on this producer; commit or roll it back")
+        self.kafka.begin_transaction()
+        self._open = Transaction(self)
+        return self._open
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self._checker is not None:
+            self._checker.stop(timeout)
+            self._checker = None
+        self.kafka.flush(timeout)
+
+    def __enter__(self) -> TransactionProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Checker(threading.Thread):
+    """Polls the group's coordinator, calls the checker for each transaction handed out,
+    sends the answers with the next poll. Its own thread and connections."""
+
+    def __init__(self, producer: TransactionProducer, checker: Callable[[HalfMessage], TransactionResolution],
+                 interval_ms: int, fetch_timeout_ms: int, kafka_config: dict[str, Any]) -> None:
+        super().__init__(name=f"dmq-checker-{producer.group}", daemon=True)
+        self.producer = producer
+        self.checker = checker
+        self.interval = interval_ms / 1000
+        self.fetch_timeout = fetch_timeout_ms / 1000
+        self.consumer_config = {
+            k: v for k, v in kafka_config.items()
+            if k in ("bootstrap.servers", "client.id", "log_level") or k.startswith(("security.", "sasl.", "ssl."))}
+        self.stopping = threading.Event()
+        self.coordinator: WireClient | None = None
+        self.consumer: Any = None
+        self.answers: list[tuple[str, int, int, int]] = []
+
+    def stop(self, timeout: float) -> None:
+        self.stopping.set()
+        self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                try:
+                    handed = self._poll()
+                except (OSError, ValueError, TransactionError) as e:
+                    log.debug("check poll of producer group %s failed: %s", self.producer.group, e)
+                    self._disconnect()
+                    self.stopping.wait(self.interval)
+                    continue
+                for txn in handed:
+                    self.answers.append((txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
+                                         int(self._ask(txn))))
+                if not self.answers:
+                    self.stopping.wait(self.interval)
+        finally:
+            self._disconnect()
+            if self.consumer is not None:
+                self.consumer.close()
+
+    def _disconnect(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.close()
+            self.coordinator = None
+
+    def _connect(self) -> WireClient:
+        last: Exception | None = None
+        for host, port in self.producer.bootstrap:
+            try:
+                with WireClient(host, port, "dmq-checker", timeout=10) as c:
+                    found = c.request(make(request_class(10, 4), key_type=1,
+                                           coordinator_keys=(self.producer.transactional_id,)))
+            except OSError as e:
+                last = e
+                continue
+            coordinator = found.coordinators[0]
+            if coordinator.error_code != ErrorCode.none:
+                raise TransactionError(f"no transaction coordinator: {coordinator.error_code.name}")
+            return WireClient(coordinator.host, coordinator.port, "dmq-checker", timeout=30)
+        raise TransactionError(f"no broker of bootstrap.servers answered: {last}")
+
+    def _poll(self) -> list[Any]:
+        if self.coordinator is None:
+            self.coordinator = self._connect()
+        answers = self.answers
+        request = make(CheckTransactionsRequest, producer_group=self.producer.group, describe_only=False,
+                       answers=tuple(make(CheckAnswer, transactional_id=t, producer_id=p, producer_epoch=e,
+                                          resolution=r) for t, p, e, r in answers))
+        response = self.coordinator.request(request)
+        if response.error_code in RETRIABLE:
+            raise TransactionError(f"coordinator answered {response.error_code.name}")
+        if response.error_code != ErrorCode.none:
+            raise TransactionError(f"check poll refused: {response.error_code.name}")
+        self.answers = []
+        return list(response.transactions)
+
+    def _ask(self, txn: Any) -> TransactionResolution:
+        message = self._first_message(txn)
+        try:
+            answer = self.checker(message)
+            return TransactionResolution(answer)
+        except Exception:
+            log.exception("the checker of producer group %s failed on %s; answering UNKNOWN",
+                          self.producer.group, txn.transactional_id)
+            return TransactionResolution.UNKNOWN
+
+    def _first_message(self, txn: Any) -> HalfMessage:
+        """The transaction's first record on the first of its partitions that can be read
+        (there the producer's transaction starts at the offset DescribeProducers gives)."""
+        for topic in txn.topics:
+            for partition in topic.partitions:
+                try:
+                    message = self._read(txn, topic.name, int(partition))
+                except Exception as e:  # any failure leaves the checker without the content
+                    log.debug("cannot read half message of %s on %s[%d]: %s", txn.transactional_id,
+                              topic.name, partition, e)
+                    continue
+                if message is not None:
+                    return message
+        first = txn.topics[0] if txn.topics else None
+        return HalfMessage(first.name if first else "", int(first.partitions[0]) if first else -1, -1,
+                           None, None, None, txn.transactional_id, int(txn.producer_id),
+                           int(txn.producer_epoch), int(txn.checks))
+
+    def _read(self, txn: Any, topic: str, partition: int) -> HalfMessage | None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        if self.consumer is None:
+            self.consumer = Consumer({**self.consumer_config, "group.id": f"__dmq_checker/{self.producer.group}",
+                                      "enable.auto.commit": False, "isolation.level": "read_uncommitted",
+                                      "enable.partition.eof": False})
+        meta = self.consumer.list_topics(topic, timeout=self.fetch_timeout)
+        leader_id = meta.topics[topic].partitions[partition].leader
+        leader = meta.brokers[leader_id]
+        with WireClient(leader.host, leader.port, "dmq-checker", timeout=self.fetch_timeout) as c:
+            module = request_module(61, 0)
+            resp = c.request(make(module.DescribeProducersRequest, topics=(
+                make(module.TopicRequest, name=topic, partition_indexes=(partition,)),)))
+        start = -1
+        for t in resp.topics:
+            for p in t.partitions:
+                for producer in p.active_producers:
+                    if int(producer.producer_id) == int(txn.producer_id):
+                        start = int(producer.current_txn_start_offset)
+        if start < 0:
+            return None
+        self.consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + self.fetch_timeout
+        try:
+            while time.monotonic() < deadline:
+                msg = self.consumer.poll(0.2)
+                if msg is None or msg.error() is not None:
+                    continue
+                if msg.topic() == topic and msg.partition() == partition and msg.offset() >= start:
+                    return HalfMessage(topic, partition, msg.offset(), msg.key(), msg.value(),
+                                       list(msg.headers() or []), txn.transactional_id, int(txn.producer_id),
+                                       int(txn.producer_epoch), int(txn.checks))
+        finally:
+            self.consumer.unassign()
+        return None
+
