@@ -110,16 +110,22 @@ class Transaction:
         kafka.poll(0)
 
     def commit(self, timeout: float = 30.0) -> None:
-        self._end()
+        """Commit; on a retriable failure (confluent-kafka's KafkaException) the
+        transaction stays open: commit again or roll back."""
+        self._check_open()
         self._producer.kafka.commit_transaction(timeout)
+        self._ended()
 
     def rollback(self, timeout: float = 30.0) -> None:
-        self._end()
+        self._check_open()
         self._producer.kafka.abort_transaction(timeout)
+        self._ended()
 
-    def _end(self) -> None:
+    def _check_open(self) -> None:
         if self.ended:
             raise TransactionError("this transaction has already ended")
+
+    def _ended(self) -> None:
         self.ended = True
         self._producer._open = None
 
