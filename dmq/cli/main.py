@@ -156,7 +156,7 @@ def consume(
 
 
 def _register_subcommands() -> None:
-    from dmq.cli import bench, cluster, configs, groups, partitions, pipeline, topics
+    from dmq.cli import bench, cluster, configs, groups, partitions, pipeline, topics, transactions
 
     app.add_typer(topics.app, name="topics")
     app.add_typer(groups.app, name="groups")
@@ -165,6 +165,7 @@ def _register_subcommands() -> None:
     app.add_typer(pipeline.app, name="pipeline")
     app.add_typer(cluster.app, name="cluster")
     app.add_typer(partitions.app, name="partitions")
+    app.add_typer(transactions.app, name="transactions")
 
 
 _register_subcommands()

@@ -19,6 +19,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
 from dmq.protocol.codec import API_VERSIONS_KEY, response_class
+from dmq.protocol.lenient import READERS as LENIENT_READERS
 
 
 class WireClient:
@@ -89,7 +90,8 @@ def decode_response(request_cls: Any, correlation_id: int, data: bytes) -> Any:
     resp_cls = response_class(api_key, int(request_cls.__version__))
     if resp_cls.__flexible__ and api_key != API_VERSIONS_KEY:
         offset += 1  # empty tagged fields of response header v1
-    response, _ = entity_reader(resp_cls)(data, offset)
+    reader = LENIENT_READERS.get((api_key, int(request_cls.__version__))) or entity_reader(resp_cls)
+    response, _ = reader(data, offset)
     return response
 
 

@@ -25,6 +25,7 @@ from dmq.handlers import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
     describe_transactions,
     elect_leaders,
     end_txn,
@@ -60,7 +61,7 @@ HANDLERS: dict[int, ModuleType] = {
         delete_groups, offset_delete, offset_for_leader_epoch, alter_partition_reassignments,
         list_partition_reassignments, elect_leaders, list_transactions,
         add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
-        describe_transactions, check_transactions,
+        describe_transactions, describe_producers, check_transactions,
     )
 }
 

@@ -45,7 +45,7 @@ from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.replication.partition import Partition, PartitionError, ReadResult
 from dmq.replication.purgatory import DelayedOperationPurgatory
 from dmq.storage.log_manager import LogManager, read_checkpoint, write_checkpoint
-from dmq.storage.producer_state import AppendOrigin
+from dmq.storage.producer_state import AppendOrigin, ProducerEntry
 
 log = logging.getLogger("dmq.replication")
 
@@ -164,6 +164,15 @@ class ReplicaManager:
             raise PartitionError(ErrorCode.not_leader_or_follower,
                                  f"broker {self.broker_id} is not the leader of {topic}-{index}")
         return partition
+
+    def active_producers(self, topic: str, index: int) -> list[ProducerEntry]:
+        """The producers of a partition hosted here, as leader or follower (Kafka answers
+        DescribeProducers from any replica's log), by producer id; copies."""
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            raise PartitionError(*self._not_hosted(topic, index))
+        producers = partition.log.producer_state.producers
+        return [producers[pid].copy() for pid in sorted(producers)]
 
     def _wake(self, key: TopicPartition) -> None:
         self.fetch_purgatory.check_and_complete(key)

@@ -87,6 +87,8 @@ def build(api_key: int, version: int, topic: str) -> Any:
         return make(R, election_type=0, timeout=T5, topic_partitions=(m("TopicPartitions", topic=topic, partitions=(0,)),))
     if api_key == 66:
         return make(R, state_filters=("Empty",), producer_id_filters=())
+    if api_key == 61:
+        return make(R, topics=(m("TopicRequest", name=topic, partition_indexes=(0,)),))
     if api_key == 22:
         return make(R, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
                     producer_epoch=-1)
@@ -158,6 +160,9 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
     if api_key == 1:
         top = [resp.error_code] if hasattr(resp, "error_code") else []  # v7+
         return top + [p.error_code for t in resp.responses for p in t.partitions]
+    if api_key == 61:  # the Produce above was not idempotent: no producer state
+        assert [p.active_producers for t in resp.topics for p in t.partitions] == [()]
+        return [p.error_code for t in resp.topics for p in t.partitions]
     if api_key in (2, 21):
         return [p.error_code for t in resp.topics for p in t.partitions]
     if api_key == 45:
