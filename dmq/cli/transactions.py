@@ -41,7 +41,9 @@ from dmq.cli.common import (
 from dmq.cli.help import Typer
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
+from dmq.protocol.extensions import CheckTransactionsRequest, Resolution
 from dmq.protocol.lenient import epoch_ms
+from dmq.transaction.records import half_group
 
 app = Typer(help="Inspect transactions, find hanging ones and abort them.", no_args_is_help=True)
 console = make_console()
@@ -188,6 +190,18 @@ def _describe_transaction(b: Brokers, txn_id: str) -> tuple[int, Any]:
         time.sleep(0.2)
 
 
+def _half_checks(b: Brokers, coordinator: int, txn_id: str) -> tuple[str, Any | None] | None:
+    """(producer group, check state) of a half-message transactional id (docs/half-messages.md),
+    None for other ids."""
+    group = half_group(txn_id)
+    if group is None:
+        return None
+    resp = b.ask(coordinator, make(CheckTransactionsRequest, producer_group=group, describe_only=True, answers=()))
+    if resp.error_code != ErrorCode.none:
+        fail(f"cannot read the checks of {txn_id}: {_code(resp.error_code)}")
+    return group, next((t for t in resp.transactions if t.transactional_id == txn_id), None)
+
+
 def _describe_producers(b: Brokers, broker_id: int, partitions: list[tuple[str, int]]
                         ) -> dict[tuple[str, int], tuple[ErrorCode, tuple[Any, ...]]]:
     mod = request_module(61, 0)
@@ -239,6 +253,7 @@ def describe(
     start and partitions of its transaction."""
     with _brokers(bootstrap_server, topics=[]) as b:
         coordinator, s = _describe_transaction(b, transactional_id)
+        checks = _half_checks(b, coordinator, transactional_id)
     start = epoch_ms(s.transaction_start_time)
     parts = [f"{t.topic}-{p}" for t in s.topics for p in t.partitions]
     rows = [
@@ -249,6 +264,12 @@ def describe(
         ("start-time", _when(start)), ("duration-ms", "-" if start < 0 else str(max(0, _now_ms() - start))),
         ("partitions", ", ".join(parts) or "-"),
     ]
+    if checks is not None:
+        group, half = checks
+        answer = "-" if half is None or half.last_answer < 0 else Resolution(half.last_answer).name
+        rows += [("producer-group", group), ("checks-made", str(half.checks) if half is not None else "0"),
+                 ("last-answer", answer),
+                 ("last-check", _when(int(half.last_check_ms)) if half is not None else "-")]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         console.print(f"{key.ljust(width)}  {value}", highlight=False, soft_wrap=True)

@@ -1,0 +1,242 @@
+"""Half messages with check-back (issue 11, part 3) against a real broker, real processes.
+
+Producers of the group run in child processes that are SIGKILLed at the moment
+under test; checkers run in this process; consumers read with read_committed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+from support.broker import BrokerProcess
+from support.cli import run_dmq
+
+from dmq.client.transactions import HalfMessage, TransactionProducer, TransactionResolution
+from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class
+from dmq.protocol.extensions import CheckTransactionsRequest
+
+TOPIC = "orders"
+
+# A producer of the group: sends a half message, runs its "local transaction" (a file is
+# the order table), says so, and waits to be killed before it can commit or roll back.
+CRASHING_PRODUCER = """
+import sys, time
+from pathlib import Path
+from dmq.client.transactions import TransactionProducer
+bootstrap, group, key, outcome, table = sys.argv[1:6]
+producer = TransactionProducer({"bootstrap.servers": bootstrap, "producer.group": group, "log_level": 0})
+txn = producer.begin()
+txn.send("orders", key=key.encode(), value=b'{"total": 10}', partition=0)
+assert producer.kafka.flush(15) == 0
+if outcome == "commit":
+    (Path(table) / key).write_text("saved")
+print(producer.transactional_id, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.fixture
+def half_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "500",
+        "transaction.check.max": "3", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
+    }).start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def committed_keys(broker: BrokerProcess, settle: float = 1.0) -> list[bytes]:
+    """Every key a read_committed consumer sees, read until the last stable offset."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"probe-{time.monotonic_ns()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "log_level": 0})
+    consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+    keys: list[bytes] = []
+    deadline = time.monotonic() + 20
+    quiet_until = time.monotonic() + settle
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if time.monotonic() > quiet_until:
+                    break
+                continue
+            if msg.error() is not None:
+                continue  # end of partition: keep polling until quiet
+            keys.append(msg.key())
+            quiet_until = time.monotonic() + settle
+    finally:
+        consumer.close()
+    return keys
+
+
+def crash_producer(broker: BrokerProcess, key: str, outcome: str, table: Path, group: str = "orders") -> str:
+    """Run a producer that sends a half message for ``key``, then SIGKILL it; its id."""
+    child = subprocess.Popen([sys.executable, "-c", CRASHING_PRODUCER, broker.bootstrap, group, key, outcome,
+                              str(table)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        assert line.startswith("__dmq_half/"), line
+        return line
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(10)
+
+
+def describe(broker: BrokerProcess, group: str = "orders") -> dict[str, tuple[str, int, int]]:
+    """transactional id -> (state, checks made, last answer), as the CLI shows them."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        resp = c.request(make(CheckTransactionsRequest, producer_group=group, describe_only=True, answers=()))
+    assert resp.error_code == ErrorCode.none, resp
+    return {t.transactional_id: (t.state, int(t.checks), int(t.last_answer)) for t in resp.transactions}
+
+
+def wait_for(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def test_commit_delivers_once_and_rollback_never(half_broker: BrokerProcess) -> None:
+    with TransactionProducer({"bootstrap.servers": half_broker.bootstrap, "producer.group": "orders"}) as producer:
+        txn = producer.begin()
+        txn.send(TOPIC, key=b"1", value=b'{"total": 10}')
+        assert committed_keys(half_broker, settle=0.5) == []  # a half message: invisible
+        txn.commit()
+        txn = producer.begin()
+        txn.send(TOPIC, key=b"2", value=b'{"total": 20}')
+        txn.rollback()
+        with producer.begin() as txn:  # a block that raises rolls back
+            txn.send(TOPIC, key=b"3", value=b"x")
+            with pytest.raises(RuntimeError):
+                raise RuntimeError("local transaction failed")
+    assert committed_keys(half_broker) == [b"1"]
+
+
+def test_a_crashed_producer_is_checked_back_by_a_live_member(half_broker: BrokerProcess, tmp_path: Path) -> None:
+    table = tmp_path / "orders-table"
+    table.mkdir()
+    asked: list[HalfMessage] = []
+
+    def check(message: HalfMessage) -> TransactionResolution:
+        asked.append(message)
+        assert message.key is not None
+        saved = (table / message.key.decode()).exists()
+        return TransactionResolution.COMMIT if saved else TransactionResolution.ROLLBACK
+
+    with TransactionProducer({"bootstrap.servers": half_broker.bootstrap, "producer.group": "orders",
+                              "check.poll.interval.ms": 200}, checker=check):
+        saved_id = crash_producer(half_broker, "42", "commit", table)
+        lost_id = crash_producer(half_broker, "43", "rollback", table)
+        wait_for(lambda: describe(half_broker).get(saved_id, ("",))[0] == "CompleteCommit"
+                 and describe(half_broker).get(lost_id, ("",))[0] == "CompleteAbort", 20, "both checks")
+    assert committed_keys(half_broker) == [b"42"]
+    by_id = {m.transactional_id: m for m in asked}
+    assert by_id[saved_id].value == b'{"total": 10}' and by_id[saved_id].topic == TOPIC
+    assert by_id[saved_id].check == 1
+    assert describe(half_broker)[saved_id] == ("CompleteCommit", 1, TransactionResolution.COMMIT)
+    assert describe(half_broker)[lost_id] == ("CompleteAbort", 1, TransactionResolution.ROLLBACK)
+    shown = run_dmq(half_broker.bootstrap, "transactions", "describe", "--transactional-id", saved_id).stdout
+    rows = {line.split()[0]: line.split()[1] for line in shown.splitlines() if len(line.split()) >= 2}
+    assert (rows["state"], rows["producer-group"], rows["checks-made"], rows["last-answer"]) == \
+        ("CompleteCommit", "orders", "1", "COMMIT"), shown
+
+
+def test_unknown_answers_are_asked_up_to_the_limit_then_rolled_back(
+        half_broker: BrokerProcess, tmp_path: Path) -> None:
+    asked: list[int] = []
+    lock = threading.Lock()
+
+    def unsure(message: HalfMessage) -> TransactionResolution:
+        with lock:
+            asked.append(message.check)
+        return TransactionResolution.UNKNOWN
+
+    with TransactionProducer({"bootstrap.servers": half_broker.bootstrap, "producer.group": "orders",
+                              "check.poll.interval.ms": 100}, checker=unsure):
+        txn_id = crash_producer(half_broker, "44", "commit", tmp_path)
+        wait_for(lambda: describe(half_broker)[txn_id][0] == "CompleteAbort", 20, "the rollback")
+    assert asked == [1, 2, 3]  # transaction.check.max
+    assert describe(half_broker)[txn_id] == ("CompleteAbort", 3, TransactionResolution.UNKNOWN)
+    assert committed_keys(half_broker) == []
+    log = half_broker.log_text()
+    assert f"rolling back half-message transaction {txn_id}" in log and "3 checks made" in log
+
+
+def test_with_no_live_checker_checks_wait_and_resume_when_one_comes(
+        half_broker: BrokerProcess, tmp_path: Path) -> None:
+    table = tmp_path / "orders-table"
+    table.mkdir()
+    txn_id = crash_producer(half_broker, "45", "commit", table)
+    time.sleep(3.5)  # the first check was due after 1 s, then every 0.5 s: 3 checks' worth
+    assert describe(half_broker)[txn_id] == ("Ongoing", 0, -1)  # nobody asked, nothing counted
+    assert committed_keys(half_broker, settle=0.3) == []
+
+    def check(message: HalfMessage) -> TransactionResolution:
+        assert message.key is not None
+        return TransactionResolution.COMMIT if (table / message.key.decode()).exists() \
+            else TransactionResolution.ROLLBACK
+
+    with TransactionProducer({"bootstrap.servers": half_broker.bootstrap, "producer.group": "orders",
+                              "check.poll.interval.ms": 200}, checker=check):
+        wait_for(lambda: describe(half_broker)[txn_id][0] == "CompleteCommit", 20, "the check")
+    assert committed_keys(half_broker) == [b"45"]
+
+
+def test_other_groups_checkers_are_not_asked(half_broker: BrokerProcess, tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def check(message: HalfMessage) -> TransactionResolution:
+        asked.append(message.transactional_id)
+        return TransactionResolution.ROLLBACK
+
+    with TransactionProducer({"bootstrap.servers": half_broker.bootstrap, "producer.group": "payments",
+                              "check.poll.interval.ms": 100}, checker=check):
+        txn_id = crash_producer(half_broker, "46", "commit", tmp_path)
+        time.sleep(2.5)
+        assert asked == []
+        assert describe(half_broker)[txn_id][:2] == ("Ongoing", 0)
+
+
+def test_bad_check_requests_get_errors_not_a_crash(half_broker: BrokerProcess) -> None:
+    with WireClient("127.0.0.1", half_broker.port) as c:
+        wait_for(lambda: c.request(make(request_class(10, 4), key_type=1, coordinator_keys=("t",)))
+                 .coordinators[0].error_code == ErrorCode.none, 20, "the transaction coordinator")
+        resp = c.request(make(CheckTransactionsRequest, producer_group="", describe_only=False, answers=()))
+        assert resp.error_code == ErrorCode.invalid_request
+        resp = c.request(make(CheckTransactionsRequest, producer_group="nobody", describe_only=True, answers=()))
+        assert resp.error_code == ErrorCode.none and resp.transactions == ()
+    with pytest.raises(ValueError, match="producer.group"):
+        TransactionProducer({"bootstrap.servers": half_broker.bootstrap})
+    assert half_broker.alive()
+
+
+def test_the_readme_example_runs(half_broker: BrokerProcess) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = next(b for b in readme.split("```python")[1:] if "TransactionProducer" in b).split("```")[0]
+    saved: list[str] = []
+    code = block.replace("127.0.0.1:9092", half_broker.bootstrap) + "\nproducer.close()\n"
+    exec(compile(code, "README.md", "exec"), {  # noqa: S102 - the README's own example
+        "order_saved": lambda key: True, "save_order_in_database": lambda: saved.append("42")})
+    assert saved == ["42"]
+    assert committed_keys(half_broker) == [b"42"]
