@@ -132,11 +132,10 @@ class TransactionShard:
         self.transactions: dict[str, TransactionMetadata] = {}
         self.pending: dict[str, TransactionState] = {}
         self.last_producer_ids: dict[str, int] = {}
-        # Half messages: check state per transactional id (what the check records say), the
-        # ids whose check-state write is in flight, and when each producer group last polled.
+        # Half messages: check state per transactional id (what the check records say) and
+        # the ids whose check-state write is in flight.
         self.checks: dict[str, rec.CheckValue] = {}
         self.checks_pending: set[str] = set()
-        self.checkers: dict[str, int] = {}
 
     # ------------------------------------------------------------------ replay
 
@@ -426,7 +425,6 @@ class TransactionShard:
     def poll_checks(self, group: str, answers: Iterable[CheckAnswer], now_ms: int) -> CoordinatorResult:
         """A checker of ``group`` polls: its answers are applied (COMMIT/ROLLBACK end the
         transaction, UNKNOWN is recorded) and it is handed the transactions due a check."""
-        self.checkers[group] = now_ms
         changes: list[TransactionMetadata] = []
         checks: dict[str, rec.CheckValue | None] = {}
         for answer in answers:

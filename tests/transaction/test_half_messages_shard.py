@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from kio.schema.errors import ErrorCode
 from support.coordinator import ShardDriver, replay_into
 
@@ -161,3 +164,80 @@ def test_a_check_in_flight_is_not_handed_out_twice() -> None:
     assert first.failed is not None
     first.failed(shard, ErrorCode.not_coordinator, d.now)
     assert [h.meta.transactional_id for h in shard.poll_checks("orders", [], d.now).response.transactions] == [HALF]
+
+
+class HalfMessageMachine(RuleBasedStateMachine):
+    """A half-message transactional id: its producer (inits, adds, ends), checkers polling
+    with answers for current or stale epochs, markers completing, time passing.
+
+    Invariants: only Ongoing transactions are handed out; no transaction is checked more
+    than ``transaction.check.max`` times; a half transaction never times out (it is
+    ended by its producer, an answer, or exhausted checks); a new coordinator replays
+    the same check state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = driver()
+        self.epochs: list[tuple[int, int]] = []
+        self.ended_by: str | None = None
+
+    @rule()
+    def init(self) -> None:
+        result = self.d.run(self.d.shard.init_producer_id, HALF, 60_000, -1, -1, 1000)
+        if result.error == ErrorCode.none:
+            self.epochs.append((result.producer_id, result.producer_epoch))
+
+    @rule()
+    def add(self) -> None:
+        if self.epochs:
+            pid, epoch = self.epochs[-1]
+            self.d.run(self.d.shard.add_partitions, HALF, pid, epoch, [("orders", 0)])
+
+    @rule(commit=st.booleans())
+    def producer_ends(self, commit: bool) -> None:
+        if self.epochs:
+            pid, epoch = self.epochs[-1]
+            self.d.run(self.d.shard.end_txn, HALF, pid, epoch, commit)
+
+    @rule(answer=st.sampled_from([None, *Resolution]), stale=st.booleans())
+    def checker_polls(self, answer: Resolution | None, stale: bool) -> None:
+        answers = []
+        meta = self.d.shard.transactions.get(HALF)
+        if answer is not None and meta is not None:
+            epoch = meta.producer_epoch - 1 if stale else meta.producer_epoch
+            answers.append(CheckAnswer(HALF, meta.producer_id, epoch, answer))
+        result = self.d.run(self.d.shard.poll_checks, "orders", answers)
+        for half in result.transactions:
+            assert half.meta.state == S.ONGOING
+            assert 1 <= half.checks <= self.d.shard.config.check_max
+
+    @rule()
+    def markers_written(self) -> None:
+        meta = self.d.shard.transactions.get(HALF)
+        if meta is not None:
+            self.d.run(self.d.shard.complete, HALF, meta.producer_id, meta.producer_epoch)
+
+    @rule(ms=st.integers(min_value=1, max_value=90_000))
+    def time_passes(self, ms: int) -> None:
+        meta = self.d.shard.transactions.get(HALF)
+        before = self.d.shard.check_state(HALF)
+        self.d.advance(ms)
+        after = self.d.shard.transactions.get(HALF)
+        if meta is not None and meta.state == S.ONGOING and after is not None and after.state != S.ONGOING:
+            # Only exhausted checks end a half transaction while time passes.
+            assert before is not None and before.checks >= self.d.shard.config.check_max
+
+    @invariant()
+    def checks_bounded_and_replayed(self) -> None:
+        live = self.d.shard.check_state(HALF)
+        fresh = replay_into(TransactionShard(0, 6, self.d.shard.config), self.d.log).check_state(HALF)
+        if live is None:
+            assert fresh is None
+            return
+        assert live.checks <= self.d.shard.config.check_max
+        assert fresh is not None
+        assert (fresh.meta.state, fresh.checks, fresh.last_answer) == (live.meta.state, live.checks, live.last_answer)
+
+
+HalfMessageMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+test_half_message_state_machine = HalfMessageMachine.TestCase
