@@ -6,10 +6,6 @@ under test; checkers run in this process; consumers read with read_committed.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +17,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from support.broker import BrokerProcess
 from support.cli import run_dmq
+from support.half_messages import crash_producer as support_crash_producer
+from support.half_messages import describe_checks
 
 from dmq.client.transactions import HalfMessage, TransactionProducer, TransactionResolution
 from dmq.client.wire import WireClient
@@ -28,24 +26,6 @@ from dmq.protocol.codec import make, request_class
 from dmq.protocol.extensions import CheckTransactionsRequest
 
 TOPIC = "orders"
-
-# A producer of the group: sends a half message, runs its "local transaction" (a file is
-# the order table), says so, and waits to be killed before it can commit or roll back.
-CRASHING_PRODUCER = """
-import sys, time
-from pathlib import Path
-from dmq.client.transactions import TransactionProducer
-bootstrap, group, key, outcome, table = sys.argv[1:6]
-producer = TransactionProducer({"bootstrap.servers": bootstrap, "producer.group": group, "log_level": 0})
-txn = producer.begin()
-txn.send("orders", key=key.encode(), value=b'{"total": 10}', partition=0)
-assert producer.kafka.flush(15) == 0
-if outcome == "commit":
-    (Path(table) / key).write_text("saved")
-print(producer.transactional_id, flush=True)
-time.sleep(600)
-"""
-
 
 @pytest.fixture
 def half_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
@@ -87,25 +67,12 @@ def committed_keys(broker: BrokerProcess, settle: float = 1.0) -> list[bytes]:
 
 
 def crash_producer(broker: BrokerProcess, key: str, outcome: str, table: Path, group: str = "orders") -> str:
-    """Run a producer that sends a half message for ``key``, then SIGKILL it; its id."""
-    child = subprocess.Popen([sys.executable, "-c", CRASHING_PRODUCER, broker.bootstrap, group, key, outcome,
-                              str(table)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline().strip()
-        assert line.startswith("__dmq_half/"), line
-        return line
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait(10)
+    return support_crash_producer(broker.bootstrap, key, outcome, table, group)
 
 
 def describe(broker: BrokerProcess, group: str = "orders") -> dict[str, tuple[str, int, int]]:
     """transactional id -> (state, checks made, last answer), as the CLI shows them."""
-    with WireClient("127.0.0.1", broker.port) as c:
-        resp = c.request(make(CheckTransactionsRequest, producer_group=group, describe_only=True, answers=()))
-    assert resp.error_code == ErrorCode.none, resp
-    return {t.transactional_id: (t.state, int(t.checks), int(t.last_answer)) for t in resp.transactions}
+    return describe_checks(broker.port, group)
 
 
 def wait_for(condition: object, timeout: float, what: str) -> None:
