@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import ModuleType
@@ -16,6 +17,10 @@ from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TransactionCoordinator
 
 NO_THROTTLE = timedelta(0)
+
+
+def _nothing() -> None:
+    pass
 
 
 class CloseConnection(Exception):
@@ -47,3 +52,6 @@ class RequestContext:
     client_id: str | None
     client_host: str
     schema: ModuleType  # the kio response module of this API version
+    # Call once the request's ordered part is done (a produce's appends): the connection
+    # may start its next request while this one waits (dmq/server/network.py).
+    dispatched: Callable[[], None] = _nothing

@@ -40,7 +40,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     max_bytes = getattr(request, "max_bytes", 2**31 - 1)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED and request.replica_id < 0
     results = await services.replica_manager.fetch_messages(
-        wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1), read_committed)
+        wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1), read_committed,
+        waiting=ctx.dispatched)
     by_topic: dict[str, list[Any]] = {}
     order: list[str] = []
     for req, res in zip(wanted, results, strict=True):

@@ -38,7 +38,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     else:
         # ReplicaManager decides whether the answer waits for replication (acks=all).
         results = await services.replica_manager.append_records(
-            entries, request.acks, max(request.timeout.total_seconds(), 0.0))
+            entries, request.acks, max(request.timeout.total_seconds(), 0.0), appended=ctx.dispatched)
     if request.acks == 0:
         failed = [r for r in results.values() if r.error != ErrorCode.none]
         if failed:

@@ -181,12 +181,16 @@ class ReplicaManager:
     # ------------------------------------------------------------------ produce
 
     async def append_records(self, entries: dict[TopicPartition, bytes | None], required_acks: int,
-                             timeout_s: float) -> dict[TopicPartition, ProduceResult]:
+                             timeout_s: float, appended: Callable[[], None] | None = None
+                             ) -> dict[TopicPartition, ProduceResult]:
         """Append each partition's batches as leader and answer as ``required_acks`` asks:
         at once for 0 and 1; for -1 (all) once the high watermark has passed every
-        appended batch (or the timeout, or a lost leadership, fails that partition)."""
+        appended batch (or the timeout, or a lost leadership, fails that partition).
+        ``appended`` is called once every batch is appended, before the wait."""
         results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks)
                    for tp, records in entries.items()}
+        if appended is not None:
+            appended()
         if required_acks != -1:
             return results
         waiting = [tp for tp, r in results.items() if r.error == ErrorCode.none]
@@ -315,7 +319,10 @@ class ReplicaManager:
 
     async def fetch_messages(self, requests: list[FetchRequestPartition], max_wait_ms: int,
                              min_bytes: int, max_bytes: int, replica_id: int = -1,
-                             read_committed: bool = False) -> list[ReadResult]:
+                             read_committed: bool = False, waiting: Callable[[], None] | None = None
+                             ) -> list[ReadResult]:
+        """Read; when there is less than ``min_bytes``, wait up to ``max_wait_ms`` for more
+        (Kafka's DelayedFetch), calling ``waiting`` first."""
         if replica_id >= 0:
             self._record_follower_fetches(requests, replica_id)
         results = self.read_from_local_log(requests, max_bytes, replica_id, read_committed)
@@ -340,6 +347,8 @@ class ReplicaManager:
                 grown += counter(p) - before
             return available + grown >= min_bytes
 
+        if waiting is not None:
+            waiting()
         await self.fetch_purgatory.wait_until(keys, max_wait_ms / 1000.0, enough)
         return self.read_from_local_log(requests, max_bytes, replica_id, read_committed)
 

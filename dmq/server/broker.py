@@ -350,7 +350,7 @@ class Broker:
 
     # ---------------------------------------------------------------- dispatch
 
-    async def dispatch(self, frame: bytes, peer: str) -> object:
+    async def dispatch(self, frame: bytes, peer: str, dispatched: Callable[[], None] = lambda: None) -> object:
         try:
             api_key, version, correlation_id = peek_header(frame)
         except FrameError as e:
@@ -377,7 +377,7 @@ class Broker:
                         peer, e, frame[:96].hex())
             return CLOSE
         ctx = RequestContext(api_key, version, correlation_id, header.client_id,
-                             peer.rsplit(":", 1)[0], response_module(api_key, version))
+                             peer.rsplit(":", 1)[0], response_module(api_key, version), dispatched)
         try:
             response = await handler.handle(self.services, ctx, request)
         except CloseConnection as e:

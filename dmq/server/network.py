@@ -1,9 +1,21 @@
-"""The Kafka listener: TCP framing and per-connection request ordering.
+"""The Kafka listener: TCP framing, pipelined requests, responses in request order.
 
-Each connection reads size-prefixed frames; requests are handled one at a
-time in arrival order and responses written in the same order (what Kafka
-clients rely on). The server knows nothing of an API's meaning: it hands each
-frame to a ``Dispatcher`` and writes back what it returns. Frames above
+Each connection reads size-prefixed frames and serves them in two phases, as
+Redpanda does: a request is *dispatched* (started, in arrival order, each only
+after the one before it was dispatched) and later *completed*. A handler says
+it is dispatched by calling the ``dispatched`` callback it is given — a produce
+does once its batches are appended, before it waits for the followers — and a
+handler that never calls it is dispatched when it completes. So appends happen
+in request order, while several acks=all produces of one connection wait for
+replication together. Responses are written strictly in request order (what
+Kafka clients rely on), each as soon as it and every earlier one completed.
+
+Bounds: at most ``MAX_IN_FLIGHT`` requests of a connection are started and
+unanswered, at most ``MAX_QUEUED_FRAMES`` read and not started (then reading
+pauses), and nothing new starts while the transport's write buffer is above
+its high-water mark (a client that does not read its responses stops being
+read). The server knows nothing of an API's meaning: it hands each frame to a
+``Dispatch`` and writes back what it returns. Frames above
 ``socket.request.max.bytes`` or with a negative size close the connection.
 """
 
@@ -14,16 +26,18 @@ import logging
 import os
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 log = logging.getLogger("dmq.server")
 
-# What a dispatcher returns: response bytes, None (no response) or CLOSE.
+# What a dispatcher returns: response bytes, None (no response) or CLOSE. Its third
+# argument is the request's ``dispatched`` callback.
 CLOSE = object()
-Dispatch = Callable[[bytes, str], Awaitable[object]]
+Dispatch = Callable[[bytes, str, Callable[[], None]], Coroutine[Any, Any, object]]
 
 MAX_QUEUED_FRAMES = 64
+MAX_IN_FLIGHT = 32
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -36,6 +50,11 @@ class KafkaConnection(asyncio.Protocol):
         self.frames: deque[bytes] = deque()
         self.transport: asyncio.Transport | None = None
         self.worker: asyncio.Task[None] | None = None
+        # Started and not yet answered, in request order.
+        self.in_flight: deque[asyncio.Task[object]] = deque()
+        self.room = asyncio.Event()  # set when a request may start
+        self.room.set()
+        self.writing_paused = False
         self.paused = False
         self.closed = False
         self.peer = "?"
@@ -58,6 +77,23 @@ class KafkaConnection(asyncio.Protocol):
         self.frames.clear()
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
+        for task in self.in_flight:
+            task.cancel()
+        self.in_flight.clear()
+
+    def pause_writing(self) -> None:
+        self.writing_paused = True
+        self._update_room()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._update_room()
+
+    def _update_room(self) -> None:
+        if len(self.in_flight) < MAX_IN_FLIGHT and not self.writing_paused:
+            self.room.set()
+        else:
+            self.room.clear()
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer
@@ -84,21 +120,29 @@ class KafkaConnection(asyncio.Protocol):
             self.transport.pause_reading()
 
     async def _work(self) -> None:
+        """Start the queued requests in order, each once the previous one is dispatched."""
+        loop = asyncio.get_running_loop()
         try:
             while self.frames and not self.closed:
+                if not self.room.is_set():
+                    await self.room.wait()
+                    continue
                 frame = self.frames.popleft()
                 if self.paused and len(self.frames) < MAX_QUEUED_FRAMES // 2 and self.transport:
                     self.paused = False
                     self.transport.resume_reading()
-                result = await self.dispatch(frame, self.peer)
-                if result is CLOSE:
-                    self.close()
-                    return
-                if result is not None and self.transport is not None and not self.closed:
-                    if isinstance(result, list):
-                        self._write_parts(result)
-                    else:
-                        self.transport.write(result)  # type: ignore[arg-type]
+                dispatched = loop.create_future()
+
+                def signal(f: asyncio.Future[None] = dispatched) -> None:
+                    if not f.done():
+                        f.set_result(None)
+
+                task = loop.create_task(self.dispatch(frame, self.peer, signal))
+                self.in_flight.append(task)
+                task.add_done_callback(self._completed)
+                self._update_room()
+                if not task.done():
+                    await asyncio.wait((task, dispatched), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -106,6 +150,29 @@ class KafkaConnection(asyncio.Protocol):
             self.close()
         finally:
             self.worker = None
+
+    def _completed(self, _task: asyncio.Task[object]) -> None:
+        """Write the answers of the completed requests at the head, in request order."""
+        while self.in_flight and self.in_flight[0].done():
+            task = self.in_flight.popleft()
+            if self.closed or task.cancelled():
+                continue
+            error = task.exception()
+            if error is not None:
+                log.error("unexpected error serving %s; closing the connection", self.peer,
+                          exc_info=error)
+                self.close()
+                continue
+            result = task.result()
+            if result is CLOSE:
+                self.close()
+                continue
+            if result is not None and self.transport is not None:
+                if isinstance(result, list):
+                    self._write_parts(result)
+                else:
+                    self.transport.write(result)  # type: ignore[arg-type]
+        self._update_room()
 
     def _write_parts(self, parts: list[Any]) -> None:
         """Write a spliced frame: bytes through the transport, file ranges by sendfile.
@@ -145,6 +212,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        for task in self.in_flight:
+            task.cancel()
         if self.transport is not None:
             self.transport.close()
 
