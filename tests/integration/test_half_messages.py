@@ -33,9 +33,9 @@ def half_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "500",
         "transaction.check.max": "3", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
     }).start()
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
     try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
         yield broker
     finally:
         broker.close()
