@@ -169,17 +169,17 @@ def txn_produce(args: argparse.Namespace) -> None:
             # Before commit_transaction nothing can commit the records: no EndTxn was sent.
             # After it, only an abort that succeeds (the coordinator refuses to abort a
             # committed transaction) tells the outcome.
+            entry = {"txn": txn, "values": values, "stage": stage, "err": str(err)}
             if abortable or stage != "commit":
                 try:
                     _retrying(p.abort_transaction, timeout, done)
-                    write({"txn": txn, "outcome": "aborted", "values": values, "stage": stage,
-                           "err": str(err)})
+                    write({**entry, "outcome": "aborted"})
                     txn += 1
                     continue
                 except KafkaException as abort_error:
-                    err = abort_error.args[0]
+                    entry["abort_err"] = str(abort_error.args[0])
             outcome = "unknown" if stage == "commit" else "aborted"
-            write({"txn": txn, "outcome": outcome, "values": values, "stage": stage, "err": str(err)})
+            write({**entry, "outcome": outcome})
             _discard(p)
             p = new_producer()
             unresolved = p is None  # no new producer fenced the old one's transaction yet
