@@ -64,8 +64,9 @@ def main() -> int:
                   f"{report.txn_unknown_aborted} not, {len(report.txn_partial)} partly), producers created "
                   f"{report.txn_producers_created}; read_committed {report.txn_records_read}: committed "
                   f"lost {len(report.txn_lost)}, duplicated {len(report.txn_duplicates)}, aborted visible "
-                  f"{len(report.txn_aborted_visible)}, reordered {len(report.txn_reordered)}; "
-                  f"LSO = high watermark after {report.lso_wait_s:.1f}s", flush=True)
+                  f"{len(report.txn_aborted_visible)}, reordered {len(report.txn_reordered)}; longest "
+                  f"without a transaction ended {report.max_txn_gap_s:.1f}s ({report.max_txn_gap_where}); "
+                  f"LSO = high watermark {report.lso_wait_s:.1f}s after the producers stopped", flush=True)
         for f in failures:
             print(f"    {f}", flush=True)
     print()

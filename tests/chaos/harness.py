@@ -185,6 +185,10 @@ class Report:
     txn_unexplained: list[str] = field(default_factory=list)  # read, but of no transaction a client ran
     txn_reordered: list[str] = field(default_factory=list)
     txn_unclean: list[str] = field(default_factory=list)  # producers that did not end cleanly
+    # The longest time a transactional producer went without ending a transaction (reported,
+    # not checked: a stuck coordinator or marker shows here first).
+    max_txn_gap_s: float = 0.0
+    max_txn_gap_where: str = ""
     lso_wait_s: float = -1.0  # after the producers stopped, until LSO = high watermark everywhere
     lso_bound_s: float = 0.0
     lso_stuck: list[str] = field(default_factory=list)
@@ -766,6 +770,12 @@ class ChaosRun:
                 self.report.txn_unclean.append(f"producer {k}: no exit line")
             elif any(e.get("exit") and e.get("last_unresolved") for e in lines):
                 self.report.txn_unclean.append(f"producer {k}: left a transaction to its timeout")
+            ends = [self.workload_started, *(e["t"] for e in lines if "outcome" in e)]
+            for t0, t1 in zip(ends, ends[1:], strict=False):
+                if t1 - t0 > self.report.max_txn_gap_s:
+                    self.report.max_txn_gap_s = round(t1 - t0, 2)
+                    self.report.max_txn_gap_where = \
+                        f"producer {k} from {time.strftime('%H:%M:%S', time.localtime(t0))}"
             for e in lines:
                 if e.get("init") is True:
                     self.report.txn_producers_created += 1

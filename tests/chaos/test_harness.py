@@ -107,7 +107,7 @@ def test_a_zookeeper_restart_while_zookeeper_is_down_is_skipped() -> None:
 def test_transactions_are_checked_against_what_read_committed_reads(tmp_path: Path) -> None:
     run = ChaosRun.__new__(ChaosRun)
     run.c = ChaosConfig(seed=1, partitions=2, transactions=2, base=tmp_path)
-    run.base, run.report = tmp_path, Report(seed=1)
+    run.base, run.report, run.workload_started = tmp_path, Report(seed=1), 0.0
 
     def outcome(txn: int, kind: str, values: list[str]) -> str:
         return json.dumps({"txn": txn, "outcome": kind, "values": values, "t": 0.0})
