@@ -65,9 +65,10 @@ class BrokerMarkerWriter:
                          for t, ps in topics.items())),))
         try:
             response = await client.request(request, REQUEST_TIMEOUT_S)
-        except (OSError, TimeoutError, ConnectionError, ValueError) as e:
-            # ValueError: an answer that does not parse or is not this request's; the
-            # connection's stream cannot be trusted after it.
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            # EOFError (IncompleteReadError): the broker closed the connection, say it was
+            # killed. ValueError: an answer that does not parse or is not this request's;
+            # the connection's stream cannot be trusted after it.
             client.close()
             self._clients.pop(broker_id, None)
             log.info("WriteTxnMarkers to broker %d failed: %s", broker_id, e)

@@ -67,3 +67,28 @@ def test_concurrent_marker_writes_to_one_broker_each_get_their_own_answer() -> N
             await server.wait_closed()
 
     asyncio.run(scenario())
+
+
+async def closing_broker(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Reads one request and closes the connection without an answer (a killed broker)."""
+    await reader.readexactly(4)
+    writer.close()
+
+
+def test_a_broker_closing_the_connection_is_a_retriable_failure() -> None:
+    # Seen in a chaos run: a killed broker's EOF raised IncompleteReadError out of write(),
+    # ending the sender's task; the transaction stayed prepared until the coordinator's sweep.
+    async def scenario() -> None:
+        server = await asyncio.start_server(closing_broker, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        writer = BrokerMarkerWriter(1, Store(port), None)  # type: ignore[arg-type]
+        try:
+            result = await writer.write(2, SendMarkers("tx", 1, 0, True, 0, frozenset({("t", 0)})), [("t", 0)])
+            assert result == {("t", 0): ErrorCode.network_exception}
+            assert not writer._clients, "the connection is dropped, a new one made next time"
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(scenario())
