@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from chaos.harness import ChaosConfig, ChaosRun  # noqa: E402
+from chaos.harness import ChaosConfig, ChaosRun, after_commit_faults  # noqa: E402
 from support.netns import available  # noqa: E402
 
 
@@ -34,6 +34,9 @@ def main() -> int:
     ap.add_argument("--transactions", type=int, default=2, metavar="N",
                     help="transactional producers (0: none), each 5 transactions/s of 4 records")
     ap.add_argument("--base", type=Path, default=Path("/tmp/dmq-chaos"))
+    ap.add_argument("--after-commit", action="store_true",
+                    help="instead of the seeded schedule, the scripted one of harness.after_commit_faults "
+                         "(faults the moment a transaction committed; about 90 s; needs --transactions 2)")
     args = ap.parse_args()
     # SIGTERM ends a run like Ctrl-C: its namespaces and processes are torn down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -44,12 +47,13 @@ def main() -> int:
     seeds = [args.seed] if args.seed is not None else list(range(args.first_seed, args.first_seed + args.runs))
     rows = []
     for seed in seeds:
-        print(f"run seed {seed}: {args.duration:.0f}s of faults, session timeout "
-              f"{args.session_timeout_ms} ms", flush=True)
+        what = "faults right after commits" if args.after_commit else f"{args.duration:.0f}s of faults"
+        print(f"run seed {seed}: {what}, session timeout {args.session_timeout_ms} ms", flush=True)
         cfg = ChaosConfig(seed=seed, duration_s=args.duration, session_timeout_ms=args.session_timeout_ms,
                           max_zk_outage_s=args.max_zk_outage, rate=args.rate, base=args.base,
                           transactions=args.transactions)
-        report = ChaosRun(cfg).run()
+        faults = after_commit_faults(args.session_timeout_ms / 1000) if args.after_commit else None
+        report = ChaosRun(cfg).run(faults)
         failures = report.failures()
         rows.append((seed, report, failures))
         print(f"  acked {report.acknowledged}, lost {len(report.lost)}, duplicates {report.duplicates} "

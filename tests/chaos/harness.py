@@ -993,6 +993,25 @@ def txn_coordinator_partition(producer: int) -> int:
     return partition_for(f"chaos-txn-{producer}", TXN_STATE_PARTITIONS)
 
 
+def after_commit_faults(session_timeout_s: float) -> list[Fault]:
+    """A scripted schedule for two transactional producers: each fault starts the moment a
+    producer has a commit acknowledged, while the coordinator is writing its markers. Its
+    transaction coordinator killed, paused past its session, cut off, shut down; the leader
+    of a partition the transaction wrote killed."""
+    def coordinator(at: float, kind: str, duration: float, producer: int) -> Fault:
+        return Fault(at, kind, duration, leader_of=txn_coordinator_partition(producer), topic=TXN_STATE,
+                     after_commit_of=producer)
+    return [
+        coordinator(5, "kill_leader", 3, 0),
+        Fault(15, "kill_leader", 3, leader_of=0, topic=TXN_TOPIC, after_commit_of=1),
+        coordinator(25, "pause", session_timeout_s + 2, 1),
+        coordinator(40, "cut_all", 2 * session_timeout_s, 0),
+        coordinator(60, "term", 3, 1),
+        coordinator(70, "kill_leader", 3, 1),
+        Fault(80, "kill_leader", 3, leader_of=3, topic=TXN_TOPIC, after_commit_of=0),
+    ]
+
+
 def read_batches(partition_dir: Path) -> list[tuple[int, bytes]]:
     """(last offset, raw bytes) of every record batch in a partition directory, in order."""
     out: list[tuple[int, bytes]] = []
