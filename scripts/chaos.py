@@ -3,6 +3,9 @@
 
     sudo .venv/bin/python scripts/chaos.py --seed 1 --duration 300
     sudo .venv/bin/python scripts/chaos.py --runs 10 --duration 300 --first-seed 100
+    sudo .venv/bin/python scripts/chaos.py --seed 1 --after-commit   # faults right after commits
+
+Two transactional producers run beside the idempotent ones unless --transactions 0.
 
 Each run is seeded and replayable (the same seed gives the same fault schedule);
 it prints the faults as they happen, then the checks, and writes a JSON report
