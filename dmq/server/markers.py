@@ -3,6 +3,7 @@ the others' leaders by WriteTxnMarkers over the wire (the TransactionMarkerSende
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kio.schema.errors import ErrorCode
@@ -21,13 +22,18 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 class BrokerMarkerWriter:
-    """Event-loop thread only; one connection per remote broker, reopened after a failure."""
+    """Event-loop thread only; one connection per remote broker, reopened after a failure.
+
+    The marker sender writes the markers of several transactions at once, and an
+    AsyncWireClient takes one request at a time (a second reader of its stream raises, or
+    takes the first one's response): requests to a broker wait for each other."""
 
     def __init__(self, broker_id: int, store: MetadataStore, services: BrokerServices) -> None:
         self.broker_id = broker_id
         self.store = store
         self.services = services
         self._clients: dict[int, AsyncWireClient] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
 
     def leader_of(self, topic: str, partition: int) -> int | None:
         meta = self.store.topic(topic)
@@ -40,6 +46,11 @@ class BrokerMarkerWriter:
         if broker_id == self.broker_id:
             return await write_markers(self.services, markers.producer_id, markers.producer_epoch,
                                        markers.commit, markers.coordinator_epoch, partitions)
+        async with self._locks.setdefault(broker_id, asyncio.Lock()):
+            return await self._write_remote(broker_id, markers, partitions)
+
+    async def _write_remote(self, broker_id: int, markers: SendMarkers,
+                            partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
         client = await self._client(broker_id)
         if client is None:
             return dict.fromkeys(partitions, ErrorCode.broker_not_available)
@@ -54,7 +65,10 @@ class BrokerMarkerWriter:
                          for t, ps in topics.items())),))
         try:
             response = await client.request(request, REQUEST_TIMEOUT_S)
-        except (OSError, TimeoutError, ConnectionError) as e:
+        except (OSError, EOFError, TimeoutError, ValueError) as e:
+            # EOFError (IncompleteReadError): the broker closed the connection, say it was
+            # killed. ValueError: an answer that does not parse or is not this request's;
+            # the connection's stream cannot be trusted after it.
             client.close()
             self._clients.pop(broker_id, None)
             log.info("WriteTxnMarkers to broker %d failed: %s", broker_id, e)

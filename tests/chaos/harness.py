@@ -20,6 +20,15 @@ everything heals and the checks run:
 - after a clean shutdown, all replicas byte-identical below the high watermark;
 - no broker exited unless a fault made it, no traceback in a broker log.
 
+With ``ChaosConfig.transactions`` > 0, transactional producers (chaos.workload
+txn-produce) also write transactions of a few records to their own topic, and
+once they stopped: the last stable offset of each partition reaches its high
+watermark (no transaction left hanging); a read_committed consumer reads every
+record of each committed transaction exactly once, none of an aborted one, all
+or none of one whose commit had an unknown outcome, and each producer's
+transactions in order per partition; ``__transaction_state`` and the
+transactions' topic are among the replicas compared.
+
 ``ChaosRun.run()`` returns a Report; ``Report.failures()`` lists what broke.
 """
 
@@ -46,13 +55,19 @@ from support.netns import Network
 from support.zookeeper import ZooKeeperProcess
 
 from dmq.record.records import decode_batch
+from dmq.transaction.records import partition_for
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
 FAULT_KINDS = ["kill_leader", "kill_follower", "kill_controller", "kill_two", "pause", "term",
                "zk_restart", "cut_zk", "cut_peers", "cut_all"]
 TOPIC = "chaos"
+TXN_TOPIC = "chaos_txn"  # the transactional producers' topic (its directories do not match "chaos-*")
 GROUP = "chaos-group"
 OFFSETS = "__consumer_offsets"
+TXN_STATE = "__transaction_state"
+TXN_STATE_PARTITIONS = 6
+TXN_ABORT_INTERVAL_MS = 5000  # the coordinator's sweep for transactions open past their timeout
+TXN_VALUE = re.compile(r"(\d+)-t(\d+)-(\d+)")
 
 
 @dataclass
@@ -62,6 +77,10 @@ class Fault:
     duration: float
     target: str = ""  # filled in when it runs: which broker(s)
     leader_of: int | None = None  # aim at the leader of this partition of the topic (scripted runs)
+    # Scripted runs: wait for transactional producer K to commit a transaction, then start
+    # the fault at once (kill_leader with leader_of of __transaction_state: its coordinator).
+    after_commit_of: int | None = None
+    topic: str = TOPIC  # the topic of leader_of
 
     def describe(self) -> str:
         return f"{self.at:6.1f}s {self.kind:<15} {self.duration:5.1f}s {self.target}"
@@ -105,6 +124,10 @@ class ChaosConfig:
     recovery_bound_s: float = 10.0
     check_availability: bool = True  # fail on a write gap beyond 2 x session timeout + 5 s
     base: Path = Path("/tmp/dmq-chaos")
+    transactions: int = 0  # transactional producers (chaos.workload txn-produce) on TXN_TOPIC
+    txn_rate: float = 5.0  # transactions/s per transactional producer
+    txn_size: int = 4  # records per transaction, over consecutive partitions
+    txn_timeout_ms: int = 20_000
 
 
 @dataclass
@@ -146,6 +169,29 @@ class Report:
     replicas_compared: int = 0
     wall_s: float = 0.0
     recovery_bound_s: float = 10.0
+    # Transactional producers (ChaosConfig.transactions): outcomes as the clients saw them,
+    # then what a read_committed consumer read after the run.
+    txn_committed: int = 0
+    txn_aborted: int = 0
+    txn_unknown: int = 0  # commit raised an error that leaves the outcome open
+    txn_unknown_committed: int = 0  # of those, all records visible
+    txn_unknown_aborted: int = 0  # none visible
+    txn_producers_created: int = 0  # init_transactions that succeeded (one per producer, plus restarts)
+    txn_records_read: int = 0
+    txn_lost: list[str] = field(default_factory=list)  # committed, not read
+    txn_duplicates: list[str] = field(default_factory=list)
+    txn_aborted_visible: list[str] = field(default_factory=list)
+    txn_partial: list[str] = field(default_factory=list)  # an unknown transaction half visible
+    txn_unexplained: list[str] = field(default_factory=list)  # read, but of no transaction a client ran
+    txn_reordered: list[str] = field(default_factory=list)
+    txn_unclean: list[str] = field(default_factory=list)  # producers that did not end cleanly
+    # The longest time a transactional producer went without ending a transaction (reported,
+    # not checked: a stuck coordinator or marker shows here first).
+    max_txn_gap_s: float = 0.0
+    max_txn_gap_where: str = ""
+    lso_wait_s: float = -1.0  # after the producers stopped, until LSO = high watermark everywhere
+    lso_bound_s: float = 0.0
+    lso_stuck: list[str] = field(default_factory=list)
 
     def epoch_bump_duplicate_allowance(self) -> int:
         """Duplicates a client may cause by bumping its epoch: the issue's bound is fewer than
@@ -180,6 +226,25 @@ class Report:
             out.append(f"brokers crashed: {self.crashes}")
         if self.tracebacks:
             out.append(f"tracebacks in broker logs: {self.tracebacks[:3]}")
+        if self.txn_lost:
+            out.append(f"{len(self.txn_lost)} records of committed transactions not read "
+                       f"(read_committed), e.g. {self.txn_lost[:5]}")
+        if self.txn_duplicates:
+            out.append(f"records of transactions read twice: {self.txn_duplicates[:5]}")
+        if self.txn_aborted_visible:
+            out.append(f"{len(self.txn_aborted_visible)} records of aborted transactions read "
+                       f"(read_committed), e.g. {self.txn_aborted_visible[:5]}")
+        if self.txn_partial:
+            out.append(f"transactions partly visible: {self.txn_partial[:5]}")
+        if self.txn_unexplained:
+            out.append(f"records of no transaction a producer ran: {self.txn_unexplained[:5]}")
+        if self.txn_reordered:
+            out.append(f"transactions reordered: {self.txn_reordered[:5]}")
+        if self.txn_unclean:
+            out.append(f"transactional producers that did not end cleanly: {self.txn_unclean}")
+        if self.lso_stuck:
+            out.append(f"last stable offset below the high watermark {self.lso_bound_s:.0f}s after the "
+                       f"producers stopped: {self.lso_stuck[:6]}")
         if self.gap_bound_s and self.max_gap_with_majority_s > self.gap_bound_s:
             out.append(f"a partition went {self.max_gap_with_majority_s:.1f}s without an acknowledged "
                        f"write while a majority of its replicas was up (bound {self.gap_bound_s:.0f}s): "
@@ -215,6 +280,8 @@ class ChaosRun:
                 "offsets.topic.num.partitions": "6", "offsets.topic.replication.factor": "3",
                 "leader.imbalance.check.interval.seconds": "3600",
                 "unclean.leader.election.enable": "false",
+                "transaction.state.log.num.partitions": str(TXN_STATE_PARTITIONS),
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(TXN_ABORT_INTERVAL_MS),
             }
             self.brokers[i] = BrokerProcess(self.base / name / "data", overrides, port=9092,
                                             log_path=self.base / f"broker-{i}.log",
@@ -282,14 +349,19 @@ class ChaosRun:
             time.sleep(0.5)
         else:
             raise RuntimeError("the brokers did not all register")
-        create = [sys.executable, "-m", "dmq", "topics", "create", TOPIC, "--partitions",
-                  str(self.c.partitions), "--replication-factor", "3", "--config",
-                  "min.insync.replicas=2", "-b", self.bootstrap]
-        subprocess.run([*self.net.exec_prefix("cl"), *create], check=True, capture_output=True,
-                       timeout=60)
-        self._wait_full_isr([TOPIC], 60)
+        for topic in self.topics():
+            create = [sys.executable, "-m", "dmq", "topics", "create", topic, "--partitions",
+                      str(self.c.partitions), "--replication-factor", "3", "--config",
+                      "min.insync.replicas=2", "-b", self.bootstrap]
+            subprocess.run([*self.net.exec_prefix("cl"), *create], check=True, capture_output=True,
+                           timeout=60)
+        self._wait_full_isr(self.topics(), 60)
         md = self.metadata() or {"topics": {}}
         self.assignment = {int(p): s["replicas"] for p, s in md["topics"].get(TOPIC, {}).items()}
+
+    def topics(self) -> list[str]:
+        """The topics the workload writes."""
+        return [TOPIC, TXN_TOPIC] if self.c.transactions else [TOPIC]
 
     def _outage_begins(self, who: int) -> None:
         self.outages[who].append([time.time(), float("inf")])
@@ -307,19 +379,30 @@ class ChaosRun:
                 "--out", str(self.base / f"acks-{k}.jsonl")))
         self._workers.append(self._client("consume", "--bootstrap", self.bootstrap, "--topic", TOPIC,
                                           "--group", GROUP, "--out", str(self.base / "consumer.json")))
+        for k in range(self.c.transactions):
+            self._workers.append(self._client(
+                "txn-produce", "--bootstrap", self.bootstrap, "--topic", TXN_TOPIC, "--partitions",
+                str(self.c.partitions), "--producer", str(k), "--rate", str(self.c.txn_rate),
+                "--size", str(self.c.txn_size), "--txn-timeout-ms", str(self.c.txn_timeout_ms),
+                "--out", str(self.base / f"txns-{k}.jsonl")))
+        if self.c.transactions:
+            # The first InitProducerId creates __transaction_state, with as many replicas as
+            # brokers are alive: before the first fault, so that it gets all three.
+            self._wait_full_isr([TXN_STATE], 30)
 
     # --------------------------------------------------------------- faults
 
     def _healthy(self) -> list[int]:
         return [i for i in self.brokers if i not in self.busy and i not in self.down]
 
-    def _pick(self, rng: random.Random, kind: str, leader_of: int | None = None) -> list[int]:
+    def _pick(self, rng: random.Random, kind: str, leader_of: int | None = None,
+              topic: str = TOPIC) -> list[int]:
         healthy = self._healthy()
         if not healthy:
             return []
         if leader_of is not None:
             md = self.metadata()
-            part = (md or {"topics": {}})["topics"].get(TOPIC, {}).get(str(leader_of))
+            part = (md or {"topics": {}})["topics"].get(topic, {}).get(str(leader_of))
             return [part["leader"]] if part and part["leader"] in healthy else []
         md = self.metadata() if kind in ("kill_leader", "kill_follower", "kill_controller") else None
         if md is not None and kind == "kill_controller" and md["controller"] in healthy:
@@ -384,10 +467,13 @@ class ChaosRun:
                 self.zk_down = False
                 self._outage_ends(0)
             return end_zk
-        targets = self._pick(rng, fault.kind, fault.leader_of)
+        targets = self._pick(rng, fault.kind, fault.leader_of, fault.topic)
+        if targets and fault.after_commit_of is not None:  # the target is known: no delay after
+            fault.target = self._await_commit(fault.after_commit_of)
         if not targets:
+            fault.target = "(skipped: no healthy target)" + fault.target
             return None
-        fault.target = "broker " + "+".join(map(str, targets))
+        fault.target = "broker " + "+".join(map(str, targets)) + fault.target
         self.busy.update(targets)
 
         def done() -> None:
@@ -449,6 +535,29 @@ class ChaosRun:
                 self._outage_ends(targets[0])
             done()
         return end_cut
+
+    def _await_commit(self, producer: int, timeout: float = 60) -> str:
+        """Wait for transactional producer ``producer`` to report a commit it had not reported
+        when this was called; returns what it saw, for the fault's description."""
+        path = self.base / f"txns-{producer}.jsonl"
+        pos = path.stat().st_size if path.exists() else 0
+        buf = ""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists():
+                with open(path) as f:
+                    f.seek(pos)
+                    chunk = f.read()
+                pos += len(chunk.encode())
+                buf += chunk
+                *lines, buf = buf.split("\n")
+                for line in lines:
+                    entry = json.loads(line)
+                    if entry.get("outcome") == "committed":
+                        return (f" ({(time.time() - entry['t']) * 1000:.0f} ms after producer {producer} "
+                                f"committed transaction {entry['txn']})")
+            time.sleep(0.001)
+        return f" (producer {producer} committed nothing in {timeout:.0f}s)"
 
     def _run_schedule(self, faults: list[Fault]) -> None:
         rng = random.Random(self.c.seed * 7919 + 1)
@@ -617,9 +726,117 @@ class ChaosRun:
             if off >= 0 and off > marks[p][1]:
                 self.report.committed_above_hw.append(f"{TOPIC}-{p}: committed {off} > hw {marks[p][1]}")
 
+    def _wait_stable(self) -> None:
+        """After the producers stopped: the last stable offset of every partition of TXN_TOPIC
+        reaches its high watermark (no transaction left hanging). Producers that ended cleanly
+        left no transaction open, so only markers can still be on their way: recovery_bound_s.
+        Otherwise an abandoned transaction waits for its timeout and the coordinator's sweep."""
+        clean = not self.report.txn_unclean
+        bound = self.c.recovery_bound_s if clean else \
+            self.c.txn_timeout_ms / 1000 + TXN_ABORT_INTERVAL_MS / 1000 + self.c.recovery_bound_s
+        self.report.lso_bound_s = bound
+        start = time.monotonic()
+        behind: list[str] = ["no answer"]
+        while True:
+            try:
+                ends = self.ask("end_offsets", timeout=40, topic=TXN_TOPIC, partitions=self.c.partitions)
+            except TimeoutError as e:
+                ends = {"error": str(e)}
+            if "error" in ends:
+                behind = [f"could not list offsets: {ends['error']}"]
+            else:
+                behind = [f"{TXN_TOPIC}-{p}: lso {lso} < hw {hw}" for p, (hw, lso) in sorted(ends.items())
+                          if lso != hw]
+                if not behind:
+                    self.report.lso_wait_s = round(time.monotonic() - start, 2)
+                    return
+            if time.monotonic() - start > bound:
+                self.report.lso_stuck = behind
+                self.report.lso_wait_s = round(time.monotonic() - start, 2)
+                return
+            time.sleep(0.5)
+
+    def _check_transactions(self) -> None:
+        """What the transactional producers reported against what read_committed reads:
+        committed transactions exactly once, aborted ones not at all, unknown ones all or
+        nothing, each producer's transactions in order per partition."""
+        outcome: dict[str, tuple[int, int, str]] = {}  # value -> (producer, txn, outcome)
+        unknown: dict[tuple[int, int], list[str]] = {}
+        last_txn: dict[int, int] = {}
+        for k in range(self.c.transactions):
+            path = self.base / f"txns-{k}.jsonl"
+            lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+            if not any(e.get("exit") for e in lines):
+                self.report.txn_unclean.append(f"producer {k}: no exit line")
+            elif any(e.get("exit") and e.get("last_unresolved") for e in lines):
+                self.report.txn_unclean.append(f"producer {k}: left a transaction to its timeout")
+            ends = [self.workload_started, *(e["t"] for e in lines if "outcome" in e)]
+            for t0, t1 in zip(ends, ends[1:], strict=False):
+                if t1 - t0 > self.report.max_txn_gap_s:
+                    self.report.max_txn_gap_s = round(t1 - t0, 2)
+                    self.report.max_txn_gap_where = \
+                        f"producer {k} from {time.strftime('%H:%M:%S', time.localtime(t0))}"
+            for e in lines:
+                if e.get("init") is True:
+                    self.report.txn_producers_created += 1
+                if "outcome" not in e:
+                    continue
+                last_txn[k] = max(last_txn.get(k, -1), e["txn"])
+                kind = e["outcome"]
+                self.report.txn_committed += kind == "committed"
+                self.report.txn_aborted += kind == "aborted"
+                self.report.txn_unknown += kind == "unknown"
+                for v in e["values"]:
+                    outcome[v] = (k, e["txn"], kind)
+                if kind == "unknown" and e["values"]:
+                    unknown[(k, e["txn"])] = e["values"]
+        self._wait_stable()
+        out = self.base / "txn-read.json"
+        read = self.ask("read_committed", timeout=200, topic=TXN_TOPIC, partitions=self.c.partitions,
+                        out=str(out))
+        if "error" in read:
+            self.report.txn_lost.append(f"could not read {TXN_TOPIC}: {read['error']}")
+            return
+        data = json.loads(out.read_text())
+        if data["incomplete"]:
+            self.report.txn_lost.append(f"partitions not read to their end: {data['incomplete']}")
+        seen: Counter[str] = Counter()
+        for p, recs in sorted(data["records"].items()):
+            last: dict[int, tuple[int, int]] = {}  # producer -> (txn, offset) last read here
+            for o, v in sorted(recs):
+                seen[v] += 1
+                m = TXN_VALUE.fullmatch(v)
+                known = outcome.get(v)
+                if m is None or (known is None and not (
+                        int(m.group(2)) > last_txn.get(int(m.group(1)), -1)
+                        and f"producer {m.group(1)}: no exit line" in self.report.txn_unclean)):
+                    self.report.txn_unexplained.append(f"{TXN_TOPIC}-{p}@{o}: {v}")
+                    continue
+                producer, txn = int(m.group(1)), int(m.group(2))
+                if known is not None and known[2] == "aborted":
+                    self.report.txn_aborted_visible.append(f"{TXN_TOPIC}-{p}@{o}: {v}")
+                if txn < last.get(producer, (-1, -1))[0]:
+                    self.report.txn_reordered.append(
+                        f"{TXN_TOPIC}-{p}: {v} at {o} after transaction {last[producer][0]} at {last[producer][1]}")
+                if txn >= last.get(producer, (-1, -1))[0]:
+                    last[producer] = (txn, o)
+        self.report.txn_records_read = sum(seen.values())
+        self.report.txn_duplicates = [f"{v} x{n}" for v, n in seen.items() if n > 1]
+        self.report.txn_lost = [v for v, (_k, _t, kind) in outcome.items()
+                                if kind == "committed" and not seen[v]] + self.report.txn_lost
+        for (k, txn), values in sorted(unknown.items()):
+            visible = sum(1 for v in values if seen[v])
+            if visible == len(values):
+                self.report.txn_unknown_committed += 1
+            elif visible == 0:
+                self.report.txn_unknown_aborted += 1
+            else:
+                self.report.txn_partial.append(f"producer {k} transaction {txn}: {visible} of "
+                                               f"{len(values)} records visible")
+
     def _check_replicas(self) -> None:
         """After a clean shutdown: every replica's batches below the high watermark are the
-        same bytes (topics and __consumer_offsets)."""
+        same bytes (topics, __consumer_offsets and __transaction_state)."""
         hws: dict[str, int] = {}
         logs: dict[str, dict[int, list[tuple[int, bytes]]]] = defaultdict(dict)
         for i, name in enumerate(self.names, start=1):
@@ -631,7 +848,7 @@ class ChaosRun:
                     key = f"{topic}-{p}"
                     hws[key] = max(hws.get(key, 0), int(off))
             for d in data.iterdir() if data.exists() else []:
-                if d.is_dir() and "-" in d.name and (d.name.startswith(TOPIC) or d.name.startswith(OFFSETS)):
+                if d.is_dir() and d.name.rsplit("-", 1)[0] in (*self.topics(), OFFSETS, TXN_STATE):
                     logs[d.name][i] = read_batches(d)
         for key, replicas in logs.items():
             self.report.replicas_compared += len(replicas)
@@ -727,12 +944,15 @@ class ChaosRun:
             for t in self._restarts:
                 t.join(120)
             self._note_crashes()
+            internal = [OFFSETS, TXN_STATE] if self.c.transactions else [OFFSETS]
             self.report.recovery_s, self.report.unrecovered = self._wait_full_isr(
-                [TOPIC, OFFSETS], max(60.0, self.c.recovery_bound_s * 3))
+                [*self.topics(), *internal], max(60.0, self.c.recovery_bound_s * 3))
             self.report.recovery_s = round(self.report.recovery_s, 2)
             self._stop_workload()
             self._check_records()
             self._check_committed()
+            if self.c.transactions:
+                self._check_transactions()
             time.sleep(2)  # let followers fetch the last records before the shutdown
             for b in self.brokers.values():
                 if b.proc is not None:
@@ -765,6 +985,31 @@ class ChaosRun:
         except Exception:  # noqa: BLE001
             pass
         self.net.destroy()
+
+
+def txn_coordinator_partition(producer: int) -> int:
+    """The __transaction_state partition of transactional producer ``producer``: its leader
+    is that producer's transaction coordinator."""
+    return partition_for(f"chaos-txn-{producer}", TXN_STATE_PARTITIONS)
+
+
+def after_commit_faults(session_timeout_s: float) -> list[Fault]:
+    """A scripted schedule for two transactional producers: each fault starts the moment a
+    producer has a commit acknowledged, while the coordinator is writing its markers. Its
+    transaction coordinator killed, paused past its session, cut off, shut down; the leader
+    of a partition the transaction wrote killed."""
+    def coordinator(at: float, kind: str, duration: float, producer: int) -> Fault:
+        return Fault(at, kind, duration, leader_of=txn_coordinator_partition(producer), topic=TXN_STATE,
+                     after_commit_of=producer)
+    return [
+        coordinator(5, "kill_leader", 3, 0),
+        Fault(15, "kill_leader", 3, leader_of=0, topic=TXN_TOPIC, after_commit_of=1),
+        coordinator(25, "pause", session_timeout_s + 2, 1),
+        coordinator(40, "cut_all", 2 * session_timeout_s, 0),
+        coordinator(60, "term", 3, 1),
+        coordinator(70, "kill_leader", 3, 1),
+        Fault(80, "kill_leader", 3, leader_of=3, topic=TXN_TOPIC, after_commit_of=0),
+    ]
 
 
 def read_batches(partition_dir: Path) -> list[tuple[int, bytes]]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
+from typing import Any
 
 from support.replication import records
 
 from chaos.harness import (
     FAULT_KINDS,
+    ChaosConfig,
     ChaosRun,
     Fault,
     Report,
@@ -99,3 +102,58 @@ def test_a_zookeeper_restart_while_zookeeper_is_down_is_skipped() -> None:
     fault = Fault(10.0, "zk_restart", 5.0)
     assert run._begin(fault, random.Random(1)) is None
     assert "already down" in fault.target
+
+
+def test_transactions_are_checked_against_what_read_committed_reads(tmp_path: Path) -> None:
+    run = ChaosRun.__new__(ChaosRun)
+    run.c = ChaosConfig(seed=1, partitions=2, transactions=2, base=tmp_path)
+    run.base, run.report, run.workload_started = tmp_path, Report(seed=1), 0.0
+
+    def outcome(txn: int, kind: str, values: list[str]) -> str:
+        return json.dumps({"txn": txn, "outcome": kind, "values": values, "t": 0.0})
+
+    (tmp_path / "txns-0.jsonl").write_text("\n".join([
+        json.dumps({"init": True}), outcome(0, "committed", ["0-t0-0", "0-t0-1"]),
+        outcome(1, "aborted", ["0-t1-0", "0-t1-1"]), outcome(2, "unknown", ["0-t2-0", "0-t2-1"]),
+        outcome(3, "unknown", ["0-t3-0", "0-t3-1"]), outcome(4, "unknown", ["0-t4-0", "0-t4-1"]),
+        json.dumps({"exit": True, "last_unresolved": False})]) + "\n")
+    # Producer 1 was killed: no exit line, and its last transaction (5) has no outcome.
+    (tmp_path / "txns-1.jsonl").write_text("\n".join([
+        json.dumps({"init": True}), outcome(0, "committed", ["1-t0-0", "1-t0-1"])]) + "\n")
+    read = {"0": [[0, "0-t0-0"], [1, "0-t1-0"], [2, "0-t2-0"], [3, "0-t3-0"], [4, "1-t5-0"]],
+            "1": [[0, "0-t2-1"], [1, "0-t0-1"], [2, "0-t0-1"], [3, "1-t0-1"], [4, "9-t0-0"]]}
+
+    def ask(op: str, timeout: float = 30, **kw: Any) -> dict[str, Any]:
+        if op == "end_offsets":
+            return {"0": [5, 5], "1": [5, 5]}
+        Path(kw["out"]).write_text(json.dumps({"records": read, "incomplete": []}))
+        return {"count": 10, "incomplete": []}
+
+    run.ask = ask  # type: ignore[method-assign]
+    run._check_transactions()
+    r = run.report
+    assert (r.txn_committed, r.txn_aborted, r.txn_unknown) == (2, 1, 3)
+    assert (r.txn_unknown_committed, r.txn_unknown_aborted) == (1, 1)
+    assert r.txn_partial == ["producer 0 transaction 3: 1 of 2 records visible"]
+    assert r.txn_lost == ["1-t0-0"]
+    assert r.txn_aborted_visible == ["chaos_txn-0@1: 0-t1-0"]
+    assert r.txn_duplicates == ["0-t0-1 x2"]
+    assert r.txn_unexplained == ["chaos_txn-1@4: 9-t0-0"]  # 1-t5-0: producer 1 died in it
+    assert r.txn_reordered == ["chaos_txn-1: 0-t0-1 at 1 after transaction 2 at 0",
+                               "chaos_txn-1: 0-t0-1 at 2 after transaction 2 at 0"]
+    assert r.txn_unclean == ["producer 1: no exit line"]
+    assert r.txn_producers_created == 2 and r.lso_wait_s == 0 and not r.lso_stuck
+    text = "\n".join(r.failures())
+    for words in ("committed transactions not read", "read twice", "aborted transactions",
+                  "partly visible", "no transaction", "reordered", "did not end cleanly"):
+        assert words in text
+
+
+def test_a_last_stable_offset_behind_the_high_watermark_fails_the_run(tmp_path: Path) -> None:
+    run = ChaosRun.__new__(ChaosRun)
+    run.c = ChaosConfig(seed=1, partitions=2, transactions=1, base=tmp_path, recovery_bound_s=1.0)
+    run.report = Report(seed=1)
+    run.ask = lambda op, timeout=30, **kw: {"0": [5, 5], "1": [7, 6]}  # type: ignore[method-assign]
+    run._wait_stable()
+    assert run.report.lso_stuck == ["chaos_txn-1: lso 6 < hw 7"]
+    assert "last stable offset" in "\n".join(run.report.failures())
