@@ -38,6 +38,8 @@ Dispatch = Callable[[bytes, str, Callable[[], None]], Coroutine[Any, Any, object
 
 MAX_QUEUED_FRAMES = 64
 MAX_IN_FLIGHT = 32
+# Spliced answers (fetched file ranges) up to this size are read and written in one piece.
+SPLICE_MIN_BYTES = 64 * 1024
 
 
 class KafkaConnection(asyncio.Protocol):
@@ -133,16 +135,16 @@ class KafkaConnection(asyncio.Protocol):
                     self.transport.resume_reading()
                 dispatched = loop.create_future()
 
-                def signal(f: asyncio.Future[None] = dispatched) -> None:
+                def signal(_: object = None, f: asyncio.Future[None] = dispatched) -> None:
                     if not f.done():
                         f.set_result(None)
 
                 task = loop.create_task(self.dispatch(frame, self.peer, signal))
                 self.in_flight.append(task)
                 task.add_done_callback(self._completed)
+                task.add_done_callback(signal)  # a request that completes is dispatched too
                 self._update_room()
-                if not task.done():
-                    await asyncio.wait((task, dispatched), return_when=asyncio.FIRST_COMPLETED)
+                await dispatched
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -169,7 +171,13 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             if result is not None and self.transport is not None:
                 if isinstance(result, list):
-                    self._write_parts(result)
+                    if sum(len(p) if isinstance(p, bytes | bytearray) else p.length
+                           for p in result) <= SPLICE_MIN_BYTES:
+                        # Small: one write (one syscall, one segment) beats bytes + sendfile + bytes.
+                        self.transport.write(b"".join(
+                            p if isinstance(p, bytes | bytearray) else p.read() for p in result))
+                    else:
+                        self._write_parts(result)
                 else:
                     self.transport.write(result)  # type: ignore[arg-type]
         self._update_room()
