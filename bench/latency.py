@@ -7,6 +7,11 @@ records/s that adds up to 50 ms of client-side batching to every record. This
 measures the same path (produce with linger.ms=0 -> broker -> long-polling
 consumer) with ``poll()``, which returns each record as soon as it arrives.
 
+With ``--producers N`` the rate is split over N producer processes (each its
+own librdkafka client, as several applications would be); send times are
+CLOCK_MONOTONIC, shared by the processes of one machine. ``--partitions``
+spreads the records over that many partitions.
+
 Prints one JSON object as the last line. Bounded: --seconds of sending, then
 at most 10 s of draining.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -44,16 +50,22 @@ def main() -> int:
     ap.add_argument("--fetch-wait-ms", type=int, default=500)
     ap.add_argument("--label", default="")
     ap.add_argument("--replication-factor", type=int, default=1)
+    ap.add_argument("--producers", type=int, default=1)
+    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--produce-to", help=argparse.SUPPRESS)  # internal: run as one producer process
     args = ap.parse_args()
+    if args.produce_to:
+        return produce_at_rate(args.bootstrap, args.produce_to, args.rate, args.seconds, args.size, args.acks,
+                               args.partitions)
 
     topic = "lat-" + uuid.uuid4().hex[:8]
     admin = AdminClient({"bootstrap.servers": args.bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(topic, 1, args.replication_factor)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, args.partitions, args.replication_factor)])[topic].result(30)
     time.sleep(0.5)
     consumer = Consumer({"bootstrap.servers": args.bootstrap, "log_level": 0, "group.id": "lat-" + topic,
                          "enable.auto.commit": False, "fetch.wait.max.ms": args.fetch_wait_ms,
                          "fetch.queue.backoff.ms": 0, "socket.nagle.disable": True})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(args.partitions)])
     latencies: list[float] = []
     stop = threading.Event()
     pad = b"\0" * max(0, args.size - HDR.size)
@@ -79,19 +91,26 @@ def main() -> int:
         time.sleep(0.05)
     producer.flush(10)
     time.sleep(1.0)
-    n = int(args.rate * args.seconds)
-    interval = 1.0 / args.rate
-    start = time.monotonic()
-    for i in range(n):
-        delay = start + i * interval - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        producer.produce(topic, HDR.pack(time.monotonic_ns(), i) + pad)
-        producer.poll(0)
-    producer.flush(10)
+    per = args.rate / args.producers
+    n = int(per * args.seconds) * args.producers
+    started = time.monotonic()
+    if args.producers == 1:
+        produce_at_rate(args.bootstrap, topic, per, args.seconds, args.size, args.acks, args.partitions, producer)
+    else:
+        children = [subprocess.Popen([sys.executable, __file__, args.bootstrap, "--produce-to", topic,
+                                      "--rate", str(per), "--seconds", str(args.seconds), "--size",
+                                      str(args.size), "--acks", args.acks, "--partitions", str(args.partitions)])
+                    for _ in range(args.producers)]
+        for child in children:
+            try:
+                child.wait(args.seconds + 60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
     deadline = time.monotonic() + 10
     while len(latencies) < n and time.monotonic() < deadline:
         time.sleep(0.05)
+    elapsed = time.monotonic() - started
     stop.set()
     t.join(5)
     consumer.close()
@@ -101,9 +120,36 @@ def main() -> int:
         "p50_ms": round(percentile(latencies, 0.5), 3), "p99_ms": round(percentile(latencies, 0.99), 3),
         "p999_ms": round(percentile(latencies, 0.999), 3),
         "max_ms": round(max(latencies) if latencies else float("nan"), 3),
+        "producers": args.producers, "partitions": args.partitions, "acks": args.acks,
+        "replication_factor": args.replication_factor, "received_per_s": round(len(latencies) / elapsed, 1),
     }
     print(json.dumps(result))
     return 0 if len(latencies) == n else 1
+
+
+def produce_at_rate(bootstrap: str, topic: str, rate: float, seconds: float, size: int, acks: str,
+                    partitions: int, producer: Producer | None = None) -> int:
+    """Send ``rate`` records/s for ``seconds``, each stamped with its send time."""
+    if producer is None:
+        producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "acks": acks, "linger.ms": 0,
+                             "socket.nagle.disable": True, "enable.idempotence": False})
+    pad = b"\0" * max(0, size - HDR.size)
+    n = int(rate * seconds)
+    interval = 1.0 / rate
+    start = time.monotonic()
+    for i in range(n):
+        delay = start + i * interval - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        while True:
+            try:
+                producer.produce(topic, HDR.pack(time.monotonic_ns(), i) + pad, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        producer.poll(0)
+    left = producer.flush(30)
+    return 0 if left == 0 else 1
 
 
 if __name__ == "__main__":

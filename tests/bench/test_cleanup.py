@@ -41,6 +41,7 @@ def _start(script: str, args: list[str], tmp: Path) -> subprocess.Popen[str]:
 @pytest.mark.parametrize("script,args", [
     ("failover.py", ["--repeats", "5", "--session-timeouts", "6000"]),  # SIGTERMed long before its end
     ("cluster.py", ["--records", "500000", "--sizes", "100", "--repeats", "3", "--failovers", "1"]),
+    ("latency_sweep.py", ["--seconds", "30", "--repeats", "1"]),
 ])
 def test_sigterm_stops_every_process_and_removes_the_work_directory(
         tmp_path: Path, script: str, args: list[str]) -> None:

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""End-to-end latency against the offered rate: RF=1 and RF=3, acks=1 and acks=all.
+
+In one run, on loopback: Debian's ZooKeeper, three ``dmq server --zookeeper``
+brokers (RF=3 topics) and one single-node ``dmq server`` (RF=1 topics). For
+every case (replication factor x acks x rate) it runs ``bench/latency.py``
+with ``--producers`` producer processes and a ``--partitions``-partition
+topic, ``--repeats`` times; the repeats go round the whole case list, so the
+cases alternate. Prints one JSON line per run, then a table of the medians of
+p50, p99 and p99.9 and of the records received per second.
+
+Every run is bounded (latency.py: its seconds of sending plus at most 10 s
+of draining); the brokers and ZooKeeper are stopped on every way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from procs import ZK_JAR, Processes, broker, stop_on_sigterm, zookeeper  # noqa: E402
+
+
+def run_case(bootstrap: str, rf: int, acks: str, rate: int, args: argparse.Namespace) -> dict[str, object]:
+    cmd = [sys.executable, str(HERE / "latency.py"), bootstrap, "--rate", str(rate), "--seconds",
+           str(args.seconds), "--acks", acks, "--replication-factor", str(rf), "--producers",
+           str(args.producers), "--partitions", str(args.partitions), "--size", str(args.size)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.seconds + 120)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
+    return dict(json.loads(lines[-1]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="1000,5000,20000")
+    ap.add_argument("--acks", default="1,all")
+    ap.add_argument("--rfs", default="1,3")
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--producers", type=int, default=2)
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--override", action="append", default=[], help="key=value for every broker")
+    args = ap.parse_args()
+    if not os.path.exists(ZK_JAR):
+        print("ZooKeeper is not installed: apt-get install -y zookeeper", file=sys.stderr)
+        return 2
+    stop_on_sigterm()
+    cases = [(rf, acks, rate) for rf in (int(x) for x in args.rfs.split(","))
+             for acks in args.acks.split(",") for rate in (int(x) for x in args.rates.split(","))]
+    work = Path(tempfile.mkdtemp(prefix="dmq-bench-sweep-"))
+    procs = Processes()
+    runs: dict[tuple[int, str, int], list[dict[str, object]]] = {c: [] for c in cases}
+    try:
+        zk = procs.start(zookeeper(work, tick_ms=2000))
+        connect = f"127.0.0.1:{zk.port}/dmq"
+        cluster = [procs.start(broker(work, i, connect, args.override)) for i in (1, 2, 3)]
+        single = procs.start(broker(work, 0, None, args.override))
+        bootstrap = {1: f"127.0.0.1:{single.port}", 3: ",".join(f"127.0.0.1:{b.port}" for b in cluster)}
+        time.sleep(2)
+        for repeat in range(args.repeats):
+            for rf, acks, rate in cases:
+                row = {"repeat": repeat, "rf": rf, "acks": acks, "rate": rate,
+                       **run_case(bootstrap[rf], rf, acks, rate, args)}
+                print(json.dumps(row), flush=True)
+                runs[(rf, acks, rate)].append(row)
+    except (RuntimeError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        procs.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(rows: list[dict[str, object]], key: str) -> str:
+        values = [float(r[key]) for r in rows if key in r]  # type: ignore[arg-type]
+        return f"{statistics.median(values):,.2f}" if values else "-"
+
+    header = ("RF", "acks", "rate/s", "p50 ms", "p99 ms", "p99.9 ms", "received/s", "runs")
+    table = [header] + [
+        (str(rf), acks, f"{rate:,}", med(rows, "p50_ms"), med(rows, "p99_ms"), med(rows, "p999_ms"),
+         med(rows, "received_per_s"), f"{sum(1 for r in rows if 'p50_ms' in r)}/{len(rows)}")
+        for (rf, acks, rate), rows in runs.items()]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    print(f"\nmedians of {args.repeats} alternated runs, {args.producers} producers, "
+          f"{args.partitions} partitions, {args.size} B records")
+    for row in table:
+        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
