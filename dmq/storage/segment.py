@@ -10,6 +10,8 @@ Invariants:
 - every batch's offsets are >= ``base_offset`` and increase strictly;
 - ``max_timestamp``/``offset_of_max_timestamp`` describe the batches appended
   or recovered so far (the time index is derived from them);
+- the batches kept in memory (``_recent``) are the last ones tracked, contiguous
+  up to ``size``; truncation and recovery forget them;
 - ``recover()`` rebuilds the offset and time indexes only: the transaction
   index needs the producer state as of the segment's base offset, so the Log
   resets and rebuilds it.
@@ -19,6 +21,7 @@ Plain synchronous file code; only the owning Log calls it.
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +42,7 @@ from dmq.storage.txn_index import SUFFIX as TXN_INDEX_SUFFIX
 from dmq.storage.txn_index import AbortedTxn, TransactionIndex
 
 _SCAN_CHUNK = 1 << 20
+RECENT_BATCHES = 256  # batch positions kept in memory per segment (between 256 and 512)
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -83,6 +87,11 @@ class LogSegment:
         self.next_offset = base_offset  # one past the last offset appended
         self.created_ms = int(time.time() * 1000)
         self.first_batch_timestamp = -1
+        # The last batches tracked, contiguous up to the end of the file: (position, header)
+        # and their last offsets, so reads near the log end (followers, caught-up consumers)
+        # find their batch without reading headers from the file.
+        self._recent: list[tuple[int, BatchHeader]] = []
+        self._recent_last: list[int] = []
 
     # ------------------------------------------------------------------ append
 
@@ -98,6 +107,11 @@ class LogSegment:
         self.size = start + len(data)
 
     def _track(self, header: BatchHeader, position: int) -> None:
+        self._recent.append((position, header))
+        self._recent_last.append(header.last_offset)
+        if len(self._recent) > 2 * RECENT_BATCHES:
+            del self._recent[:RECENT_BATCHES]
+            del self._recent_last[:RECENT_BATCHES]
         if self.first_batch_timestamp < 0:
             self.first_batch_timestamp = header.max_timestamp
         if self.bytes_since_last_index > self.index_interval_bytes:
@@ -122,6 +136,9 @@ class LogSegment:
 
     def find_position(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position of the first batch whose last offset >= ``offset``, with its header."""
+        if self._recent and offset >= self._recent[0][1].base_offset:
+            i = bisect.bisect_left(self._recent_last, offset)
+            return self._recent[i] if i < len(self._recent) else None
         _, position = self.offset_index.lookup(offset)
         while position < self.size:
             header = self.read_header(position)
@@ -219,6 +236,7 @@ class LogSegment:
 
         Returns the number of bytes truncated.
         """
+        self._forget_recent()
         self.offset_index.reset()
         self.time_index.reset()
         self.bytes_since_last_index = 0
@@ -259,6 +277,10 @@ class LogSegment:
 
     # -------------------------------------------------------------- lifecycle
 
+    def _forget_recent(self) -> None:
+        self._recent.clear()
+        self._recent_last.clear()
+
     def truncate_to(self, offset: int) -> None:
         """Remove every batch with base offset >= ``offset``."""
         position = self.size
@@ -268,6 +290,7 @@ class LogSegment:
                 break
         os.ftruncate(self.fd, position)
         self.size = position
+        self._forget_recent()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
