@@ -116,6 +116,9 @@ class TransactionMarkerSender:
                      ) -> dict[tuple[str, int], ErrorCode]:
         try:
             return await self.writer.write(broker_id, markers, partitions)
-        except (TimeoutError, OSError, ConnectionError) as e:
+        except (TimeoutError, OSError, ConnectionError, EOFError) as e:
             log.info("writing markers to broker %d failed (%s); retrying", broker_id, e)
+            return {tp: ErrorCode.network_exception for tp in partitions}
+        except Exception:  # a bug must not end the sending: the transaction would hang
+            log.exception("writing markers to broker %d failed unexpectedly; retrying", broker_id)
             return {tp: ErrorCode.network_exception for tp in partitions}
