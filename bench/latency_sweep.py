@@ -63,6 +63,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="dmq-bench-sweep-"))
     procs = Processes()
     runs: dict[tuple[int, str, int], list[dict[str, object]]] = {c: [] for c in cases}
+    peaks: dict[str, float | None] = {}
     try:
         zk = procs.start(zookeeper(work, tick_ms=2000))
         connect = f"127.0.0.1:{zk.port}/dmq"
@@ -76,6 +77,8 @@ def main() -> int:
                        **run_case(bootstrap[rf], rf, acks, rate, args)}
                 print(json.dumps(row), flush=True)
                 runs[(rf, acks, rate)].append(row)
+        peaks = {p.name: p.peak_rss_mb() for p in (*cluster, single)}
+        print(json.dumps({"peak_rss_mb": peaks}), flush=True)
     except (RuntimeError, TimeoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -97,6 +100,7 @@ def main() -> int:
           f"{args.partitions} partitions, {args.size} B records")
     for row in table:
         print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+    print("peak RSS: " + ", ".join(f"{name} {mb:.0f} MiB" for name, mb in peaks.items() if mb is not None))
     return 0
 
 

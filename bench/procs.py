@@ -58,6 +58,18 @@ class Proc:
                 time.sleep(0.2)
         raise TimeoutError(f"nothing listens on {self.port} after {timeout:.0f}s (log: {self.log})")
 
+    def peak_rss_mb(self) -> float | None:
+        """The process's peak resident memory so far (VmHWM), in MiB; None if it is gone."""
+        if self.proc is None:
+            return None
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        except OSError:
+            return None
+        return None
+
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
