@@ -192,12 +192,13 @@ class _Writer:
             raise DmqSinkError(f"{remaining} records were not acknowledged by {self.bootstrap} within 120 s")
         return WriteCount(count)
 
-    def write_exactly_once(self, rows: Iterator[Row], query_id: str, partition: int,
+    def write_exactly_once(self, rows: Iterable[Row], query_id: str, partition: int,
                            batch_id: int) -> WriteCount:
         """Partition ``partition`` of micro-batch ``batch_id`` of query ``query_id`` in one
         transaction, together with its marker; nothing if the marker says it is written."""
         from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+        rows = iter(rows)
         first = next(rows, None)
         if first is None:
             return WriteCount(0)  # nothing to write, so nothing to write twice
