@@ -184,7 +184,9 @@ q.awaitTermination()
 print("finished", flush=True)
 """
 
-SMALL, BIG = 100, 1500  # rows in input partitions 0 and 1: task 0 ends early, task 1 takes seconds
+# Rows in input partitions 0 and 1, DELAY_MS per row: task 0 ends at once, task 1 takes 10 s,
+# long enough to catch it writing even when task 0 starts seconds late (a busy machine).
+SMALL, BIG, DELAY_MS = 100, 2000, 5
 
 
 @pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
@@ -209,7 +211,7 @@ def test_a_query_killed_mid_batch_and_restarted(spark, broker: BrokerProcess, tm
     log = tmp_path / "query.log"
     with open(log, "wb") as out:
         child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(TESTS), broker.bootstrap, source, sink, checkpoint, "3",
+            [sys.executable, "-c", CHILD, str(TESTS), broker.bootstrap, source, sink, checkpoint, str(DELAY_MS),
              str(exactly_once).lower()],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"})
@@ -219,13 +221,16 @@ def test_a_query_killed_mid_batch_and_restarted(spark, broker: BrokerProcess, tm
     written = Reader(broker, sink, 2, "read_uncommitted")
     try:
         deadline = time.monotonic() + 120
+        seen: list[tuple[float, int, int]] = []  # (seconds, task 0's rows visible, task 1's rows written)
         while time.monotonic() < deadline and child.poll() is None:
             a_done = sum(v.startswith("a") for v in visible.poll())
             b_written = sum(v.startswith("b") for v in written.poll())
+            if not seen or seen[-1][1:] != (a_done, b_written):
+                seen.append((round(time.monotonic() - deadline + 120, 2), a_done, b_written))
             if a_done == SMALL and 0 < b_written < BIG:
                 break
         else:
-            pytest.fail(f"never caught the query mid-batch (exit code {child.poll()}):\n"
+            pytest.fail(f"never caught the query mid-batch (exit code {child.poll()}), seen {seen}:\n"
                         + log.read_text()[-3000:])
         os.killpg(child.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
         child.wait(10)
