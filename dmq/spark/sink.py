@@ -2,18 +2,69 @@
 
 Columns as Spark's Kafka sink: ``value`` (required, string or binary), ``key``,
 ``topic`` (or the ``topic`` option), ``partition``, ``headers`` (array of
-struct key string, value binary). Each task writes with an idempotent producer
-(acks=all) and fails with the first delivery error.
+struct key string, value binary). Options prefixed ``kafka.`` go to the
+producer (``kafka.linger.ms``, ``kafka.transaction.timeout.ms``, ...).
 
-Delivery guarantee: **at least once**. Idempotence removes duplicates from a
-producer's own retries, but a Spark task that is retried, or a micro-batch
-that is replayed after a failure, writes its rows again.
+Delivery guarantee, by default: **at least once**. Each task writes with an
+idempotent producer (acks=all) and fails with the first delivery error.
+Idempotence removes duplicates from a producer's own retries, but a Spark task
+that is retried, or a micro-batch that is replayed after a failure, writes its
+rows again.
+
+**Exactly once** (``.option("exactlyOnce", "true")``, streaming writes only):
+``read_committed`` readers of the output see every row of every micro-batch
+once, whatever fails and however often Spark retries a task or replays a
+batch. The design:
+
+- Each task writes its rows in one Kafka transaction. Its ``transactional.id``
+  is ``dmq-spark-<query id>-<Spark partition id>``: the streaming query id is
+  kept in the checkpoint, so a restarted query uses the same ids; the batch id
+  is not part of it, so the ids are few and every attempt at partition *p* of
+  the query shares one. A task learns the query id and the batch id from the
+  local properties Spark gives every task of a micro-batch
+  (``sql.streaming.queryId``, ``streaming.sql.batchId``).
+- ``init_transactions`` comes first: it fences every earlier attempt of the
+  same partition (a retried task's predecessor, a task of a query that was
+  killed) and completes or aborts its open transaction, so nothing an
+  unfinished attempt wrote becomes visible and a fenced attempt can no longer
+  commit.
+- Progress is a *marker*: in the same transaction the task commits, with
+  ``send_offsets_to_transaction``, offset ``batch id + 1`` for partition 0 of
+  the marker topic to the consumer group named like the transactional id. The
+  marker and the rows commit or abort together. After ``init_transactions`` a
+  task reads its marker (``read_committed``: the broker answers with stable
+  offsets only); if it is already at ``batch id + 1`` or beyond, this batch's
+  partition is in the output and the task writes nothing.
+- The marker is one group per Spark partition rather than one group with a
+  partition per Spark partition: Kafka (and dmq) accept committed offsets only
+  for partitions that exist, and the number of Spark partitions is known
+  neither in advance nor constant, while one single-partition topic serves
+  every query. The driver creates the marker topic (``markerTopic``, default
+  ``dmq-spark-markers``; nothing is ever written to it) before the first batch.
+  ``dmq groups describe dmq-spark-<query id>-<p>`` shows the next batch of
+  partition *p*; delete those groups when a query is retired.
+- Spark's driver-side commit has nothing left to do: the tasks' transactions
+  are the commit. When a batch fails after some tasks committed, Spark replays
+  it and those tasks find their markers. A replayed batch must therefore be
+  split into the same Spark partitions with the same rows, as for Spark's own
+  exactly-once sinks: the query must be deterministic (the ``dmq`` source
+  splits a replayed batch's offsets as it did the first time; a
+  non-deterministic step, such as a repartition by a random key, breaks this).
+- The transaction of a task lasts as long as its write;
+  ``transaction.timeout.ms`` is 300000 (5 min) unless ``kafka.`` options say
+  otherwise. A task that dies with its transaction open holds back
+  ``read_committed`` readers of the partitions it wrote to until the next
+  attempt of that Spark partition starts, or until the timeout aborts it.
+
+A batch write (``df.write``) has no checkpoint to replay from, so a re-run of
+a failed job would write again: ``exactlyOnce`` fails there with an error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from pyspark.sql import Row
@@ -21,6 +72,11 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import StructType
 
 from dmq.client.producing import produce_waiting
+
+MARKER_TOPIC = "dmq-spark-markers"
+ID_PREFIX = "dmq-spark-"
+TRANSACTION_TIMEOUT_MS = 300_000
+TIMEOUT_S = 120.0
 
 
 class DmqSinkError(ValueError):
@@ -30,6 +86,7 @@ class DmqSinkError(ValueError):
 @dataclass
 class WriteCount(WriterCommitMessage):
     records: int
+    already_written: bool = False
 
 
 def _bytes(value: Any, column: str) -> bytes | None:
@@ -42,8 +99,32 @@ def _bytes(value: Any, column: str) -> bytes | None:
     raise DmqSinkError(f"column {column} must be string or binary, got {type(value).__name__}")
 
 
+def _kafka_error(e: Exception) -> str:
+    arg = e.args[0] if e.args else e
+    return str(arg.str()) if hasattr(arg, "str") else str(arg)
+
+
+def transactional_id(query_id: str, partition: int) -> str:
+    """The transactional id of, and the marker group of, one Spark partition of a query."""
+    return f"{ID_PREFIX}{query_id}-{partition}"
+
+
+def stream_task_context() -> tuple[str, int, int]:
+    """(query id, Spark partition id, batch id) of the micro-batch task running this code."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    query_id = tc.getLocalProperty("sql.streaming.queryId") if tc is not None else None
+    batch_id = tc.getLocalProperty("streaming.sql.batchId") if tc is not None else None
+    if tc is None or not query_id or batch_id is None:
+        raise DmqSinkError("exactlyOnce: this task has no streaming query id and batch id "
+                           "(Spark's local properties sql.streaming.queryId, streaming.sql.batchId)")
+    return query_id, tc.partitionId(), int(batch_id)
+
+
 class _Writer:
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        options = {k.lower(): v for k, v in options.items()}  # Spark's options ignore case
         self.bootstrap = options.get("bootstrap.servers") or options.get("kafka.bootstrap.servers")
         if not self.bootstrap:
             raise DmqSinkError("option bootstrap.servers (or kafka.bootstrap.servers) is required")
@@ -56,19 +137,23 @@ class _Writer:
         self.columns = names
         self.extra = {k[len("kafka."):]: v for k, v in options.items()
                       if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+        raw = options.get("exactlyonce", "false")
+        if raw.lower() not in ("true", "false"):
+            raise DmqSinkError(f"option exactlyOnce must be true or false, got {raw!r}")
+        self.exactly_once = raw.lower() == "true"
+        self.marker_topic = options.get("markertopic") or MARKER_TOPIC
 
-    def write_rows(self, rows: Iterator[Row]) -> WriteCount:
-        from confluent_kafka import KafkaException, Producer
-
-        errors: list[str] = []
+    def _conf(self) -> dict[str, Any]:
         # Quiet unless the user asks for librdkafka's log (kafka.log_level): failures reach
         # Spark as this task's exception, not as raw client lines on the terminal.
-        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
-                             "acks": "all", "linger.ms": 5, "log_level": 0, **self.extra})
+        return {"bootstrap.servers": self.bootstrap, "log_level": 0}
 
+    def _produce(self, producer: Any, rows: Iterable[Row], errors: list[str]) -> int:
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None and len(errors) < 5:
                 errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+        from confluent_kafka import KafkaException
 
         count = 0
         for row in rows:
@@ -85,22 +170,107 @@ class _Writer:
             try:
                 produce_waiting(producer, topic, **kwargs)
             except KafkaException as e:
-                raise DmqSinkError(f"cannot write to {topic}: {e.args[0].str()}") from None
+                raise DmqSinkError(f"cannot write to {topic}: {_kafka_error(e)}") from None
             producer.poll(0)
             count += 1
             if errors:
                 break
-        remaining = producer.flush(120)
+        return count
+
+    def write_rows(self, rows: Iterator[Row]) -> WriteCount:
+        """At least once: an idempotent producer, flushed before the task ends."""
+        from confluent_kafka import Producer
+
+        errors: list[str] = []
+        producer = Producer({**self._conf(), "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                             **self.extra})
+        count = self._produce(producer, rows, errors)
+        remaining = producer.flush(TIMEOUT_S)
         if errors:
             raise DmqSinkError(f"writing to dmq at {self.bootstrap} failed: {'; '.join(errors)}")
         if remaining:
             raise DmqSinkError(f"{remaining} records were not acknowledged by {self.bootstrap} within 120 s")
         return WriteCount(count)
 
+    def write_exactly_once(self, rows: Iterable[Row], query_id: str, partition: int,
+                           batch_id: int) -> WriteCount:
+        """Partition ``partition`` of micro-batch ``batch_id`` of query ``query_id`` in one
+        transaction, together with its marker; nothing if the marker says it is written."""
+        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is None:
+            return WriteCount(0)  # nothing to write, so nothing to write twice
+        name = transactional_id(query_id, partition)
+        producer = Producer({**self._conf(), "acks": "all", "linger.ms": 5,
+                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **self.extra,
+                             "transactional.id": name, "enable.idempotence": True})
+        marker = Consumer({**self._conf(), **self.extra, "group.id": name, "enable.auto.commit": False,
+                           "isolation.level": "read_committed"})
+        errors: list[str] = []
+        in_transaction = False
+        try:
+            producer.init_transactions(TIMEOUT_S)  # fences earlier attempts, ends their transaction
+            (done,) = marker.committed([TopicPartition(self.marker_topic, 0)], timeout=TIMEOUT_S)
+            if done.error is not None:
+                raise DmqSinkError(f"cannot read the marker of {name}: {done.error.str()}")
+            if done.offset >= batch_id + 1:
+                for _ in rows:  # the batch's rows of this partition are in the output already
+                    pass
+                return WriteCount(0, already_written=True)
+            producer.begin_transaction()
+            in_transaction = True
+            count = self._produce(producer, chain([first], rows), errors)
+            if errors:
+                raise DmqSinkError(f"writing to dmq at {self.bootstrap} failed: {'; '.join(errors)}")
+            producer.send_offsets_to_transaction(
+                [TopicPartition(self.marker_topic, 0, batch_id + 1, f"batch {batch_id}: {count} records")],
+                marker.consumer_group_metadata(), TIMEOUT_S)
+            for attempt in range(3):
+                try:
+                    producer.commit_transaction(TIMEOUT_S)
+                    break
+                except KafkaException as e:  # retriable: the outcome is not known yet, ask again
+                    if not e.args[0].retriable() or attempt == 2:
+                        raise
+            in_transaction = False
+            return WriteCount(count)
+        except KafkaException as e:
+            why = "; ".join([_kafka_error(e), *errors])
+            raise DmqSinkError(f"exactly-once write of {name}, batch {batch_id}: {why}") from None
+        finally:
+            if in_transaction:
+                try:  # best effort; the next attempt's init_transactions aborts it anyway
+                    producer.abort_transaction(10)
+                except KafkaException:
+                    pass
+            marker.close()
+
+
+def ensure_marker_topic(bootstrap: str, topic: str, extra: dict[str, str]) -> None:
+    """Create the (empty, one-partition) marker topic if it does not exist."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **extra})
+    try:
+        found = admin.list_topics(topic=topic, timeout=30).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return
+        admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise DmqSinkError(f"cannot create the marker topic {topic}: {_kafka_error(e)}") from None
+
 
 class DmqWriter(_Writer, DataSourceWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _Writer.__init__(self, options, schema)
+        if self.exactly_once:
+            raise DmqSinkError(
+                "option exactlyOnce applies to streaming writes (df.writeStream) only: a batch write "
+                "has no checkpoint to resume from, so a re-run of a failed job writes its rows again")
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
         return self.write_rows(iterator)
@@ -109,12 +279,19 @@ class DmqWriter(_Writer, DataSourceWriter):
 class DmqStreamWriter(_Writer, DataSourceStreamWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _Writer.__init__(self, options, schema)
+        if self.exactly_once:
+            # Spark builds the writer on the driver for each micro-batch: cheap once the topic exists.
+            assert self.bootstrap is not None
+            ensure_marker_topic(self.bootstrap, self.marker_topic, self.extra)
 
     def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+        if self.exactly_once:
+            return self.write_exactly_once(iterator, *stream_task_context())
         return self.write_rows(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Rows were acknowledged by the broker when write() returned; nothing left to do."""
+        """Rows were acknowledged (exactly once: committed) when write() returned; nothing left to do."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Acknowledged rows cannot be taken back (at-least-once); the batch is retried."""
+        """Nothing to take back: at least once, the batch is retried; exactly once, the tasks that
+        committed find their markers when it is replayed."""
