@@ -15,7 +15,7 @@ import struct
 from dataclasses import fields, is_dataclass
 from functools import cache
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 from kio.index import load_entity_module
 from kio.schema.index import api_key_map
@@ -24,6 +24,7 @@ from kio.serial._introspect import is_optional
 from kio.static.constants import EntityType
 
 from dmq.protocol.extensions import EXTENSIONS
+from dmq.protocol.splice import ByteSource, SpliceRecords
 
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")
@@ -110,35 +111,6 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[Reques
                       header.correlation_id, header.client_id),
         body,
     )
-
-
-class ByteSource(Protocol):
-    """Bytes that live elsewhere (a file range): ``length`` of them, ``read()`` on demand."""
-
-    length: int
-
-    def read(self) -> bytes: ...
-
-
-class SpliceRecords(bytes):
-    """A ``records`` field value whose bytes are spliced into the frame later.
-
-    kio writes ``len(value)`` as the length prefix and then hands the value to
-    the writer, which records a splice point instead of copying bytes. The
-    bytes object itself is empty; the source supplies the data (zero-copy
-    sendfile from a segment file in the server).
-    """
-
-    source: ByteSource
-
-    @classmethod
-    def of(cls, source: ByteSource) -> SpliceRecords:
-        obj = cls(b"")
-        obj.source = source
-        return obj
-
-    def __len__(self) -> int:
-        return self.source.length
 
 
 class _SpliceWriter:
