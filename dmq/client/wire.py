@@ -18,6 +18,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
+from dmq.protocol import fast
 from dmq.protocol.codec import API_VERSIONS_KEY, response_class
 from dmq.protocol.lenient import READERS as LENIENT_READERS
 
@@ -69,6 +70,18 @@ class WireClient:
 
 
 def encode_request(request: Any, correlation_id: int, client_id: str) -> bytes:
+    cls = type(request)
+    fast_encode = fast.REQUEST_ENCODERS.get(cls)  # a follower's Fetch
+    if fast_encode is not None:
+        try:
+            return fast_encode(request, correlation_id, client_id)
+        except Exception:
+            pass  # off the fast path (a tagged field set) or invalid: kio writes it or says why
+    return encode_request_with_kio(request, correlation_id, client_id)
+
+
+def encode_request_with_kio(request: Any, correlation_id: int, client_id: str) -> bytes:
+    """``encode_request`` by kio's generic writer (what the fast encoders must match)."""
     cls = type(request)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     header = header_cls(request_api_key=cls.__api_key__, request_api_version=cls.__version__,

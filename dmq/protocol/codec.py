@@ -15,7 +15,7 @@ import struct
 from dataclasses import fields, is_dataclass
 from functools import cache
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 from kio.index import load_entity_module
 from kio.schema.index import api_key_map
@@ -23,7 +23,9 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import is_optional
 from kio.static.constants import EntityType
 
+from dmq.protocol import fast
 from dmq.protocol.extensions import EXTENSIONS
+from dmq.protocol.splice import ByteSource, SpliceRecords
 
 API_VERSIONS_KEY = 18
 _HEAD = struct.Struct(">hhi")
@@ -90,19 +92,39 @@ def response_module(api_key: int, version: int) -> ModuleType:
     return _load_module(api_key, version, EntityType.response)
 
 
+@cache
+def _request_readers(api_key: int, version: int) -> tuple[type[Any], Any, Any, Any]:
+    """(class, header reader, body reader, null check) of a request version."""
+    cls = request_class(api_key, version)
+    return (cls, entity_reader(cls.__header_schema__), entity_reader(cls),
+            fast.NULL_CHECKS.get(cls))
+
+
 def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[RequestHeader, Any]:
     """Decode header and body; raise FrameError if the bytes do not parse."""
-    cls = request_class(api_key, api_version)
-    header_cls = cls.__header_schema__
+    return _decode_request(frame, api_key, api_version, quick_null_check=True)
+
+
+def decode_request_with_kio(frame: bytes, api_key: int, api_version: int) -> tuple[RequestHeader, Any]:
+    """``decode_request`` with the generic null walk only (what fast.NULL_CHECKS must match)."""
+    return _decode_request(frame, api_key, api_version, quick_null_check=False)
+
+
+def _decode_request(frame: bytes, api_key: int, api_version: int,
+                    quick_null_check: bool) -> tuple[RequestHeader, Any]:
+    cls, read_header, read_body, no_nulls = _request_readers(api_key, api_version)
     try:
-        header, size = entity_reader(header_cls)(frame, 0)
-        body, _ = entity_reader(cls)(frame, size)
+        header, size = read_header(frame, 0)
+        body, _ = read_body(frame, size)
     except Exception as e:  # kio raises several kinds of errors for bad bytes
         raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
-    try:
-        _check_nulls(body)
-    except ValueError as e:
-        raise FrameError(f"{cls.__name__} v{api_version}: {e}") from None
+    # Produce and Fetch have a quick check (fast.NULL_CHECKS); when it finds a null, the
+    # generic walk names the field.
+    if not quick_null_check or no_nulls is None or not no_nulls(body):
+        try:
+            _check_nulls(body)
+        except ValueError as e:
+            raise FrameError(f"{cls.__name__} v{api_version}: {e}") from None
     # Trailing bytes are ignored, as Kafka's own request parser does (librdkafka
     # sends a few after Metadata v12 requests).
     return (
@@ -110,35 +132,6 @@ def decode_request(frame: bytes, api_key: int, api_version: int) -> tuple[Reques
                       header.correlation_id, header.client_id),
         body,
     )
-
-
-class ByteSource(Protocol):
-    """Bytes that live elsewhere (a file range): ``length`` of them, ``read()`` on demand."""
-
-    length: int
-
-    def read(self) -> bytes: ...
-
-
-class SpliceRecords(bytes):
-    """A ``records`` field value whose bytes are spliced into the frame later.
-
-    kio writes ``len(value)`` as the length prefix and then hands the value to
-    the writer, which records a splice point instead of copying bytes. The
-    bytes object itself is empty; the source supplies the data (zero-copy
-    sendfile from a segment file in the server).
-    """
-
-    source: ByteSource
-
-    @classmethod
-    def of(cls, source: ByteSource) -> SpliceRecords:
-        obj = cls(b"")
-        obj.source = source
-        return obj
-
-    def __len__(self) -> int:
-        return self.source.length
 
 
 class _SpliceWriter:
@@ -168,6 +161,17 @@ def encode_response(correlation_id: int, api_key: int, response: Any) -> Frame:
     Returns bytes, or a list of bytes and ByteSources when the response holds
     SpliceRecords (concatenated, they are the frame).
     """
+    fast_encode = fast.RESPONSE_ENCODERS.get(type(response))
+    if fast_encode is not None:
+        try:
+            return fast_encode(correlation_id, response)
+        except Exception:
+            pass  # off the fast path (say a tagged field set) or invalid: kio writes it or says why
+    return encode_response_with_kio(correlation_id, api_key, response)
+
+
+def encode_response_with_kio(correlation_id: int, api_key: int, response: Any) -> Frame:
+    """``encode_response`` by kio's generic writer (what the fast encoders must match)."""
     buf = _SpliceWriter()
     buf.write(b"\0\0\0\0")
     buf.write(struct.pack(">i", correlation_id))
