@@ -166,8 +166,10 @@ class AsyncWireClient:
         except RuntimeError as e:  # uvloop: the transport closed under us
             raise ConnectionResetError(f"connection to {self.host}:{self.port} was closed: {e}") from None
         await writer.drain()
-        size_bytes = await asyncio.wait_for(reader.readexactly(4), timeout)
-        data = await asyncio.wait_for(reader.readexactly(struct.unpack(">i", size_bytes)[0]), timeout)
+        # One deadline for the whole answer (asyncio.timeout: no task per read, unlike wait_for).
+        async with asyncio.timeout(timeout):
+            size_bytes = await reader.readexactly(4)
+            data = await reader.readexactly(struct.unpack(">i", size_bytes)[0])
         return decode_response(type(request), self.correlation_id, data)
 
     def close(self) -> None:
