@@ -66,3 +66,25 @@ def test_many_waiters_on_one_key_each_see_their_own_condition() -> None:
         assert p._watchers == {}
 
     asyncio.run(scenario())
+
+
+def test_a_check_evaluates_each_waiter_once_in_place() -> None:
+    """No wake-up and re-registration per check: one evaluation per check_and_complete."""
+    async def scenario() -> None:
+        p = DelayedOperationPurgatory("Produce")
+        calls = {"n": 0}
+
+        def never() -> bool:
+            calls["n"] += 1
+            return False
+
+        waiter = asyncio.ensure_future(p.wait_until(["k"], 5.0, never))
+        await asyncio.sleep(0)
+        for _ in range(100):
+            p.check_and_complete("k")
+        assert calls["n"] == 101 and len(p._watchers["k"]) == 1
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        assert p._watchers == {}
+
+    asyncio.run(scenario())
