@@ -51,12 +51,15 @@ def main() -> int:
     ap.add_argument("--label", default="")
     ap.add_argument("--replication-factor", type=int, default=1)
     ap.add_argument("--producers", type=int, default=1)
+    ap.add_argument("--max-in-flight", type=int, default=5,
+                    help="requests in flight per connection (5: the Java client's default and "
+                         "librdkafka's with idempotence; librdkafka's own default is 1000000)")
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--produce-to", help=argparse.SUPPRESS)  # internal: run as one producer process
     args = ap.parse_args()
     if args.produce_to:
         return produce_at_rate(args.bootstrap, args.produce_to, args.rate, args.seconds, args.size, args.acks,
-                               args.partitions)
+                               args.partitions, args.max_in_flight)
 
     topic = "lat-" + uuid.uuid4().hex[:8]
     admin = AdminClient({"bootstrap.servers": args.bootstrap, "log_level": 0})
@@ -81,7 +84,8 @@ def main() -> int:
                 latencies.append((now - sent_ns) / 1e6)
 
     producer = Producer({"bootstrap.servers": args.bootstrap, "log_level": 0, "acks": args.acks, "linger.ms": 0,
-                         "socket.nagle.disable": True, "enable.idempotence": False})
+                         "socket.nagle.disable": True, "enable.idempotence": False,
+                         "max.in.flight.requests.per.connection": args.max_in_flight})
     t = threading.Thread(target=consume, daemon=True)
     t.start()
     # Warm up: the consumer must be fetching at the log end before measuring.
@@ -95,11 +99,13 @@ def main() -> int:
     n = int(per * args.seconds) * args.producers
     started = time.monotonic()
     if args.producers == 1:
-        produce_at_rate(args.bootstrap, topic, per, args.seconds, args.size, args.acks, args.partitions, producer)
+        produce_at_rate(args.bootstrap, topic, per, args.seconds, args.size, args.acks, args.partitions,
+                        args.max_in_flight, producer)
     else:
         children = [subprocess.Popen([sys.executable, __file__, args.bootstrap, "--produce-to", topic,
                                       "--rate", str(per), "--seconds", str(args.seconds), "--size",
-                                      str(args.size), "--acks", args.acks, "--partitions", str(args.partitions)])
+                                      str(args.size), "--acks", args.acks, "--partitions", str(args.partitions),
+                                      "--max-in-flight", str(args.max_in_flight)])
                     for _ in range(args.producers)]
         for child in children:
             try:
@@ -128,11 +134,12 @@ def main() -> int:
 
 
 def produce_at_rate(bootstrap: str, topic: str, rate: float, seconds: float, size: int, acks: str,
-                    partitions: int, producer: Producer | None = None) -> int:
+                    partitions: int, max_in_flight: int, producer: Producer | None = None) -> int:
     """Send ``rate`` records/s for ``seconds``, each stamped with its send time."""
     if producer is None:
         producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "acks": acks, "linger.ms": 0,
-                             "socket.nagle.disable": True, "enable.idempotence": False})
+                             "socket.nagle.disable": True, "enable.idempotence": False,
+                             "max.in.flight.requests.per.connection": max_in_flight})
     pad = b"\0" * max(0, size - HDR.size)
     n = int(rate * seconds)
     interval = 1.0 / rate
