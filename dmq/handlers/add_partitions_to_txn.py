@@ -1,4 +1,10 @@
-"""AddPartitionsToTxn (24): add partitions to a producer's open transaction (client form, v0-3)."""
+"""AddPartitionsToTxn (24): add partitions to a producer's open transaction.
+
+v0-3 is the client form (one transaction). v4-5 is the batched form brokers send
+(KIP-890): several transactions, each either added or, with ``verify_only``, only
+checked (a partition not in the transaction is TRANSACTION_ABORTABLE, as Kafka's
+handleVerifyPartitionsInTransaction answers).
+"""
 
 from __future__ import annotations
 
@@ -11,30 +17,60 @@ from dmq.protocol.codec import make
 
 API_KEY = 24
 MIN_VERSION = 0
-MAX_VERSION = 3
+MAX_VERSION = 5
+
+Partitions = list[tuple[str, int]]
 
 
-async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    schema = ctx.schema
-    txn_id = request.v3_and_below_transactional_id
-    wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in wanted if services.metadata.topic(tp[0]) is None
-               or tp[1] not in services.metadata.topic(tp[0]).partitions}  # type: ignore[union-attr]
+def _unknown(services: BrokerServices, wanted: Partitions) -> set[tuple[str, int]]:
+    out = set()
+    for topic, index in wanted:
+        meta = services.metadata.topic(topic)
+        if meta is None or index not in meta.partitions:
+            out.add((topic, index))
+    return out
+
+
+async def _one(services: BrokerServices, version: int, txn_id: str, producer_id: int, epoch: int,
+               wanted: Partitions, verify_only: bool) -> dict[tuple[str, int], ErrorCode]:
+    if not txn_id:
+        return dict.fromkeys(wanted, ErrorCode.invalid_request)
+    unknown = _unknown(services, wanted)
     if unknown:
         # As Kafka: nothing is added; the unknown partitions say why, the others were not tried.
-        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
-                  for tp in wanted}
-    else:
-        error = await services.transactions.add_partitions(
-            txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted)
-        if error == ErrorCode.producer_fenced and ctx.api_version < 2:
-            error = ErrorCode.invalid_producer_epoch  # KIP-588
-        errors = {tp: error for tp in wanted}
-    results = tuple(
+        return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                for tp in wanted}
+    if verify_only:
+        return services.transactions.verify_partitions(txn_id, producer_id, epoch, wanted)
+    error = await services.transactions.add_partitions(txn_id, producer_id, epoch, wanted)
+    if error == ErrorCode.producer_fenced and version < 2:
+        error = ErrorCode.invalid_producer_epoch  # KIP-588
+    return dict.fromkeys(wanted, error)
+
+
+def _topic_results(schema: Any, topics: Any, errors: dict[tuple[str, int], ErrorCode]) -> tuple[Any, ...]:
+    return tuple(
         make(schema.AddPartitionsToTxnTopicResult, name=t.name, results_by_partition=tuple(
             make(schema.AddPartitionsToTxnPartitionResult, partition_index=p,
                  partition_error_code=errors[(t.name, int(p))])
             for p in t.partitions))
-        for t in request.v3_and_below_topics)
-    return make(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
-                results_by_topic_v3_and_below=results)
+        for t in topics)
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    if ctx.api_version < 4:
+        wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
+        errors = await _one(services, ctx.api_version, request.v3_and_below_transactional_id,
+                            request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted, False)
+        return make(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                    results_by_topic_v3_and_below=_topic_results(schema, request.v3_and_below_topics, errors))
+    results = []
+    for txn in request.transactions:
+        wanted = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+        errors = await _one(services, ctx.api_version, txn.transactional_id, txn.producer_id, txn.producer_epoch,
+                            wanted, txn.verify_only)
+        results.append(make(schema.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
+                            topic_results=_topic_results(schema, txn.topics, errors)))
+    return make(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+                results_by_transaction=tuple(results))

@@ -98,6 +98,16 @@ class TransactionCoordinator:
         assert isinstance(result, ErrorCode)
         return result
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        wanted = list(partitions)
+        result = self.runtime.read(
+            self.partition_for(transactional_id),
+            lambda shard: shard.verify_partitions(transactional_id, producer_id, epoch, wanted),
+            lambda error: dict.fromkeys(wanted, error))
+        assert isinstance(result, dict)
+        return result
+
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
         result = await self.runtime.write(
             self.partition_for(transactional_id),

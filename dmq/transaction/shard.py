@@ -323,6 +323,21 @@ class TransactionShard:
                                      start_ms=start)
         return self._write([ongoing], ErrorCode.none)
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """AddPartitionsToTxn v4+ with verify_only (KIP-890): which partitions are in the
+        producer's transaction, changing nothing (Kafka's handleVerifyPartitionsInTransaction)."""
+        wanted = list(partitions)
+        meta = self.transactions.get(transactional_id)
+        if meta is None or meta.producer_id != producer_id:
+            return dict.fromkeys(wanted, ErrorCode.invalid_producer_id_mapping)
+        if meta.producer_epoch != epoch:
+            return dict.fromkeys(wanted, ErrorCode.producer_fenced)
+        if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            return dict.fromkeys(wanted, ErrorCode.concurrent_transactions)
+        return {tp: ErrorCode.none if tp in meta.partitions else ErrorCode.transaction_abortable
+                for tp in wanted}
+
     def end_txn(self, transactional_id: str, producer_id: int, epoch: int, commit: bool,
                 now_ms: int) -> CoordinatorResult:
         """EndTxn: answered once PrepareCommit/PrepareAbort is committed; the markers follow."""

@@ -129,6 +129,9 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
     if api_key in (18, 60, 22, 12, 14, 16, 47, 66, 25, 26):
         return [resp.error_code]
     if api_key == 24:
+        if hasattr(resp, "results_by_transaction"):  # v4+
+            return [resp.error_code] + [p.partition_error_code for r in resp.results_by_transaction
+                                        for t in r.topic_results for p in t.results_by_partition]
         return [p.partition_error_code for t in resp.results_by_topic_v3_and_below for p in t.results_by_partition]
     if api_key == 27:
         return [p.error_code for m in resp.markers for t in m.topics for p in t.partitions]
@@ -242,6 +245,14 @@ def txn_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
                            v3_and_below_topics=(make(amod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),)))
         assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == ErrorCode.none
 
+    if api_key == 24 and version >= 4:  # the batched form: add, then verify what was added
+        def txn(verify: bool) -> Any:
+            return make(mod.AddPartitionsToTxnTransaction, transactional_id=txn_id, producer_id=pid,
+                        producer_epoch=epoch, verify_only=verify,
+                        topics=(make(mod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),))
+        added = c.request(make(R, transactions=(txn(False),)))
+        assert errors_of(24, added) == [ErrorCode.none, ErrorCode.none], added
+        return c.request(make(R, transactions=(txn(True),)))
     if api_key == 24:
         return c.request(make(R, v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
                               v3_and_below_producer_epoch=epoch,

@@ -103,3 +103,42 @@ def test_bad_transactional_requests_get_kafkas_errors(broker: BrokerProcess) -> 
             coordinator_epoch=0, topics=(make(mmod.WritableTxnMarkerTopic, name="no-such-topic",
                                               partition_indexes=(3,)),)),))
         assert markers.markers[0].topics[0].partitions[0].error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_batched_add_partitions_and_verify_only(broker: BrokerProcess) -> None:
+    """AddPartitionsToTxn v4 (KIP-890): several transactions in one request; verify_only
+    answers which partitions are in a transaction and changes nothing."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("txn-batched", 2, 1)])["txn-batched"].result(15)
+    mod = load_entity_module("add_partitions_to_txn", 4, EntityType.request)
+    R = request_class(24, 4)
+
+    def txn(txn_id: str, pid: int, epoch: int, partitions: tuple[int, ...], verify: bool) -> Any:
+        return make(mod.AddPartitionsToTxnTransaction, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                    verify_only=verify, topics=(make(mod.AddPartitionsToTxnTopic, name="txn-batched",
+                                                     partitions=partitions),))
+
+    def codes(resp: Any) -> dict[str, list[ErrorCode]]:
+        return {r.transactional_id: [p.partition_error_code for t in r.topic_results for p in t.results_by_partition]
+                for r in resp.results_by_transaction}
+
+    with WireClient("127.0.0.1", broker.port) as c:
+        a, b = init(c, "batched-a"), init(c, "batched-b")
+        assert a.error_code == b.error_code == ErrorCode.none
+        added = c.request(make(R, transactions=(txn("batched-a", a.producer_id, a.producer_epoch, (0,), False),
+                                                txn("batched-b", b.producer_id, b.producer_epoch, (1,), False))))
+        assert added.error_code == ErrorCode.none
+        assert codes(added) == {"batched-a": [ErrorCode.none], "batched-b": [ErrorCode.none]}
+        verified = c.request(make(R, transactions=(
+            txn("batched-a", a.producer_id, a.producer_epoch, (0, 1), True),
+            txn("batched-b", b.producer_id, b.producer_epoch + 1, (1,), True),
+            txn("batched-none", 99, 0, (0,), True),
+            txn("", 99, 0, (0,), True))))
+        assert codes(verified) == {
+            "batched-a": [ErrorCode.none, ErrorCode.transaction_abortable],  # 1 is not in a's transaction
+            "batched-b": [ErrorCode.producer_fenced],
+            "batched-none": [ErrorCode.invalid_producer_id_mapping],
+            "": [ErrorCode.invalid_request]}
+        # verify_only added nothing: a's transaction still holds partition 0 only.
+        state = c.request(make(request_class(65, 0), transactional_ids=("batched-a",))).transaction_states[0]
+        assert [(t.topic, tuple(t.partitions)) for t in state.topics] == [("txn-batched", (0,))]
