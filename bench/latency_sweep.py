@@ -31,6 +31,30 @@ sys.path.insert(0, str(HERE))
 from procs import ZK_JAR, Processes, broker, stop_on_sigterm, zookeeper  # noqa: E402
 
 
+def round_trip(bootstrap: str, rf: int, n: int) -> dict[str, float]:
+    """One record at a time with acks=all: produce, then flush until it is acknowledged."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"rt-{rf}-{time.monotonic_ns()}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(topic, 1, rf)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "log_level": 0,
+                         "socket.nagle.disable": True})
+    for _ in range(20):  # warm up: metadata, connections
+        producer.produce(topic, b"w")
+        producer.flush(10)
+    took = []
+    for _ in range(n):
+        start = time.perf_counter()
+        producer.produce(topic, b"x" * 100)
+        producer.flush(10)
+        took.append((time.perf_counter() - start) * 1000)
+    admin.delete_topics([topic])
+    took.sort()
+    return {"p50_ms": round(took[len(took) // 2], 3), "p99_ms": round(took[int(len(took) * 0.99)], 3)}
+
+
 def run_case(bootstrap: str, rf: int, acks: str, rate: int, args: argparse.Namespace) -> dict[str, object]:
     cmd = [sys.executable, str(HERE / "latency.py"), bootstrap, "--rate", str(rate), "--seconds",
            str(args.seconds), "--acks", acks, "--replication-factor", str(rf), "--producers",
@@ -52,6 +76,8 @@ def main() -> int:
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--round-trips", type=int, default=300,
+                    help="records sent one at a time (produce + flush, acks=all) per repeat")
     ap.add_argument("--override", action="append", default=[], help="key=value for every broker")
     args = ap.parse_args()
     if not os.path.exists(ZK_JAR):
@@ -64,6 +90,7 @@ def main() -> int:
     procs = Processes()
     runs: dict[tuple[int, str, int], list[dict[str, object]]] = {c: [] for c in cases}
     peaks: dict[str, float | None] = {}
+    trips: dict[int, list[dict[str, object]]] = {}
     try:
         zk = procs.start(zookeeper(work, tick_ms=2000))
         connect = f"127.0.0.1:{zk.port}/dmq"
@@ -71,7 +98,12 @@ def main() -> int:
         single = procs.start(broker(work, 0, None, args.override))
         bootstrap = {1: f"127.0.0.1:{single.port}", 3: ",".join(f"127.0.0.1:{b.port}" for b in cluster)}
         time.sleep(2)
+        trips.update({1: [], 3: []})
         for repeat in range(args.repeats):
+            for rf in trips:
+                trip = round_trip(bootstrap[rf], rf, args.round_trips)
+                print(json.dumps({"repeat": repeat, "round_trip": 1, "rf": rf, **trip}), flush=True)
+                trips[rf].append(dict(trip))
             for rf, acks, rate in cases:
                 row = {"repeat": repeat, "rf": rf, "acks": acks, "rate": rate,
                        **run_case(bootstrap[rf], rf, acks, rate, args)}
@@ -98,8 +130,11 @@ def main() -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     print(f"\nmedians of {args.repeats} alternated runs, {args.producers} producers, "
           f"{args.partitions} partitions, {args.size} B records")
-    for row in table:
-        print("  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
+    for line in table:
+        print("  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)))
+    for rf, trip_rows in trips.items():
+        print(f"one record at a time, acks=all, RF={rf}: p50 {med(trip_rows, 'p50_ms')} ms, "
+              f"p99 {med(trip_rows, 'p99_ms')} ms")
     print("peak RSS: " + ", ".join(f"{name} {mb:.0f} MiB" for name, mb in peaks.items() if mb is not None))
     return 0
 
