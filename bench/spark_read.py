@@ -5,7 +5,8 @@ Starts a fresh ``dmq server``, produces N records of S bytes into a topic with
 P partitions, writes the same records to Parquet once, then alternates:
 read all records through ``spark.read.format("dmq")`` and through
 ``spark.read.parquet``, each forced to materialise every value
-(``sum(length(value))``). Prints the medians as Markdown and one JSON line.
+(``sum(length(value))``), after one untimed read of each (``--warmup``: the
+JVM's JIT and the Python workers' start-up are not throughput). Prints the medians as Markdown and one JSON line.
 For each read it also prints the CPU seconds used meanwhile by Spark's JVM,
 its Python workers and the broker (from /proc, this run's processes only):
 where a read's time goes.
@@ -84,6 +85,8 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed reads of each source first (JIT, Python worker start-up)")
     args = ap.parse_args()
     # SIGTERM ends the run like Ctrl-C: through the finally below, which stops the broker.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -138,6 +141,9 @@ def main() -> int:
             row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
             return time.perf_counter() - t0, row.n
 
+        for _ in range(args.warmup):
+            for df in (dmq_df(), spark.read.parquet(parquet)):
+                timed(df)
         rates: dict[str, list[float]] = {"dmq": [], "parquet": []}
         cpu: dict[str, list[dict[str, float]]] = {"dmq": [], "parquet": []}
         for rep in range(args.repeats):
@@ -169,7 +175,7 @@ def main() -> int:
         print(f"| {k} | {med[k]:,.0f} | {med[k] * args.size / 1e6:,.1f} |")
     print(f"\ndmq / parquet = {med['dmq'] / med['parquet']:.2f}")
     print(json.dumps({"spark_read": 1, "records": args.records, "size": args.size, "partitions": args.partitions,
-                      "rates": rates, "median": med, "cpu_seconds": cpu}))
+                      "warmup": args.warmup, "rates": rates, "median": med, "cpu_seconds": cpu}))
     return 0
 
 
