@@ -36,7 +36,6 @@ default: below the last stable offset, without aborted transactions).
 from __future__ import annotations
 
 import json
-import math
 import re
 import uuid
 from collections.abc import Iterator, Sequence
@@ -247,22 +246,28 @@ class RangePartition(InputPartition):
 
 
 def split_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[RangePartition]:
+    """One read task per partition's range [start, end), or, with ``minPartitions`` more than
+    the ranges, at least that many: each range cut into even pieces, their number shared
+    out in proportion to the ranges' sizes (a piece holds at least one offset)."""
     ranges = []
     s_flat = flatten(start)
     for tp, e in sorted(flatten(end).items()):
         s = s_flat.get(tp, 0)
         if e > s:
             ranges.append((tp, s, e))
-    if min_partitions and ranges and len(ranges) < min_partitions:
-        total = sum(e - s for _, s, e in ranges)
-        out = []
-        for (t, p), s, e in ranges:
-            pieces = max(1, round(min_partitions * (e - s) / total))
-            step = math.ceil((e - s) / pieces)
-            for lo in range(s, e, step):
-                out.append(RangePartition(t, p, lo, min(e, lo + step)))
-        return out
-    return [RangePartition(t, p, s, e) for (t, p), s, e in ranges]
+    if not (min_partitions and ranges and len(ranges) < min_partitions):
+        return [RangePartition(t, p, s, e) for (t, p), s, e in ranges]
+    sizes = [e - s for _, s, e in ranges]
+    total = sum(sizes)
+    pieces = [max(1, min(size, min_partitions * size // total)) for size in sizes]
+    while sum(pieces) < min(min_partitions, total):  # the largest pieces are cut again
+        i = max((j for j in range(len(ranges)) if pieces[j] < sizes[j]), key=lambda j: sizes[j] / pieces[j])
+        pieces[i] += 1
+    out = []
+    for ((t, p), s, e), n in zip(ranges, pieces, strict=True):
+        bounds = [s + (e - s) * k // n for k in range(n + 1)]
+        out += [RangePartition(t, p, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    return out
 
 
 def read_range(config: SourceConfig, part: RangePartition) -> Iterator[Any]:

@@ -35,6 +35,21 @@ def test_min_partitions_splits_ranges_without_gaps() -> None:
     assert len(parts) >= 6
 
 
+@pytest.mark.parametrize("sizes,wanted", [([1010, 1010, 1013], 4), ([5, 5], 8), ([1, 1, 100], 4),
+                                          ([3], 10), ([1000, 1], 7), ([7, 9, 11, 13], 32)])
+def test_min_partitions_gives_at_least_that_many_read_tasks(sizes: list[int], wanted: int) -> None:
+    """Shares of minPartitions rounded per range once gave fewer tasks (3 ranges of ~1000
+    records and minPartitions 4: 3 tasks); pieces are even and never empty."""
+    end = {"t": {str(i): n for i, n in enumerate(sizes)}}
+    parts = split_ranges({}, end, wanted)
+    assert len(parts) >= min(wanted, sum(sizes)) and all(p.end > p.start for p in parts)
+    covered = sorted((p.partition, o) for p in parts for o in range(p.start, p.end))
+    assert covered == [(i, o) for i, n in enumerate(sizes) for o in range(n)]
+    for i in range(len(sizes)):
+        lengths = [p.end - p.start for p in parts if p.partition == i]
+        assert max(lengths) - min(lengths) <= 1
+
+
 def test_a_read_whose_broker_is_gone_fails_within_poll_timeout() -> None:
     """An executor reading a range from a broker that does not answer gives up after
     kafkaConsumer.pollTimeoutMs with a clear error, rather than wait forever."""
