@@ -274,7 +274,8 @@ def _to_arrow(chunk: list[tuple[BatchHeader, bytes | memoryview]], start: int, e
     val_len, p = _varints(u8, p + np.maximum(key_len, 0))
     val_at = p
     n_headers, p = _varints(u8, p + np.maximum(val_len, 0))
-    if np.any(p > last) or np.any(key_len < -1) or np.any(val_len < -1) or np.any(n_headers < 0):
+    if (np.any(p > last) or np.any(key_len < -1) or np.any(val_len < -1) or np.any(n_headers < 0)
+            or np.any(n_headers > (last - p) // 2)):  # a header takes two bytes at least
         raise CorruptRecordsError("a record's fields run past its end")
 
     counts = np.array([h.record_count for h, _ in chunk], dtype=np.int64)

@@ -27,7 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.client.wire import WireClient, decode_response
 from dmq.protocol.codec import make, request_class, request_module
-from dmq.spark.arrow_records import arrow_batches, next_offset
+from dmq.spark.arrow_records import CorruptRecordsError, arrow_batches, next_offset
 
 FETCH, LIST_OFFSETS, METADATA = (1, 12), (2, 7), (3, 12)
 EARLIEST, LATEST = -2, -1
@@ -237,9 +237,13 @@ def read_offsets(fetcher: PartitionFetcher, start: int, end: int, *, include_hea
                             pass
                     aborted = [(int(a.producer_id), int(a.first_offset))
                                for a in (answer.aborted_transactions or ())]
-                    yield from arrow_batches(data, position, end, topic=topic, partition=partition,
-                                             read_committed=read_committed, aborted=aborted,
-                                             include_headers=include_headers)
+                    try:
+                        yield from arrow_batches(data, position, end, topic=topic, partition=partition,
+                                                 read_committed=read_committed, aborted=aborted,
+                                                 include_headers=include_headers)
+                    except CorruptRecordsError as e:
+                        raise RuntimeError(f"reading {describe}: the batches fetched from offset {position} "
+                                           f"cannot be read: {e}") from None
                     position = after
                     continue
                 stable = answer.high_watermark
