@@ -282,7 +282,7 @@ def read_range(config: SourceConfig, part: RangePartition) -> Iterator[Any]:
         config.bootstrap, part.topic, part.partition, client_id=str(config.extra.get("client.id", "dmq-spark")),
         read_committed=config.read_committed, max_wait_ms=config.fetch_wait_ms,
         partition_max_bytes=config.partition_max_bytes,
-        timeout=connect_timeout(config.poll_timeout_ms))
+        timeout=connect_timeout(config.poll_timeout_ms) + config.fetch_wait_ms / 1000)
     yield from read_offsets(fetcher, part.start, part.end, include_headers=config.include_headers,
                             poll_timeout_ms=config.poll_timeout_ms,
                             data_loss=lambda why: _data_loss(config, part, why),

@@ -106,3 +106,28 @@ def test_a_read_from_an_unreachable_broker_prints_no_client_log_lines() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "failed: reading t-0: nothing from 127.0.0.1" in res.stdout, res.stdout + res.stderr
     assert "%3|" not in res.stderr and "FAIL" not in res.stderr, res.stderr
+
+
+def test_a_read_goes_on_across_a_broker_restart(fresh_broker) -> None:  # noqa: ANN001
+    """The executors' fetch finds the leader again after the connection drops (a restart
+    of the broker here) and returns every record once, within kafkaConsumer.pollTimeoutMs."""
+    from confluent_kafka import Producer
+
+    from dmq.spark.source import RangePartition, read_range
+
+    b = fresh_broker.start()
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(20_000):
+        p.produce("restart", b"%08d" % i + b"." * 92)
+    assert p.flush(30) == 0
+    cfg = SourceConfig({"bootstrap.servers": b.bootstrap, "subscribe": "restart", "kafka.log_level": "0",
+                        "kafka.max.partition.fetch.bytes": "200000", "kafkaConsumer.pollTimeoutMs": "30000"})
+    offsets: list[int] = []
+    batches = read_range(cfg, RangePartition("restart", 0, 0, 20_000))
+    offsets += next(batches).column("offset").to_pylist()
+    assert 0 < len(offsets) < 20_000
+    b.stop()
+    b.start()
+    for rb in batches:
+        offsets += rb.column("offset").to_pylist()
+    assert offsets == list(range(20_000))
