@@ -5,7 +5,11 @@ Starts a fresh ``dmq server``, produces N records of S bytes into a topic with
 P partitions, writes the same records to Parquet once, then alternates:
 read all records through ``spark.read.format("dmq")`` and through
 ``spark.read.parquet``, each forced to materialise every value
-(``sum(length(value))``). Prints the medians as Markdown and one JSON line.
+(``sum(length(value))``), after one untimed read of each (``--warmup``: the
+JVM's JIT and the Python workers' start-up are not throughput). Prints the medians as Markdown and one JSON line.
+For each read it also prints the CPU seconds used meanwhile by Spark's JVM,
+its Python workers and the broker (from /proc, this run's processes only):
+where a read's time goes.
 
     .venv/bin/python bench/spark_read.py --records 1000000 --size 100 --repeats 3
 """
@@ -31,12 +35,58 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User+system CPU of a process plus that of its children it has reaped (exited Python
+    workers are counted in their daemon), 0 for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_role(root: int, broker: int) -> dict[str, float]:
+    """CPU seconds so far of this run's JVM, Spark's Python workers and the broker."""
+    parent: dict[int, int] = {}
+    cmd: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+
+    def under(pid: int, ancestor: int) -> bool:
+        while pid > 1:
+            if pid == ancestor:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    out = {"jvm": 0.0, "python_workers": 0.0, "broker": _cpu_seconds(broker)}
+    for pid, line in cmd.items():
+        if pid == root or not under(pid, root) or under(pid, broker):
+            continue
+        if "pyspark.daemon" in line:  # a daemon and its forked workers (exited ones: in its own)
+            out["python_workers"] += _cpu_seconds(pid)
+        elif "java" in line.split(" ")[0]:
+            out["jvm"] += _cpu_seconds(pid)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="untimed reads of each source first (JIT, Python worker start-up)")
     args = ap.parse_args()
     # SIGTERM ends the run like Ctrl-C: through the finally below, which stops the broker.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -91,16 +141,24 @@ def main() -> int:
             row = df.selectExpr("count(*) AS n", "sum(length(value)) AS b").collect()[0]
             return time.perf_counter() - t0, row.n
 
+        for _ in range(args.warmup):
+            for df in (dmq_df(), spark.read.parquet(parquet)):
+                timed(df)
         rates: dict[str, list[float]] = {"dmq": [], "parquet": []}
+        cpu: dict[str, list[dict[str, float]]] = {"dmq": [], "parquet": []}
         for rep in range(args.repeats):
             order = ["dmq", "parquet"] if rep % 2 == 0 else ["parquet", "dmq"]
             for name in order:
                 df = dmq_df() if name == "dmq" else spark.read.parquet(parquet)
+                before = cpu_by_role(os.getpid(), broker.pid)
                 seconds, n = timed(df)
+                after = cpu_by_role(os.getpid(), broker.pid)
+                used = {k: round(after[k] - before[k], 2) for k in after}
+                cpu[name].append(used)
                 assert n == args.records, f"{name} read {n} records"
                 rates[name].append(n / seconds)
-                print(f"[{rep + 1}/{args.repeats}] {name}: {n / seconds:,.0f} records/s ({seconds:.2f} s)",
-                      file=sys.stderr)
+                print(f"[{rep + 1}/{args.repeats}] {name}: {n / seconds:,.0f} records/s ({seconds:.2f} s); "
+                      f"CPU s: {', '.join(f'{k} {v:.2f}' for k, v in used.items())}", file=sys.stderr)
         spark.stop()
     finally:
         if broker.poll() is None:
@@ -117,7 +175,7 @@ def main() -> int:
         print(f"| {k} | {med[k]:,.0f} | {med[k] * args.size / 1e6:,.1f} |")
     print(f"\ndmq / parquet = {med['dmq'] / med['parquet']:.2f}")
     print(json.dumps({"spark_read": 1, "records": args.records, "size": args.size, "partitions": args.partitions,
-                      "rates": rates, "median": med}))
+                      "warmup": args.warmup, "rates": rates, "median": med, "cpu_seconds": cpu}))
     return 0
 
 

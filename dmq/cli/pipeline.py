@@ -157,13 +157,25 @@ class _Run:
         fail(f"{message} ({self.where()}){log}")
 
 
-def _start_spark(quiet: bool) -> tuple[Any, str | None]:
-    """A local[2] session whose workers run this interpreter. Quiet: the JVM's stderr (its
-    log, the Python workers' output and their Kafka clients' log lines) goes to a file."""
+def _master_address(master: str) -> tuple[str, int] | None:
+    """(host, port) of a standalone master URL (spark://HOST:PORT), None for other masters;
+    a malformed spark:// URL is a usage error."""
+    if not master.startswith("spark://"):
+        return None
+    host, _, port = master[len("spark://"):].rpartition(":")
+    if not host or not port.isdigit():
+        fail(f"--master {master!r}: a standalone master is spark://HOST:PORT", 2)
+    return host, int(port)
+
+
+def _start_spark(quiet: bool, master: str = "local[2]") -> tuple[Any, str | None]:
+    """A session on ``master`` whose Python workers run this interpreter (on a cluster, every
+    worker needs it at the same path). Quiet: the JVM's stderr (its log, the Python workers'
+    output and their Kafka clients' log lines) goes to a file."""
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv (pyarrow, dmq)
-    builder = (SparkSession.builder.master("local[2]").appName("dmq-access-logs")
+    builder = (SparkSession.builder.master(master).appName("dmq-access-logs")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.streaming.stopTimeout", "15s")
@@ -209,6 +221,10 @@ def run(
         "--reset", help="delete an earlier run's results and checkpoint (only those) first")] = False,
     timeout_s: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS", help="give up after this many seconds")] = 900,
+    master: Annotated[str, typer.Option(
+        "--master", metavar="URL",
+        help="Spark master: local[N], or spark://HOST:PORT of a standalone cluster (its workers need "
+             "this Python, with dmq, at the same path, and --output on storage they share)")] = "local[2]",
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
     """Generate access-log lines into a topic and count them per minute with Spark Structured Streaming.
@@ -226,6 +242,10 @@ def run(
     if timeout_s <= 0:
         fail("--timeout must be positive", 2)
     bootstrap_addresses(bootstrap_server)  # a malformed list is a usage error
+    master_address = _master_address(master)
+    if master_address is not None:  # executors resolve relative paths in their own directories
+        output = os.path.abspath(output)
+        checkpoint = None if checkpoint is None else os.path.abspath(checkpoint)
     checkpoint = checkpoint or os.path.join(output, "_checkpoint")
     for path in (output, checkpoint):
         if os.path.exists(path) and not os.path.isdir(path):
@@ -245,6 +265,12 @@ def run(
         except ImportError:
             fail(f"{label} is not installed: {PYSPARK_HINT}")
     check_java()
+    if master_address is not None:
+        try:
+            with socket.create_connection(master_address, timeout=PROBE_TIMEOUT):
+                pass
+        except OSError as e:
+            fail(f"cannot reach the Spark master {master}: {reach_reason(e, master_address[0])}")
     try:
         for path in earlier:
             shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)
@@ -255,11 +281,11 @@ def run(
         console.print(f"Removed an earlier run's {', '.join(sorted({os.path.basename(p) for p in earlier}))} "
                       f"results and checkpoints from {output}"
                       + ("" if checkpoint.startswith(os.path.join(output, "")) else f" and {checkpoint}"))
-    _run(topic, lines, minutes, rate, output, checkpoint, timeout_s, bootstrap_server)
+    _run(topic, lines, minutes, rate, output, checkpoint, timeout_s, bootstrap_server, master)
 
 
 def _run(topic: str, lines: int, minutes: int, rate: float, output: str, checkpoint: str,
-         timeout_s: float, bootstrap: str) -> None:
+         timeout_s: float, bootstrap: str, master: str = "local[2]") -> None:
     from dmq.spark import pipeline
 
     quiet = not (VERBOSITY.verbose or VERBOSITY.debug)
@@ -270,8 +296,8 @@ def _run(topic: str, lines: int, minutes: int, rate: float, output: str, checkpo
         counts_starting = pipeline.end_offsets(bootstrap, f"{topic}-counts", client_conf)
     except Exception as e:  # noqa: BLE001 - Kafka errors and timeouts
         probe.fail(f"cannot read the offsets of {topic} from {bootstrap}: {kafka_error_text(e)}")
-    console.print(f"Starting Spark (local[2]); results go to {output} and topic {topic}-counts")
-    spark, log_path = _start_spark(quiet)
+    console.print(f"Starting Spark ({master}); results go to {output} and topic {topic}-counts")
+    spark, log_path = _start_spark(quiet, master)
     state = _Run(bootstrap, lines, log_path)
     generated = pipeline.make_lines(lines, minutes)
     generator_done = threading.Event()

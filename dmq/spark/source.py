@@ -26,17 +26,17 @@ Options (names and meanings of Spark's Kafka connector):
   fails when no record arrives for this long (e.g. the broker went away),
   rather than wait forever.
 
-Offsets are ``{"topic": {"partition": next offset}}``. Executors read each
-offset range with confluent-kafka; consumers only ever see records below the
-high watermark.
+Offsets are ``{"topic": {"partition": next offset}}``. The driver plans with
+confluent-kafka; executors fetch each offset range's raw record batches from the
+partition's leader and decode them into Arrow in bulk (``dmq.spark.fetch``),
+seeing only records below the high watermark (read_committed, librdkafka's
+default: below the last stable offset, without aborted transactions).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -56,8 +56,6 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
-
-from dmq.spark.sink import DmqStreamWriter, DmqWriter
 
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                "timestamp timestamp, timestampType int")
@@ -125,6 +123,15 @@ class SourceConfig:
         self.extra = {k[len("kafka."):]: v for k, v in options.items()
                       if k.lower().startswith("kafka.") and k.lower() not in
                       ("kafka.bootstrap.servers", "kafka.group.id", "kafka.enable.auto.commit")}
+        # The executors' fetches honour these consumer settings (librdkafka's names and defaults,
+        # except a larger fetch size).
+        isolation = str(self.extra.get("isolation.level", "read_committed"))
+        if isolation not in ("read_committed", "read_uncommitted"):
+            raise DmqSourceError(f"option kafka.isolation.level must be read_committed or read_uncommitted, "
+                                 f"got {isolation!r}")
+        self.read_committed = isolation == "read_committed"
+        self.fetch_wait_ms = _int(options, "kafka.fetch.wait.max.ms") or 50
+        self.partition_max_bytes = _int(options, "kafka.max.partition.fetch.bytes") or 8 << 20
 
     def client_conf(self) -> dict[str, Any]:
         # Quiet unless the user asks for librdkafka's log (kafka.log_level): errors reach
@@ -237,104 +244,49 @@ class RangePartition(InputPartition):
 
 
 def split_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[RangePartition]:
+    """One read task per partition's range [start, end), or, with ``minPartitions`` more than
+    the ranges, at least that many: each range cut into even pieces, their number shared
+    out in proportion to the ranges' sizes (a piece holds at least one offset)."""
     ranges = []
     s_flat = flatten(start)
     for tp, e in sorted(flatten(end).items()):
         s = s_flat.get(tp, 0)
         if e > s:
             ranges.append((tp, s, e))
-    if min_partitions and ranges and len(ranges) < min_partitions:
-        total = sum(e - s for _, s, e in ranges)
-        out = []
-        for (t, p), s, e in ranges:
-            pieces = max(1, round(min_partitions * (e - s) / total))
-            step = math.ceil((e - s) / pieces)
-            for lo in range(s, e, step):
-                out.append(RangePartition(t, p, lo, min(e, lo + step)))
-        return out
-    return [RangePartition(t, p, s, e) for (t, p), s, e in ranges]
-
-
-def _arrow_batch(config: SourceConfig, part: RangePartition, msgs: list[Any]) -> Any:
-    import pyarrow as pa
-
-    stamps = [m.timestamp() for m in msgs]
-    columns = [
-        pa.array([m.key() for m in msgs], pa.binary()),
-        pa.array([m.value() for m in msgs], pa.binary()),
-        pa.array([part.topic] * len(msgs), pa.string()),
-        pa.array([part.partition] * len(msgs), pa.int32()),
-        pa.array([m.offset() for m in msgs], pa.int64()),
-        pa.array([ts * 1000 for _t, ts in stamps], pa.timestamp("us", tz="UTC")),
-        pa.array([t - 1 if t > 0 else 0 for t, _ts in stamps], pa.int32()),
-    ]
-    names = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
-    if config.include_headers:
-        header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-        columns.append(pa.array([[{"key": k, "value": v} for k, v in (m.headers() or [])] for m in msgs],
-                                header_type))
-        names.append("headers")
-    return pa.RecordBatch.from_arrays(columns, names=names)
+    if not (min_partitions and ranges and len(ranges) < min_partitions):
+        return [RangePartition(t, p, s, e) for (t, p), s, e in ranges]
+    sizes = [e - s for _, s, e in ranges]
+    total = sum(sizes)
+    pieces = [max(1, min(size, min_partitions * size // total)) for size in sizes]
+    while sum(pieces) < min(min_partitions, total):  # the largest pieces are cut again
+        i = max((j for j in range(len(ranges)) if pieces[j] < sizes[j]), key=lambda j: sizes[j] / pieces[j])
+        pieces[i] += 1
+    out = []
+    for ((t, p), s, e), n in zip(ranges, pieces, strict=True):
+        bounds = [s + (e - s) * k // n for k in range(n + 1)]
+        out += [RangePartition(t, p, lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    return out
 
 
 def read_range(config: SourceConfig, part: RangePartition) -> Iterator[Any]:
     """Records with start <= offset < end of one partition (runs on an executor).
 
-    Yields Arrow record batches (one per consume call, up to 10 000 records):
-    several times faster than handing Spark one tuple per row.
+    Fetches raw record batches from the partition's leader and yields them as
+    Arrow record batches, decoded in bulk (``dmq.spark.fetch``,
+    ``dmq.spark.arrow_records``): one per fetch answer (up to
+    ``kafka.max.partition.fetch.bytes``, default 8 MiB).
     """
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from dmq.spark.fetch import PartitionFetcher, connect_timeout, read_offsets
 
-    # fetch.queue.backoff.ms: librdkafka otherwise pauses 1 s whenever its local queue fills.
-    consumer = Consumer({**config.client_conf(), "enable.partition.eof": True,
-                         "auto.offset.reset": "error", "fetch.wait.max.ms": 50,
-                         "queued.max.messages.kbytes": 65536, "fetch.queue.backoff.ms": 10})
-    consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-    position = part.start
-    last_heard = time.monotonic()
-    try:
-        while position < part.end:
-            chunk: list[Any] = []
-            msgs = consumer.consume(10000, 1.0)
-            if msgs:
-                last_heard = time.monotonic()
-            elif time.monotonic() - last_heard > config.poll_timeout_ms / 1000:
-                raise RuntimeError(
-                    f"reading {part.topic}-{part.partition}: nothing from {config.bootstrap} for "
-                    f"{config.poll_timeout_ms / 1000:g} s at offset {position} (of [{part.start}, "
-                    f"{part.end})); is the broker reachable? (kafkaConsumer.pollTimeoutMs)")
-            for msg in msgs:
-                m: Any = msg
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() < part.end:
-                            _data_loss(config, part, f"the log ends at {m.offset()}")
-                        # At or past the end: offsets missing below it were compacted away.
-                        if chunk:
-                            yield _arrow_batch(config, part, chunk)
-                        return
-                    if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                        _data_loss(config, part, "the offsets were deleted (retention or DeleteRecords)")
-                        # failOnDataLoss=false: skip what is gone, go on from the earliest left.
-                        low, _high = consumer.get_watermark_offsets(
-                            TopicPartition(part.topic, part.partition), timeout=30)
-                        if low >= part.end:
-                            return
-                        position = max(position, low)
-                        consumer.assign([TopicPartition(part.topic, part.partition, position)])
-                        break
-                    raise RuntimeError(f"reading {part.topic}-{part.partition}: {err.str()}")
-                offset = m.offset()
-                if offset >= part.end:
-                    position = part.end
-                    break
-                position = offset + 1
-                chunk.append(m)
-            if chunk:
-                yield _arrow_batch(config, part, chunk)
-    finally:
-        consumer.close()
+    fetcher = PartitionFetcher(
+        config.bootstrap, part.topic, part.partition, client_id=str(config.extra.get("client.id", "dmq-spark")),
+        read_committed=config.read_committed, max_wait_ms=config.fetch_wait_ms,
+        partition_max_bytes=config.partition_max_bytes,
+        timeout=connect_timeout(config.poll_timeout_ms) + config.fetch_wait_ms / 1000)
+    yield from read_offsets(fetcher, part.start, part.end, include_headers=config.include_headers,
+                            poll_timeout_ms=config.poll_timeout_ms,
+                            data_loss=lambda why: _data_loss(config, part, why),
+                            describe=f"{part.topic}-{part.partition}")
 
 
 def _data_loss(config: SourceConfig, part: RangePartition, why: str) -> None:
@@ -468,8 +420,14 @@ class DmqDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return DmqStreamReader(SourceConfig(self.options))
 
+    # The sink is imported when used: the Python processes Spark starts to plan a read import
+    # this module, and the sink's imports (its producer) added ~0.25 s to each one's start.
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from dmq.spark.sink import DmqWriter
+
         return DmqWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from dmq.spark.sink import DmqStreamWriter
+
         return DmqStreamWriter(dict(self.options), schema)

@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 
-def _pipeline(tmp_path: Path, env: dict[str, str], *pre: str) -> subprocess.CompletedProcess[str]:
+def _pipeline(tmp_path: Path, env: dict[str, str], *pre: str,
+              extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     with socket.socket() as listening:  # a "broker" that accepts: the reachability check passes
         listening.bind(("127.0.0.1", 0))
         listening.listen(5)
         port = listening.getsockname()[1]
         return subprocess.run([sys.executable, *pre, "-m", "dmq", "pipeline", "run", "-b", f"127.0.0.1:{port}",
-                               "--output", str(tmp_path / "out")], capture_output=True, text=True,
+                               "--output", str(tmp_path / "out"), *extra], capture_output=True, text=True,
                               timeout=60, env=env)
 
 
@@ -44,3 +45,19 @@ def test_missing_pyspark_names_the_install_command(tmp_path: Path) -> None:
     assert res.returncode == 1
     assert res.stderr.splitlines() == [
         "error: PySpark is not installed: run .venv/bin/pip install -e '.[spark]' in the dmq checkout"]
+
+
+def test_a_standalone_master_is_checked_before_spark_starts(tmp_path: Path) -> None:
+    """--master spark://HOST:PORT: malformed is a usage error; unreachable is one line, before
+    Spark starts (its client would otherwise retry for a minute)."""
+    bad = _pipeline(tmp_path, dict(os.environ), extra=("--master", "spark://no-port"))
+    assert bad.returncode == 2
+    assert bad.stderr.splitlines() == ["error: --master 'spark://no-port': a standalone master is spark://HOST:PORT"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    gone = _pipeline(tmp_path, dict(os.environ), extra=("--master", f"spark://127.0.0.1:{closed}"))
+    assert gone.returncode == 1
+    assert gone.stderr.splitlines() == [
+        f"error: cannot reach the Spark master spark://127.0.0.1:{closed}: connection refused"]
+    assert "Starting Spark" not in gone.stdout

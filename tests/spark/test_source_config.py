@@ -35,6 +35,21 @@ def test_min_partitions_splits_ranges_without_gaps() -> None:
     assert len(parts) >= 6
 
 
+@pytest.mark.parametrize("sizes,wanted", [([1010, 1010, 1013], 4), ([5, 5], 8), ([1, 1, 100], 4),
+                                          ([3], 10), ([1000, 1], 7), ([7, 9, 11, 13], 32)])
+def test_min_partitions_gives_at_least_that_many_read_tasks(sizes: list[int], wanted: int) -> None:
+    """Shares of minPartitions rounded per range once gave fewer tasks (3 ranges of ~1000
+    records and minPartitions 4: 3 tasks); pieces are even and never empty."""
+    end = {"t": {str(i): n for i, n in enumerate(sizes)}}
+    parts = split_ranges({}, end, wanted)
+    assert len(parts) >= min(wanted, sum(sizes)) and all(p.end > p.start for p in parts)
+    covered = sorted((p.partition, o) for p in parts for o in range(p.start, p.end))
+    assert covered == [(i, o) for i, n in enumerate(sizes) for o in range(n)]
+    for i in range(len(sizes)):
+        lengths = [p.end - p.start for p in parts if p.partition == i]
+        assert max(lengths) - min(lengths) <= 1
+
+
 def test_a_read_whose_broker_is_gone_fails_within_poll_timeout() -> None:
     """An executor reading a range from a broker that does not answer gives up after
     kafkaConsumer.pollTimeoutMs with a clear error, rather than wait forever."""
@@ -91,3 +106,28 @@ def test_a_read_from_an_unreachable_broker_prints_no_client_log_lines() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "failed: reading t-0: nothing from 127.0.0.1" in res.stdout, res.stdout + res.stderr
     assert "%3|" not in res.stderr and "FAIL" not in res.stderr, res.stderr
+
+
+def test_a_read_goes_on_across_a_broker_restart(fresh_broker) -> None:  # noqa: ANN001
+    """The executors' fetch finds the leader again after the connection drops (a restart
+    of the broker here) and returns every record once, within kafkaConsumer.pollTimeoutMs."""
+    from confluent_kafka import Producer
+
+    from dmq.spark.source import RangePartition, read_range
+
+    b = fresh_broker.start()
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5})
+    for i in range(20_000):
+        p.produce("restart", b"%08d" % i + b"." * 92)
+    assert p.flush(30) == 0
+    cfg = SourceConfig({"bootstrap.servers": b.bootstrap, "subscribe": "restart", "kafka.log_level": "0",
+                        "kafka.max.partition.fetch.bytes": "200000", "kafkaConsumer.pollTimeoutMs": "30000"})
+    offsets: list[int] = []
+    batches = read_range(cfg, RangePartition("restart", 0, 0, 20_000))
+    offsets += next(batches).column("offset").to_pylist()
+    assert 0 < len(offsets) < 20_000
+    b.stop()
+    b.start()
+    for rb in batches:
+        offsets += rb.column("offset").to_pylist()
+    assert offsets == list(range(20_000))

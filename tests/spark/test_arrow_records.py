@@ -1,0 +1,151 @@
+"""The source's bulk decoder (fetched record batches to Arrow) against dmq's record decoder."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+
+from dmq.record.batch import TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK  # noqa: E402
+from dmq.record.control import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch  # noqa: E402
+from dmq.record.records import decode_batch, encode_batch  # noqa: E402
+from dmq.spark.arrow_records import CorruptRecordsError, arrow_batches, next_offset  # noqa: E402
+
+blobs = st.one_of(st.none(), st.binary(max_size=300),
+                  st.sampled_from([b"", b"x" * 63, b"y" * 64, b"z" * 8200, b"w" * 70000]))
+headers = st.lists(st.tuples(st.text(max_size=8), blobs), max_size=3)
+records = st.tuples(blobs, blobs, headers)
+batches = st.tuples(st.lists(records, min_size=1, max_size=40),
+                    st.sampled_from([0, 1, 2, 3, 4]),  # none, gzip, snappy, lz4, zstd
+                    st.booleans(),  # LogAppendTime
+                    st.lists(st.integers(-(2**40), 2**41), min_size=1, max_size=40))
+
+
+def rows(data: bytes, start: int, end: int, **kw: object) -> list[tuple]:
+    out = []
+    for rb in arrow_batches(data, start, end, topic="tôpic", partition=7, **kw):  # type: ignore[arg-type]
+        d = rb.to_pydict()
+        micros = rb.column("timestamp").cast(pa.int64()).to_pylist()
+        assert set(d["topic"]) == {"tôpic"} and set(d["partition"]) == {7}
+        for i in range(rb.num_rows):
+            hs = [(h["key"], h["value"]) for h in d["headers"][i]] if "headers" in d else None
+            out.append((d["offset"][i], micros[i] // 1000, d["timestampType"][i], d["key"][i], d["value"][i], hs))
+    return out
+
+
+def build(spec: list) -> tuple[bytes, list[tuple]]:
+    """Batches as producers write them, and their records as dmq.record.records reads them."""
+    data, expected, offset = b"", [], 1000
+    for recs, codec, log_append, stamps in spec:
+        ts = [stamps[i % len(stamps)] for i in range(len(recs))]
+        batch = encode_batch(recs, base_offset=offset, timestamps=ts, codec=codec,
+                             attributes_extra=TIMESTAMP_TYPE_MASK if log_append else 0)
+        header, decoded = decode_batch(batch)
+        expected += [(r.offset, r.timestamp, int(log_append), r.key, r.value, r.headers) for r in decoded]
+        data += batch
+        offset += len(recs) + 3  # a gap between batches, as compaction leaves
+    return data, expected
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(batches, min_size=1, max_size=4), st.integers(0, 60), st.integers(1, 200), st.integers(0, 10**6))
+def test_rows_are_the_records_of_the_range(spec: list, skip: int, span: int, cut: int) -> None:
+    data, expected = build(spec)
+    start = 1000 + skip
+    end = start + span
+    wanted = [e for e in expected if start <= e[0] < end]
+    last_offset = max(e[0] for e in expected)
+    # A fetch answer may end in a partial batch: it is ignored.
+    first_size = int.from_bytes(data[8:12], "big") + 12
+    fetched = data + data[: cut % first_size]
+    assert rows(fetched, start, end, include_headers=True) == wanted
+    assert [g[:5] for g in rows(fetched, start, end)] == [e[:5] for e in wanted]
+    assert next_offset(fetched) == last_offset + 1
+
+
+def test_one_size_records_and_varied_sizes_give_the_same_rows() -> None:
+    """Fixed-size values (found in runs with numpy) and varied ones (walked) alike, across the
+    offset deltas where their varint grows (64 and 8192 records)."""
+    fixed = [(None, b"v" * 100, []) for _ in range(9000)]
+    varied = [(b"k%d" % i, b"v" * (i % 300), []) for i in range(9000)]
+    for recs in (fixed, varied):
+        data = encode_batch(recs, base_offset=5, timestamp=1_700_000_000_000)
+        got = rows(data, 0, 10**6)
+        assert [(g[0], g[3], g[4]) for g in got] == [(5 + i, k, v) for i, (k, v, _) in enumerate(recs)]
+
+
+def marker(pid: int, commit: bool, offset: int) -> bytes:
+    kind = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+    batch = bytearray(build_end_txn_marker_batch(EndTxnMarker(kind, 0), producer_id=pid, producer_epoch=0,
+                                                 timestamp=1))
+    batch[0:8] = offset.to_bytes(8, "big")
+    return bytes(batch)
+
+
+def txn(pid: int, values: list[bytes], offset: int, codec: int = 0) -> bytes:
+    return encode_batch([(None, v, []) for v in values], base_offset=offset, timestamp=1, codec=codec,
+                        producer_id=pid, producer_epoch=0, base_sequence=0, attributes_extra=TRANSACTIONAL_MASK)
+
+
+def test_read_committed_leaves_out_aborted_transactions_and_markers() -> None:
+    data = b"".join([
+        txn(1, [b"a0", b"a1"], 0),                     # producer 1's transaction: aborted
+        txn(2, [b"c0"], 2, codec=3),                   # producer 2's: committed
+        encode_batch([(None, b"plain", [])], base_offset=3, timestamp=1),
+        marker(1, False, 4),
+        marker(2, True, 5),
+        txn(1, [b"a2"], 6),                            # producer 1 again, after its abort: committed
+        marker(1, True, 7),
+    ])
+    aborted = [(1, 0)]
+
+    def values(**kw: object) -> list[bytes]:
+        return [r[4] for r in rows(data, 0, 100, aborted=aborted, **kw)]
+
+    assert values(read_committed=True) == [b"c0", b"plain", b"a2"]
+    assert values(read_committed=False) == [b"a0", b"a1", b"c0", b"plain", b"a2"]
+    assert next_offset(data) == 8
+    assert [r[4] for r in rows(data, 1, 7, read_committed=False)] == [b"a1", b"c0", b"plain", b"a2"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**6), st.integers(0, 255), st.booleans())
+def test_corrupt_records_are_an_error_not_a_crash(where: int, byte: int, headers_too: bool) -> None:
+    """A damaged batch body gives CorruptRecordsError (or, where the damage still parses,
+    rows), never an IndexError, a huge allocation or a hang."""
+    recs = [(b"k%d" % i, b"v" * (i * 7 % 90), [("h", b"x")] if i % 3 else []) for i in range(50)]
+    data = bytearray(encode_batch(recs, base_offset=0, timestamp=1))
+    pos = 61 + where % (len(data) - 61)
+    data[pos] = byte
+    try:
+        got = rows(bytes(data), 0, 100, include_headers=headers_too)
+    except CorruptRecordsError:
+        return
+    assert len(got) <= 50
+
+
+def test_bad_batches_are_named() -> None:
+    batch = bytearray(encode_batch([(None, b"x", [])], timestamp=1, codec=1))
+    batch[70:80] = bytes(10)  # the gzip stream
+    with pytest.raises(CorruptRecordsError, match="cannot decompress"):
+        rows(bytes(batch), 0, 10)
+    batch = bytearray(encode_batch([(None, b"x", [])], timestamp=1))
+    batch[16] = 1  # magic
+    with pytest.raises(CorruptRecordsError, match="magic 1"):
+        rows(bytes(batch), 0, 10)
+
+
+def test_schema_is_the_one_spark_expects(spark) -> None:  # noqa: ANN001 - the session parses the DDL
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_string
+
+    from dmq.spark.source import schema_for
+
+    data = encode_batch([(None, b"x", [("h", None)])], timestamp=1)
+    for with_headers in (False, True):
+        (rb,) = arrow_batches(data, 0, 1, topic="t", partition=0, include_headers=with_headers)
+        expected = to_arrow_schema(_parse_datatype_string(schema_for(with_headers)), timezone="UTC")
+        assert rb.schema.equals(expected), (rb.schema, expected)
