@@ -12,12 +12,15 @@ clusters. Callers run on the event-loop thread; writes are ``async``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
 
 LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -169,6 +172,22 @@ class MetadataStore(ABC):
         return None
 
 
+_M = TypeVar("_M", bound=Callable[..., Awaitable[Any]])
+
+
+def _uncancellable(method: _M) -> _M:
+    """Run a store write in a task of its own that a cancelled caller does not stop: its
+    file write runs in a thread that cannot be stopped, so letting the caller's cancellation
+    release the write lock would let the next write race it on the temporary file, and
+    skip the in-memory update of a write that reached the disk."""
+
+    @functools.wraps(method)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.shield(asyncio.ensure_future(method(*args, **kwargs)))
+
+    return run  # type: ignore[return-value]
+
+
 class EmbeddedMetadataStore(MetadataStore):
     """Single-broker metadata, persisted in one JSON file.
 
@@ -242,6 +261,7 @@ class EmbeddedMetadataStore(MetadataStore):
     async def register_broker(self, info: BrokerInfo, wait_s: float | None = None) -> None:
         self._brokers[info.broker_id] = info
 
+    @_uncancellable
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                            configs: dict[str, str], assignment: dict[int, list[int]] | None = None
                            ) -> TopicMetadata:
@@ -265,6 +285,7 @@ class EmbeddedMetadataStore(MetadataStore):
                                 "This server does not host this topic-partition.")
         return topic
 
+    @_uncancellable
     async def delete_topic(self, name: str) -> TopicMetadata:
         async with self._write_lock:
             topic = self._existing(name)
@@ -273,6 +294,7 @@ class EmbeddedMetadataStore(MetadataStore):
             del self._topics[name]
             return topic
 
+    @_uncancellable
     async def create_partitions(self, name: str, total: int) -> TopicMetadata:
         async with self._write_lock:
             topic = self._existing(name)
@@ -284,6 +306,7 @@ class EmbeddedMetadataStore(MetadataStore):
             topic.partitions = parts
             return topic
 
+    @_uncancellable
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         async with self._write_lock:
             topic = self._existing(name)
@@ -294,6 +317,7 @@ class EmbeddedMetadataStore(MetadataStore):
     def broker_configs(self, entity: str) -> dict[str, str]:
         return dict(self._broker_configs.get(entity, {}))
 
+    @_uncancellable
     async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         async with self._write_lock:
             new = dict(self._broker_configs)
@@ -304,6 +328,7 @@ class EmbeddedMetadataStore(MetadataStore):
             await self._persist(self._snapshot(broker_configs=new))
             self._broker_configs = new
 
+    @_uncancellable
     async def allocate_producer_ids(self, count: int) -> int:
         async with self._write_lock:
             start = self._next_producer_id
