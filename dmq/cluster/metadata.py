@@ -12,15 +12,13 @@ clusters. Callers run on the event-loop thread; writes are ``async``.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
 
 LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -172,22 +170,6 @@ class MetadataStore(ABC):
         return None
 
 
-_M = TypeVar("_M", bound=Callable[..., Awaitable[Any]])
-
-
-def _uncancellable(method: _M) -> _M:
-    """Run a store write in a task of its own that a cancelled caller does not stop: its
-    file write runs in a thread that cannot be stopped, so letting the caller's cancellation
-    release the write lock would let the next write race it on the temporary file, and
-    skip the in-memory update of a write that reached the disk."""
-
-    @functools.wraps(method)
-    async def run(*args: Any, **kwargs: Any) -> Any:
-        return await asyncio.shield(asyncio.ensure_future(method(*args, **kwargs)))
-
-    return run  # type: ignore[return-value]
-
-
 class EmbeddedMetadataStore(MetadataStore):
     """Single-broker metadata, persisted in one JSON file.
 
@@ -246,8 +228,23 @@ class EmbeddedMetadataStore(MetadataStore):
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
 
-    async def _persist(self, raw: dict[str, object]) -> None:
-        await asyncio.to_thread(self._write, raw)
+    async def _persist(self, raw: dict[str, object], apply: Callable[[], None]) -> None:
+        """Write ``raw`` (in a thread), then ``apply`` the change in memory.
+
+        A caller cancelled meanwhile (a client that disconnects) still waits for the
+        write, which its thread cannot stop, and applies it before the cancellation goes
+        on: releasing the write lock early let the next write race this one on the
+        temporary file, and skipping ``apply`` lost a change that reached the disk.
+        Uncancelled, it resumes in the same step as the write's completion, so whoever
+        awaits a store write sees memory and file agree at once."""
+        write = asyncio.ensure_future(asyncio.to_thread(self._write, raw))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write
+            apply()
+            raise
+        apply()
 
     def topics(self) -> dict[str, TopicMetadata]:
         return self._topics
@@ -261,7 +258,6 @@ class EmbeddedMetadataStore(MetadataStore):
     async def register_broker(self, info: BrokerInfo, wait_s: float | None = None) -> None:
         self._brokers[info.broker_id] = info
 
-    @_uncancellable
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                            configs: dict[str, str], assignment: dict[int, list[int]] | None = None
                            ) -> TopicMetadata:
@@ -274,8 +270,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 replicas = (assignment or {}).get(p) or [self.broker_id]
                 parts[p] = PartitionState(replicas, self.broker_id, 0, [self.broker_id])
             topic = TopicMetadata(name, uuid.uuid4().hex, parts, dict(configs))
-            await self._persist(self._snapshot(topics={**self._topics, name: topic}))
-            self._topics[name] = topic
+            await self._persist(self._snapshot(topics={**self._topics, name: topic}),
+                                lambda: self._topics.__setitem__(name, topic))
             return topic
 
     def _existing(self, name: str) -> TopicMetadata:
@@ -285,16 +281,13 @@ class EmbeddedMetadataStore(MetadataStore):
                                 "This server does not host this topic-partition.")
         return topic
 
-    @_uncancellable
     async def delete_topic(self, name: str) -> TopicMetadata:
         async with self._write_lock:
             topic = self._existing(name)
-            await self._persist(self._snapshot(
-                topics={k: v for k, v in self._topics.items() if k != name}))
-            del self._topics[name]
+            await self._persist(self._snapshot(topics={k: v for k, v in self._topics.items() if k != name}),
+                                lambda: self._topics.__delitem__(name))
             return topic
 
-    @_uncancellable
     async def create_partitions(self, name: str, total: int) -> TopicMetadata:
         async with self._write_lock:
             topic = self._existing(name)
@@ -302,22 +295,20 @@ class EmbeddedMetadataStore(MetadataStore):
             for p in range(len(topic.partitions), total):
                 parts[p] = PartitionState([self.broker_id], self.broker_id, 0, [self.broker_id])
             grown = TopicMetadata(topic.name, topic.topic_id, parts, topic.configs)
-            await self._persist(self._snapshot(topics={**self._topics, name: grown}))
-            topic.partitions = parts
+            await self._persist(self._snapshot(topics={**self._topics, name: grown}),
+                                lambda: setattr(topic, "partitions", parts))
             return topic
 
-    @_uncancellable
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         async with self._write_lock:
             topic = self._existing(name)
             changed = TopicMetadata(topic.name, topic.topic_id, topic.partitions, dict(configs))
-            await self._persist(self._snapshot(topics={**self._topics, name: changed}))
-            topic.configs = dict(configs)
+            await self._persist(self._snapshot(topics={**self._topics, name: changed}),
+                                lambda: setattr(topic, "configs", dict(configs)))
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         return dict(self._broker_configs.get(entity, {}))
 
-    @_uncancellable
     async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         async with self._write_lock:
             new = dict(self._broker_configs)
@@ -325,15 +316,14 @@ class EmbeddedMetadataStore(MetadataStore):
                 new[entity] = dict(configs)
             else:
                 new.pop(entity, None)
-            await self._persist(self._snapshot(broker_configs=new))
-            self._broker_configs = new
+            await self._persist(self._snapshot(broker_configs=new),
+                                lambda: setattr(self, "_broker_configs", new))
 
-    @_uncancellable
     async def allocate_producer_ids(self, count: int) -> int:
         async with self._write_lock:
             start = self._next_producer_id
-            await self._persist(self._snapshot(next_producer_id=start + count))
-            self._next_producer_id = start + count
+            await self._persist(self._snapshot(next_producer_id=start + count),
+                                lambda: setattr(self, "_next_producer_id", start + count))
             return start
 
 

@@ -10,6 +10,9 @@ in request order, while several acks=all produces of one connection wait for
 replication together. Responses are written strictly in request order (what
 Kafka clients rely on), each as soon as it and every earlier one completed.
 
+A connection that closes drops the answers of its started requests but does not
+cancel them: a handler is never stopped between two of its steps.
+
 Bounds: at most ``MAX_IN_FLIGHT`` requests of a connection are started and
 unanswered, at most ``MAX_QUEUED_FRAMES`` read and not started (then reading
 pauses), and nothing new starts while the transport's write buffer is above
@@ -79,9 +82,9 @@ class KafkaConnection(asyncio.Protocol):
         self.frames.clear()
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
-        for task in self.in_flight:
-            task.cancel()
-        self.in_flight.clear()
+        # Requests already started run to their end, as in Kafka; their answers are dropped.
+        # Cancelling them would stop a handler between two steps (a topic written to the
+        # metadata store but never taken up by this broker).
 
     def pause_writing(self) -> None:
         self.writing_paused = True
@@ -157,7 +160,10 @@ class KafkaConnection(asyncio.Protocol):
         """Write the answers of the completed requests at the head, in request order."""
         while self.in_flight and self.in_flight[0].done():
             task = self.in_flight.popleft()
-            if self.closed or task.cancelled():
+            if task.cancelled():
+                continue
+            if self.closed:
+                task.exception()  # retrieved: an error is dropped with the answer
                 continue
             error = task.exception()
             if error is not None:
@@ -220,8 +226,6 @@ class KafkaConnection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
-        for task in self.in_flight:
-            task.cancel()
         if self.transport is not None:
             self.transport.close()
 

@@ -150,3 +150,28 @@ def test_a_client_that_reads_no_answers_is_not_buffered_for(broker: BrokerProces
     finally:
         pipe.close()
     assert stalled - before < 60_000, (before, stalled)  # 200 MB of answers if it buffered them
+
+
+def test_a_client_gone_mid_request_does_not_stop_the_request(tmp_path: Path) -> None:
+    """librdkafka closes its bootstrap connection while its first FindCoordinator is creating
+    __consumer_offsets. The request must run to its end: cancelled between writing the topic
+    to the metadata store and taking up its partitions, it left every later OffsetCommit
+    answered NOT_COORDINATOR."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    b = BrokerProcess(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("gone", 1, 1)])["gone"].result(15)
+        find = make(request_class(10, 4), key_type=0, coordinator_keys=("gone-group",))
+        s = socket.create_connection(("127.0.0.1", b.port), timeout=10)
+        s.sendall(encode_request(find, 1, "gone"))
+        s.close()  # gone before the answer
+        time.sleep(0.5)
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "gone-group", "log_level": 0})
+        try:
+            c.commit(offsets=[TopicPartition("gone", 0, 0)], asynchronous=False)
+        finally:
+            c.close()
+    finally:
+        b.close()
