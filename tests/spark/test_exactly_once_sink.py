@@ -41,7 +41,8 @@ class Reader:
         self.consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": f"check-{uuid.uuid4()}",
                                   "isolation.level": isolation, "enable.auto.commit": False,
                                   "log_level": 0})
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self.partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+        self.consumer.assign(self.partitions)
         self.values: list[str] = []
 
     def poll(self, seconds: float = 0.1) -> list[str]:
@@ -52,9 +53,22 @@ class Reader:
                     self.values.append(msg.value().decode())
         return self.values
 
-    def settle(self, quiet: float = 1.0, limit: float = 30) -> list[str]:
-        """Read until nothing new arrived for ``quiet`` seconds."""
-        deadline, n = time.monotonic() + limit, -1
+    def settle(self, quiet: float = 1.0, limit: float = 60) -> list[str]:
+        """Read to the end of every partition as it is now (its high watermark; for
+        read_committed, once the last stable offset reached it), then until nothing new
+        arrived for ``quiet`` seconds. A quiet second alone ended a read early on a busy
+        machine, between two fetches of one committed transaction."""
+        deadline = time.monotonic() + limit
+        ends = {tp.partition: self.consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                for tp in self.partitions}
+
+        def at_end() -> bool:
+            done = {tp.partition: tp.offset for tp in self.consumer.position(self.partitions)}
+            return all(done.get(p, -1) >= end for p, end in ends.items() if end > 0)
+
+        while not at_end() and time.monotonic() < deadline:
+            self.poll(0.2)
+        n = -1
         while len(self.values) != n and time.monotonic() < deadline:
             n = len(self.values)
             self.poll(quiet)
