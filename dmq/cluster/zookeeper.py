@@ -336,11 +336,17 @@ class ZooKeeperMetadataStore(MetadataStore):
         logs one line saying so; a registration still held after that belongs to a live
         session (another broker with this id, or a paused one renewing it): an error.
         One held by this very session (a create that got through before a reconnect) is ours.
+        The wait starts over when this client reconnects (ZooKeeper restarted meanwhile).
         """
         body = codecs.encode_broker(info, int(time.time() * 1000), self.session_timeout_ms)
         path = paths.broker(info.broker_id)
         deadline: float | None = None
+        connections = self.client.connections
         while True:
+            if self.client.connections != connections:
+                # Reconnected meanwhile: a restarted ZooKeeper gives every session, the
+                # earlier one too, its full timeout again, so the wait starts over.
+                connections, deadline = self.client.connections, None
             try:
                 await self.client.create(path, body, ephemeral=True)
                 break

@@ -444,27 +444,31 @@ class Broker:
 
     async def _register(self, zk: ZooKeeperMetadataStore, info: BrokerInfo) -> None:
         """Register in ZooKeeper. ZooKeeper going away meanwhile (say it restarts while this
-        broker waits for its previous session's registration to expire) is waited out as
-        long as a first connection would be (``zookeeper.connection.timeout.ms``), as
-        Kafka's ZooKeeper client retries until connected; then the broker exits saying so."""
+        broker waits for its previous session's registration to expire) is waited out for as
+        long as it takes, as Kafka's ZooKeeper client retries a request until connected once
+        the first connection (bounded by ``zookeeper.connection.timeout.ms``) succeeded; a
+        line every 30 s says the broker is still waiting."""
         connect = self.config["zookeeper.connect"]
-        configured = self.config["zookeeper.connection.timeout.ms"]
-        bound_s = int(configured if configured else self.config["zookeeper.session.timeout.ms"]) / 1000
         unreachable_since: float | None = None
+        told = 0.0
         while True:
             try:
                 await zk.register_broker(info)
+                if unreachable_since is not None:
+                    log.info("ZooKeeper answers again; broker %d registered after %.0f s",
+                             self.broker_id, time.monotonic() - unreachable_since)
                 return
             except ZooKeeperUnavailable as e:  # a MetadataError too: caught first
                 now = time.monotonic()
                 if unreachable_since is None:
-                    unreachable_since = now
+                    unreachable_since = told = now
                     log.warning("ZooKeeper stopped answering while broker %d registers (%s); "
-                                "retrying for up to %.0f s", self.broker_id, e, bound_s)
-                elif now - unreachable_since > bound_s:
-                    raise SystemExit(
-                        f"error: cannot connect to ZooKeeper at {connect}: {e}. Is ZooKeeper "
-                        f"running there? (dmq cluster start runs one for development)") from None
+                                "retrying until it answers", self.broker_id, e)
+                elif now - told >= 30:
+                    told = now
+                    log.warning("still waiting for ZooKeeper at %s to register broker %d "
+                                "(unreachable for %.0f s)", connect, self.broker_id,
+                                now - unreachable_since)
                 await asyncio.sleep(0.5)
             except MetadataError as e:
                 raise SystemExit(f"error: {e}") from None

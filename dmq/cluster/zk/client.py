@@ -134,6 +134,13 @@ class ZooKeeperClient:
         self.kazoo = new_kazoo_client(connect, session_timeout_ms)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zk")
         self.loop: asyncio.AbstractEventLoop | None = None
+        # How many times the session (re)connected; kazoo's thread counts, anyone reads.
+        self.connections = 0
+        self.kazoo.add_listener(self._count_connection)
+
+    def _count_connection(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self.connections += 1
 
     # ------------------------------------------------------------ lifecycle
 
