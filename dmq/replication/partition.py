@@ -279,7 +279,7 @@ class Partition:
         raise PartitionError(ErrorCode.fenced_leader_epoch,
                              f"leader epoch {current_leader_epoch} is older than {self.leader_epoch}")
 
-    def append_records_to_leader(self, records: bytearray, batches: ValidatedBatches,
+    def append_records_to_leader(self, records: bytes | bytearray | memoryview, batches: ValidatedBatches,
                                  required_acks: int,
                                  origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
         self._check_leader_for_append(required_acks)

@@ -212,10 +212,9 @@ class ReplicaManager:
             return ProduceResult(error, error_message=message)
         if records is None:
             return ProduceResult(ErrorCode.invalid_record, error_message="null record set")
-        buf = bytearray(records)
         try:
-            batches = validate_batches(buf, partition.log.config.max_message_bytes)
-            result = partition.append_records_to_leader(buf, batches, required_acks, origin)
+            batches = validate_batches(records, partition.log.config.max_message_bytes)
+            result = partition.append_records_to_leader(records, batches, required_acks, origin)
         except InvalidRecordError as e:
             log.info("rejected produce to %s-%d: %s: %s", topic, index, e.error, e)
             return ProduceResult(ErrorCode[e.error], error_message=str(e),

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -80,6 +81,9 @@ from dmq.storage.leader_epoch import LeaderEpochFileCache
 from dmq.storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
 from dmq.storage.segment import FileSlice, LogSegment
 from dmq.storage.txn_index import AbortedTxn
+
+# A batch's first bytes the leader sets: base offset, batch length (kept), partition leader epoch.
+_FIRST_BYTES = struct.Struct(">qii")
 
 log = logging.getLogger("dmq.storage")
 
@@ -280,7 +284,7 @@ class Log:
         self._replicated_if_untold()
 
     @staticmethod
-    def _leader_marker(records: bytearray, pos: int, header: BatchHeader) -> EndTxnMarker:
+    def _leader_marker(records: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> EndTxnMarker:
         marker = read_end_txn_marker(records[pos: pos + header.size])
         if marker is None or header.producer_id < 0 or not header.is_transactional:
             raise InvalidRecordError(
@@ -347,7 +351,7 @@ class Log:
                 )
         return None
 
-    def append_as_leader(self, records: bytearray, batches: ValidatedBatches, leader_epoch: int,
+    def append_as_leader(self, records: bytes | bytearray | memoryview, batches: ValidatedBatches, leader_epoch: int,
                          timestamp: int | None = None,
                          origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
         """Assign offsets to validated batches and append them.
@@ -389,12 +393,8 @@ class Log:
         ):
             segment = self.roll()
         self.leader_epochs.assign(leader_epoch, first_offset)
-        for header, pos in zip(headers, batches.positions, strict=True):
-            set_base_offset(records, pos, header.base_offset)
-            set_partition_leader_epoch(records, pos, leader_epoch)
-            if log_append:
-                set_log_append_time(records, pos, header.size, now)
-        segment.append(records, headers, batches.positions)
+        segment.append(self._patched(records, batches.positions, headers, leader_epoch, now if log_append else None),
+                       headers, batches.positions)
         self.log_end_offset = next_offset
         if pending is not None:
             completed = self.producer_state.apply(pending)
@@ -407,6 +407,27 @@ class Log:
             self.flush()
         return AppendResult(first_offset, next_offset - 1, now if log_append else -1,
                             self.log_start_offset, batches.record_count)
+
+    @staticmethod
+    def _patched(records: bytes | bytearray | memoryview, positions: list[int], headers: list[BatchHeader],
+                 leader_epoch: int, log_append_time: int | None) -> list[bytes | bytearray | memoryview]:
+        """The pieces to write for a producer's batches: each batch's first 16 bytes with
+        its offset and leader epoch, then the rest of it as sent (the CRC starts after
+        them), so the request's bytes are not copied. A LogAppendTime topic changes the
+        timestamp and the CRC too: its batches are copied and patched whole."""
+        view = memoryview(records)
+        pieces: list[bytes | bytearray | memoryview] = []
+        for header, pos in zip(headers, positions, strict=True):
+            if log_append_time is None:
+                pieces.append(_FIRST_BYTES.pack(header.base_offset, header.batch_length, leader_epoch))
+                pieces.append(view[pos + _FIRST_BYTES.size: pos + header.size])
+            else:
+                batch = bytearray(view[pos: pos + header.size])
+                set_base_offset(batch, 0, header.base_offset)
+                set_partition_leader_epoch(batch, 0, leader_epoch)
+                set_log_append_time(batch, 0, header.size, log_append_time)
+                pieces.append(batch)
+        return pieces
 
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                               commit: bool, leader_epoch: int,
@@ -431,7 +452,7 @@ class Log:
         if not found:
             return 0
         end = found[-1][0] + found[-1][1].size
-        buf = bytearray(records[:end])
+        buf = memoryview(records)[:end]  # written as fetched: no copy
         expected = self.log_end_offset
         for pos, header in found:
             if header.base_offset < expected:
@@ -478,7 +499,7 @@ class Log:
             self._high_watermark = offset
 
     @staticmethod
-    def _require_keys(records: bytearray, batches: ValidatedBatches) -> None:
+    def _require_keys(records: bytes | bytearray | memoryview, batches: ValidatedBatches) -> None:
         """Compaction needs a key on every record (Kafka refuses keyless records too)."""
         for header, pos in zip(batches.headers, batches.positions, strict=True):
             try:

@@ -42,6 +42,8 @@ from dmq.storage.txn_index import SUFFIX as TXN_INDEX_SUFFIX
 from dmq.storage.txn_index import AbortedTxn, TransactionIndex
 
 _SCAN_CHUNK = 1 << 20
+IOV_MAX = 1024  # buffers per pwritev (Linux's UIO_MAXIOV)
+Bytes = bytes | bytearray | memoryview
 RECENT_BATCHES = 256  # batch positions kept in memory per segment (between 256 and 512)
 
 
@@ -95,16 +97,32 @@ class LogSegment:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader],
-               positions: list[int]) -> None:
-        """Append ``data`` (whole batches, offsets already assigned) at the end."""
+    def append(self, data: Bytes | list[Bytes], headers: list[BatchHeader], positions: list[int]) -> None:
+        """Append ``data`` (whole batches, offsets already assigned) at the end: one buffer,
+        or the pieces of one, written with ``pwritev`` (the leader writes a batch as its
+        patched first bytes and the request's untouched rest, without copying it)."""
         start = self.size
-        written = os.pwrite(self.fd, data, start)
-        if written != len(data):
-            raise OSError(f"short write to {self.log_path}: {written} of {len(data)}")
+        pieces = [v for v in (memoryview(p).cast("B") for p in (data if isinstance(data, list) else [data]))
+                  if len(v)]
+        total = sum(len(p) for p in pieces)
+        position, first = start, 0
+        while first < len(pieces):
+            chunk = pieces[first:first + IOV_MAX]
+            written = os.pwritev(self.fd, chunk, position) if len(chunk) > 1 else \
+                os.pwrite(self.fd, chunk[0], position)
+            if written <= 0:
+                raise OSError(f"no progress writing to {self.log_path} at {position}")
+            position += written
+            while written:  # drop what was written; a short write goes on from there
+                if written >= len(pieces[first]):
+                    written -= len(pieces[first])
+                    first += 1
+                else:
+                    pieces[first] = pieces[first][written:]
+                    written = 0
         for header, rel in zip(headers, positions, strict=True):
             self._track(header, start + rel)
-        self.size = start + len(data)
+        self.size = start + total
 
     def _track(self, header: BatchHeader, position: int) -> None:
         self._recent.append((position, header))

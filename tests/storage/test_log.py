@@ -138,3 +138,30 @@ def test_flush_messages_moves_recovery_point(tmp_path: Path) -> None:
     assert log.recovery_point == 0
     append(log, 3)
     assert log.recovery_point == 6
+
+
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_leader_append_writes_patched_batches_and_leaves_the_request_bytes_alone(
+        tmp_path: Path, timestamp_type: str) -> None:
+    """The leader writes each batch as its patched first bytes plus the request's untouched
+    rest (no copy of the request): the log holds the assigned offsets and epoch with valid
+    CRCs, the request's (immutable) bytes are unchanged, and a request of more batches than
+    one pwritev takes is written whole."""
+    log = make_log(tmp_path / "t-0", **{"message.timestamp.type": timestamp_type})
+    append(log, 5)
+    request = b"".join(encode_batch([(b"k%d" % i, b"v" * (i % 50), [])] * (1 + i % 3), timestamp=2000)
+                       for i in range(700))
+    before = bytes(request)
+    result = log.append_as_leader(request, validate_batches(request, 10**7), 7, timestamp=3000)
+    assert request == before
+    assert result.first_offset == 5
+    offsets = read_offsets(log, 0)
+    assert offsets == list(range(log.log_end_offset)) and log.log_end_offset == 5 + sum(1 + i % 3 for i in range(700))
+    sl = log.read(5, 10**9, log.log_end_offset)
+    assert sl is not None
+    data = sl.read()
+    batches = validate_batches(data, 10**7)  # CRCs checked
+    assert {h.partition_leader_epoch for h in batches.headers} == {7}
+    assert [h.base_offset for h in batches.headers][:3] == [5, 6, 8]
+    stamps = {h.max_timestamp for h in batches.headers}
+    assert stamps == ({3000} if timestamp_type == "LogAppendTime" else {2000})
