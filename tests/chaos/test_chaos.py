@@ -23,7 +23,7 @@ pytestmark = pytest.mark.chaos
 def test_a_short_fault_schedule_loses_nothing_acknowledged(tmp_path: Path) -> None:
     # The write-gap bound is checked on long runs (scripts/chaos.py); here it is reported only,
     # as two cores shared with the whole suite make its timing noisy.
-    config = ChaosConfig(seed=20261122, duration_s=110, session_timeout_ms=4000, max_zk_outage_s=12,
+    config = ChaosConfig(seed=20261122, duration_s=80, session_timeout_ms=4000, max_zk_outage_s=12,
                          rate=100, base=tmp_path, check_availability=False, transactions=2)
     report = ChaosRun(config).run()
     print(report.to_json())
