@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dmq.group import records as rec
+from dmq.group.shard import GroupConfig, GroupShard
 
 T1 = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 T2 = uuid.UUID("ffeeddcc-bbaa-9988-7766-554433221100")
@@ -165,6 +166,11 @@ def test_a_null_in_a_non_nullable_field_is_a_format_error() -> None:
 def test_consumer_and_streams_group_records_are_skipped(record_type: int) -> None:
     key = key_bytes(record_type, "g", "m")
     assert rec.decode_key(key) == rec.OtherKey(record_type)
+    shard = GroupShard(0, GroupConfig(), lambda t, p: True)
+    for loading in (True, False):
+        shard.replay(key, b"\x00\x00whatever", loading=loading)
+        shard.replay(key, None, loading=loading)
+    assert shard.groups == {} and shard.share.groups == {}
 
 
 def test_classic_keys_still_decode() -> None:
