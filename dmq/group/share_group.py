@@ -154,13 +154,14 @@ class DescribedShareMember:
 
 @dataclass(frozen=True, slots=True)
 class DescribedShareGroup:
-    """ShareGroupDescribe's view of one group (a snapshot, not the live group)."""
+    """ShareGroupDescribe's view of one group (a snapshot, not the live group). An
+    error leaves the other fields at the schema's defaults, as in Kafka."""
     group_id: str
     error: ErrorCode = ErrorCode.none
     message: str | None = None
-    state: str = "Dead"
-    group_epoch: int = -1
-    assignment_epoch: int = -1
+    state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
     assignor_name: str = ""
     members: tuple[DescribedShareMember, ...] = ()
 
