@@ -22,10 +22,13 @@ Durability: each change writes Kafka's records 10-15 (``dmq.group.records``).
 As for classic groups, an operation applies its change to the live groups at
 once and the records are the change's durable copy: ``ShareGroups.replay``
 rebuilds groups only while a partition loads (``loading=True``); records
-replayed after a write of this shard are already reflected. Members survive a
-coordinator failover: the new coordinator loads them with their epochs and
-assignments and gives each a full session to heartbeat, so a client resumes
-where it was instead of rejoining (and is never told GROUP_ID_NOT_FOUND).
+replayed after a write of this shard are already reflected. A change whose
+records could not be written is undone unless the group changed again since,
+so that a member retrying after the error writes its join again rather than
+finding it done. Members survive a coordinator failover: the new coordinator
+loads them with their epochs and assignments and gives each a full session to
+heartbeat, so a client resumes where it was instead of rejoining (and is
+never told GROUP_ID_NOT_FOUND).
 
 Timers: ``("share-session", group, member)``, the member's session
 (``group.share.session.timeout.ms``); on expiry it is fenced as if it had left.
@@ -99,7 +102,9 @@ class ShareGroup:
     Invariants: ``assignment_epoch <= group_epoch``; every member's epoch is at
     most ``assignment_epoch``; ``target`` has an entry exactly for the members
     present when the target was last computed, less those that left since;
-    every partition in a target or an assignment is in ``initialized``.
+    every partition in a target or an assignment is in ``initialized``. Members
+    and assignments are replaced, never changed in place, once the group is
+    live (``copy`` shares them). ``version`` counts changes, in memory only.
     """
     group_id: str
     group_epoch: int = 0
@@ -111,6 +116,13 @@ class ShareGroup:
     # Kept as read from a Kafka-written record 15; dmq itself initializes at once.
     initializing: dict[uuid.UUID, InitializedTopic] = field(default_factory=dict)
     deleting: dict[uuid.UUID, str] = field(default_factory=dict)
+    version: int = 0
+
+    def copy(self) -> ShareGroup:
+        """A copy to go back to (the maps are new, the members and assignments shared)."""
+        return ShareGroup(self.group_id, self.group_epoch, self.metadata_hash, self.assignment_epoch,
+                          dict(self.members), dict(self.target), dict(self.initialized),
+                          dict(self.initializing), dict(self.deleting), self.version)
 
     @property
     def state(self) -> str:
@@ -233,6 +245,7 @@ class ShareGroups:
         if member_epoch == LEAVE_EPOCH:
             return self._leave(group_id, member_id)
         group = self.groups.get(group_id)
+        before = group.copy() if group is not None else None
         if group is None:
             if member_epoch != 0:
                 return _error(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
@@ -302,12 +315,42 @@ class ShareGroups:
         group.target, group.assignment_epoch = target, assignment_epoch
         if initialized:
             group.initialized = initialized
+        if records:
+            group.version += 1
         tell = member_epoch == 0 or subscribed_topic_names is not None or updated.assigned != member.assigned
         response = ShareHeartbeatResult(
             ErrorCode.none, None, member_id, updated.member_epoch, self.config.heartbeat_interval_ms,
             {t: tuple(sorted(ps)) for t, ps in sorted(updated.assigned.items())} if tell else None)
-        return CoordinatorResult(response, records,
-                                 timers=[Schedule(session_key(group_id, member_id), self.config.session_timeout_ms)])
+        return self._undone_if_lost(group_id, before, CoordinatorResult(
+            response, records, timers=[Schedule(session_key(group_id, member_id), self.config.session_timeout_ms)]))
+
+    def _undone_if_lost(self, group_id: str, before: ShareGroup | None,
+                        result: CoordinatorResult) -> CoordinatorResult:
+        """Go back to ``before`` if the change's records cannot be written, unless a later
+        operation changed the group meanwhile (its records follow these in the log).
+
+        The change was applied at once; were it kept after a failed write, a member
+        retrying its join would find nothing left to write, and a new coordinator
+        would not know the group its client was told it had joined."""
+        after = self.groups.get(group_id)
+        version = after.version if after is not None else -1
+
+        def failed(shard: object, error: ErrorCode, now_ms: int) -> CoordinatorResult:
+            # The runtime runs this on the same shard (an unloaded one is never called).
+            current = self.groups.get(group_id)
+            if current is not after or (current is not None and current.version != version):
+                return CoordinatorResult()
+            log.info("share group %s: the change could not be written (%s); undone", group_id, error.name)
+            if before is None:
+                del self.groups[group_id]
+                return CoordinatorResult()
+            self.groups[group_id] = before
+            # Members put back get a session again (a fenced member's timer was cancelled).
+            return CoordinatorResult(timers=[Schedule(session_key(group_id, m), self.config.session_timeout_ms)
+                                             for m in before.members])
+
+        result.failed = failed
+        return result
 
     def _subscribed_topics(self, members: Iterable[ShareMember]) -> dict[str, ShareTopic]:
         """The subscribed topics that exist, by name."""
@@ -378,8 +421,10 @@ class ShareGroups:
         """Remove a member: tombstones for its records, and a group epoch bump so the next
         heartbeat of another member reassigns its partitions."""
         group_id, member_id = group.group_id, member.member_id
+        before = group.copy()
         del group.members[member_id]
         group.target.pop(member_id, None)
+        group.version += 1
         group.group_epoch += 1
         group.metadata_hash = metadata_hash(self._subscribed_topics(group.members.values()))
         records = [
@@ -389,7 +434,8 @@ class ShareGroups:
             _record(rec.ShareKey(rec.SHARE_GROUP_METADATA, group_id),
                     rec.ShareGroupMetadataValue(group.group_epoch, group.metadata_hash)),
         ]
-        return CoordinatorResult(None, records, timers=[Cancel(session_key(group_id, member_id))])
+        return self._undone_if_lost(group_id, before, CoordinatorResult(
+            None, records, timers=[Cancel(session_key(group_id, member_id))]))
 
     def on_timer(self, key: Hashable, now_ms: int) -> CoordinatorResult:
         """A member's session ran out: it is fenced as if it had left."""
@@ -433,7 +479,7 @@ class ShareGroups:
         records.append(_record(rec.ShareKey(rec.SHARE_GROUP_METADATA, group_id), None))
         del self.groups[group_id]
         log.info("share group %s deleted", group_id)
-        return CoordinatorResult(ErrorCode.none, records)
+        return self._undone_if_lost(group_id, group, CoordinatorResult(ErrorCode.none, records))
 
     # --------------------------------------------------------------- replay
 

@@ -492,3 +492,32 @@ def test_a_share_member_whose_session_runs_out_is_fenced_by_the_runtimes_timer()
         await c.close()
 
     asyncio.run(scenario())
+
+
+def test_a_share_change_whose_records_cannot_be_written_is_undone() -> None:
+    """Kept, a failed join would leave nothing for the member's retry to write: a new
+    coordinator would not know the group, and answer GROUP_ID_NOT_FOUND (fatal to
+    librdkafka)."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = share_coordinator(w)
+        w.fail_append = ErrorCode.not_enough_replicas
+        failed = await c.share_group_heartbeat("sg", "m1", 0, None, ["t"], "c", "h")
+        assert failed.error == ErrorCode.coordinator_not_available
+        assert c.share_group("sg") is None
+        w.fail_append = None
+        retried = await c.share_group_heartbeat("sg", "m1", 0, None, ["t"], "c", "h")
+        assert (retried.error, retried.member_epoch) == (ErrorCode.none, 1)
+        w.fail_append = ErrorCode.not_enough_replicas
+        assert (await c.share_group_heartbeat("sg", "m1", -1, None, None, "c", "h")).error == \
+            ErrorCode.coordinator_not_available
+        members = c.share_group_members("sg")
+        assert members is not None and set(members) == {"m1"}  # the leave is undone, its session restored
+        assert any(k[0] == "share-session" for k in c.runtime.timer_keys(0) if isinstance(k, tuple))
+        w.fail_append = None
+        c.set_led({0: 2})
+        group = c.share_group("sg")
+        assert group is not None and group.members["m1"].member_epoch == 1
+        await c.close()
+
+    asyncio.run(scenario())

@@ -442,3 +442,20 @@ class ShareGroupMachine(RuleBasedStateMachine):
 
 ShareGroupMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
 test_share_group_machine = ShareGroupMachine.TestCase
+
+
+def test_a_failed_write_is_undone_only_if_nothing_changed_the_group_since() -> None:
+    s = shard()
+    first = s.share_group_heartbeat("sg", "a", 0, None, ["four"], "c", "h", 0)
+    assert first.failed is not None
+    first.failed(s, ErrorCode.not_enough_replicas, 0)
+    assert s.share_group("sg") is None
+    s.share_group_heartbeat("sg", "a", 0, None, ["four"], "c", "h", 0)
+    second = s.share_group_heartbeat("sg", "b", 0, None, ["four"], "c", "h", 0)
+    third = s.share_group_heartbeat("sg", "c", 0, None, ["four"], "c", "h", 0)
+    assert second.failed is not None and third.failed is not None
+    second.failed(s, ErrorCode.request_timed_out, 0)  # c joined after it: its records follow b's
+    assert set(s.share_group_members("sg")) == {"a", "b", "c"}
+    undo = third.failed(s, ErrorCode.not_enough_replicas, 0)
+    assert set(s.share_group_members("sg")) == {"a", "b"}
+    assert {t.key for t in undo.timers} == {session_key("sg", "a"), session_key("sg", "b")}
