@@ -67,6 +67,14 @@ def _at_least(n: int) -> Callable[[Any], None]:
     return check
 
 
+def _between(low: int, high: int) -> Callable[[Any], None]:
+    def check(v: Any) -> None:
+        if not low <= v <= high:
+            raise ConfigError(f"must be between {low} and {high}")
+
+    return check
+
+
 def _one_of(*allowed: str) -> Callable[[Any], None]:
     def check(v: Any) -> None:
         items = v if isinstance(v, list) else [v]
@@ -167,6 +175,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.max.session.timeout.ms", ConfigType.INT, "1800000", "Largest session timeout a member may ask for.", _at_least(0)),
     ConfigDef("group.initial.rebalance.delay.ms", ConfigType.INT, "3000", "How long the first rebalance of an empty group waits for more members.", _at_least(0)),
     ConfigDef("group.max.size", ConfigType.INT, str(INT_MAX), "Most members in one group.", _at_least(1)),
+    ConfigDef("group.share.session.timeout.ms", ConfigType.INT, "45000", "Share groups: a member that does not heartbeat for this long is fenced.", _at_least(1)),
+    ConfigDef("group.share.heartbeat.interval.ms", ConfigType.INT, "5000", "Share groups: how often members are told to heartbeat.", _at_least(1)),
+    ConfigDef("group.share.max.size", ConfigType.INT, "200", "Share groups: most members in one group.", _between(1, 1000)),
+    ConfigDef("group.share.record.lock.duration.ms", ConfigType.INT, "30000", "Share groups: how long a delivered record stays acquired by its member.", _between(1000, 3_600_000)),
+    ConfigDef("group.share.delivery.count.limit", ConfigType.INT, "5", "Share groups: deliveries of a record before it is archived.", _between(2, 10)),
+    ConfigDef("group.share.partition.max.record.locks", ConfigType.INT, "2000", "Share groups: most records in flight (acquired) per share partition.", _between(100, 10_000)),
+    ConfigDef("group.share.max.share.sessions", ConfigType.INT, "2000", "Share groups: most share sessions a broker keeps.", _at_least(1)),
     ConfigDef("producer.id.expiration.ms", ConfigType.INT, "86400000", "Idle time before a producer id's state expires.", _at_least(1)),
     ConfigDef("producer.id.expiration.check.interval.ms", ConfigType.INT, "600000", "How often idle producer state is removed.", _at_least(1)),
     ConfigDef("max.connections", ConfigType.INT, str(INT_MAX), "Most client connections at once.", _at_least(0)),

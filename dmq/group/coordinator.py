@@ -6,7 +6,9 @@ of its group's partition; its records are appended, answered only once every
 in-sync replica has them, and then replayed into the shard. A JoinGroup or
 SyncGroup that has to wait is parked by the runtime and answered by a later
 operation. This class only routes a request to its shard and says what to
-answer when the shard is not here (NOT_COORDINATOR). Event-loop thread only.
+answer when the shard is not here (NOT_COORDINATOR). Share groups (KIP-932)
+live in the same shards, next to the classic groups (``dmq.group.share_group``).
+Event-loop thread only.
 """
 
 from __future__ import annotations
@@ -19,17 +21,31 @@ from kio.schema.errors import ErrorCode
 from dmq.coordinator.runtime import CoordinatorResult, CoordinatorRuntime, PartitionWriter
 from dmq.group import records as rec
 from dmq.group.metadata import GroupMetadata, OffsetAndMetadata
-from dmq.group.shard import GroupConfig, GroupShard, JoinResult, SyncResult
+from dmq.group.shard import GroupConfig, GroupShard, JoinResult, ListedGroup, SyncResult
+from dmq.group.share_group import (
+    DescribedShareGroup,
+    ShareConfig,
+    ShareGroup,
+    ShareHeartbeatResult,
+    ShareMember,
+    ShareTopic,
+    TopicLookup,
+    validate_heartbeat,
+)
 
-__all__ = ["GroupConfig", "GroupCoordinator", "JoinResult", "SyncResult"]
+__all__ = ["GroupConfig", "GroupCoordinator", "JoinResult", "ListedGroup", "ShareConfig", "ShareTopic",
+           "SyncResult"]
 
 
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, writer: PartitionWriter,
-                 partition_exists: Callable[[str, int], bool], commit_timeout_ms: int = 5000) -> None:
+                 partition_exists: Callable[[str, int], bool], commit_timeout_ms: int = 5000,
+                 topics: TopicLookup = lambda name: None) -> None:
+        """``topics``: a topic's id and partition count by name, from the cluster metadata
+        (share groups assign partitions of the topics their members subscribe to)."""
         self.config = config
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
-            writer, lambda p, epoch: GroupShard(p, config, partition_exists), commit_timeout_ms,
+            writer, lambda p, epoch: GroupShard(p, config, partition_exists, topics), commit_timeout_ms,
             name="group coordinator")
 
     def partition_for(self, group_id: str) -> int:
@@ -182,13 +198,15 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupMetadata]:
-        wanted = list(states)
-        groups: list[GroupMetadata] = []
+    def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
+        """Classic and share groups of every partition coordinated here, filtered by state
+        and type ("classic", "share"; case-insensitive)."""
+        wanted, kinds = list(states), list(types)
+        groups: list[ListedGroup] = []
         for partition in sorted(self.runtime.loaded_partitions()):
             shard = self.runtime.shard(partition)
             if shard is not None:
-                groups.extend(shard.list_groups(wanted))
+                groups.extend(shard.listed_groups(wanted, kinds))
         return groups
 
     def describe_group(self, group_id: str) -> GroupMetadata | None:
@@ -208,3 +226,55 @@ class GroupCoordinator:
 
         errors = await asyncio.gather(*(delete(g) for g in group_ids))
         return dict(zip(group_ids, errors, strict=True))
+
+    # ----------------------------------------------------------- share groups
+
+    async def share_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int,
+                                    rack_id: str | None, subscribed_topic_names: list[str] | None,
+                                    client_id: str, client_host: str) -> ShareHeartbeatResult:
+        """ShareGroupHeartbeat (KIP-932): answered once its records are on every in-sync
+        replica of the group's partition."""
+        invalid = validate_heartbeat(group_id, member_id, member_epoch, rack_id, subscribed_topic_names)
+        if invalid is not None:
+            return ShareHeartbeatResult(ErrorCode.invalid_request, invalid)
+        result = await self.runtime.write(
+            self.partition_for(group_id),
+            lambda shard, now: shard.share_group_heartbeat(group_id, member_id, member_epoch, rack_id,
+                                                           subscribed_topic_names, client_id, client_host, now),
+            lambda error: ShareHeartbeatResult(error))
+        assert isinstance(result, ShareHeartbeatResult)
+        return result
+
+    def share_group_describe(self, group_ids: list[str]) -> list[DescribedShareGroup]:
+        """ShareGroupDescribe: one entry per id, in order (NOT_COORDINATOR for a group
+        coordinated elsewhere, INVALID_GROUP_ID for an empty id)."""
+        described: list[DescribedShareGroup] = []
+        for group_id in group_ids:
+            if not group_id:
+                described.append(DescribedShareGroup(group_id, ErrorCode.invalid_group_id))
+                continue
+            described.extend(self._describe_share_group(group_id))
+        return described
+
+    def _describe_share_group(self, group_id: str) -> list[DescribedShareGroup]:
+        result = self.runtime.read(self.partition_for(group_id),
+                                   lambda shard: shard.share_group_describe([group_id]),
+                                   lambda error: [DescribedShareGroup(group_id, error)])
+        assert isinstance(result, list)
+        return result
+
+    def share_group(self, group_id: str) -> ShareGroup | None:
+        """The live share group, if this broker coordinates it (read only)."""
+        shard = self.runtime.shard(self.partition_for(group_id))
+        return shard.share_group(group_id) if shard is not None else None
+
+    def share_group_members(self, group_id: str) -> dict[str, ShareMember] | None:
+        """The share group's members by id; None if another broker coordinates the group."""
+        shard = self.runtime.shard(self.partition_for(group_id))
+        return shard.share_group_members(group_id) if shard is not None else None
+
+    def share_initialized_partitions(self, group_id: str) -> frozenset[tuple[str, int]] | None:
+        """``(topic, partition)`` pairs whose share state the group initialized (record 15);
+        None if another broker coordinates the group."""
+        shard = self.runtime.shard(self.partition_for(group_id))
+        return shard.share_initialized_partitions(group_id) if shard is not None else None

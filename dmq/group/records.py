@@ -1,9 +1,10 @@
 """Records of the internal ``__consumer_offsets`` topic (Kafka's formats), sans-io.
 
-Keys start with an int16 version: 0 or 1 is an offset commit key
-``(group, topic, partition)``, 2 a group metadata key ``(group)``. Values
-start with their own version; a null value is a tombstone (compaction drops
-the key). Strings are int16-length prefixed, bytes int32-length prefixed.
+Keys start with an int16 version (Kafka 4 calls it the record type): 0 or 1 is
+an offset commit key ``(group, topic, partition)``, 2 a group metadata key
+``(group)``, 10-15 the share-group records below. Values start with their own
+version; a null value is a tombstone (compaction drops the key). In the
+classic records strings are int16-length prefixed, bytes int32-length prefixed.
 
 - OffsetCommitValue v3: offset int64, leader epoch int32, metadata string,
   commit timestamp int64.
@@ -12,11 +13,40 @@ the key). Strings are int16-length prefixed, bytes int32-length prefixed.
   (member id, group instance id (nullable), client id, client host,
   rebalance timeout int32, session timeout int32, subscription bytes,
   assignment bytes).
+
+Share groups (KIP-932; Kafka 4.2's ``ShareGroup*.json``): the key is the int16
+record type and then a non-flexible version-0 struct (int16-length strings);
+the value is an int16 version 0 and then a *flexible* struct: compact strings
+and arrays (unsigned varint length + 1, 0 = null), UUIDs as 16 bytes, and a
+tagged-field section (unsigned varint count, then tag, size, data) closing
+every struct, array elements included. Unknown tagged fields are skipped.
+
+====  ====================================  ==================  =========================================
+type  record                                key                 value v0
+====  ====================================  ==================  =========================================
+10    ShareGroupMemberMetadata              group, member       rack (nullable), client id, client host,
+                                                                subscribed topic names
+11    ShareGroupMetadata                    group               epoch int32, metadata hash int64
+12    ShareGroupTargetAssignmentMetadata    group               assignment epoch int32
+13    ShareGroupTargetAssignmentMember      group, member       [topic id, [partition int32]]
+14    ShareGroupCurrentMemberAssignment     group, member       member epoch int32, previous epoch int32,
+                                                                state int8, [topic id, [partition int32]]
+15    ShareGroupStatePartitionMetadata      group               initializing [id, name, [partition]],
+                                                                initialized [id, name, [partition]],
+                                                                deleting [id, name]
+====  ====================================  ==================  =========================================
+
+Types 3-9 (consumer groups of KIP-848; 9 is 4.0's ShareGroupPartitionMetadata)
+and 16-23 (consumer-group regular expressions, streams groups) may be in a
+``__consumer_offsets`` that Kafka wrote: ``decode_key`` returns them as an
+``OtherKey`` so that replay skips them, as Kafka skips record types it does
+not know.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 
 from dmq.coordinator.hashing import java_string_hash
@@ -25,6 +55,16 @@ OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
+
+SHARE_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_TARGET_ASSIGNMENT_METADATA = 12
+SHARE_TARGET_ASSIGNMENT_MEMBER = 13
+SHARE_CURRENT_MEMBER_ASSIGNMENT = 14
+SHARE_STATE_PARTITION_METADATA = 15
+SHARE_GROUP_RECORD_TYPES = frozenset(range(SHARE_MEMBER_METADATA, SHARE_STATE_PARTITION_METADATA + 1))
+_SHARE_MEMBER_KEYED = frozenset({SHARE_MEMBER_METADATA, SHARE_TARGET_ASSIGNMENT_MEMBER,
+                                 SHARE_CURRENT_MEMBER_ASSIGNMENT})
 
 
 class RecordFormatError(ValueError):
@@ -73,6 +113,91 @@ class GroupValue:
     members: tuple[MemberValue, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ShareKey:
+    """The key of a share-group record: ``member`` is set exactly for types 10, 13 and 14."""
+    record_type: int
+    group: str
+    member: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OtherKey:
+    """A record type dmq does not keep (consumer or streams groups of a Kafka-written log)."""
+    record_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    """One topic's partitions in a share assignment (records 13 and 14)."""
+    topic_id: uuid.UUID
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitionsInfo:
+    """One topic's partitions in record 15, with the topic's name."""
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    topic_id: uuid.UUID
+    topic_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMemberMetadataValue:
+    """Record 10."""
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupMetadataValue:
+    """Record 11."""
+    epoch: int
+    metadata_hash: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShareTargetAssignmentMetadataValue:
+    """Record 12."""
+    assignment_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShareTargetAssignmentMemberValue:
+    """Record 13."""
+    topic_partitions: tuple[TopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareCurrentMemberAssignmentValue:
+    """Record 14. ``state`` is Kafka's MemberState: 0 STABLE (the only one share members use)."""
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: tuple[TopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareStatePartitionMetadataValue:
+    """Record 15."""
+    initializing_topics: tuple[TopicPartitionsInfo, ...]
+    initialized_topics: tuple[TopicPartitionsInfo, ...]
+    deleting_topics: tuple[TopicInfo, ...]
+
+
+ShareValue = (ShareMemberMetadataValue | ShareGroupMetadataValue | ShareTargetAssignmentMetadataValue
+              | ShareTargetAssignmentMemberValue | ShareCurrentMemberAssignmentValue
+              | ShareStatePartitionMetadataValue)
+
+
 class _Writer:
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -101,6 +226,35 @@ class _Writer:
         self.i32(len(v))
         self.buf += v
         return self
+
+    def i8(self, v: int) -> _Writer:
+        self.buf += struct.pack(">b", v)
+        return self
+
+    def uvarint(self, v: int) -> _Writer:
+        while v >= 0x80:
+            self.buf.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.buf.append(v)
+        return self
+
+    def compact_string(self, v: str | None) -> _Writer:
+        if v is None:
+            return self.uvarint(0)
+        data = v.encode()
+        self.uvarint(len(data) + 1)
+        self.buf += data
+        return self
+
+    def compact_count(self, n: int) -> _Writer:
+        return self.uvarint(n + 1)
+
+    def uuid(self, v: uuid.UUID) -> _Writer:
+        self.buf += v.bytes
+        return self
+
+    def no_tags(self) -> _Writer:
+        return self.uvarint(0)
 
 
 class _Reader:
@@ -131,6 +285,55 @@ class _Reader:
     def blob(self) -> bytes:
         return self._take(self.i32())
 
+    def i8(self) -> int:
+        return int(struct.unpack(">b", self._take(1))[0])
+
+    def uvarint(self) -> int:
+        value, shift = 0, 0
+        while True:
+            byte = self._take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise RecordFormatError("varint too long in __consumer_offsets record")
+
+    def compact_string(self) -> str | None:
+        n = self.uvarint()
+        if n == 0:
+            return None
+        try:
+            return self._take(n - 1).decode()
+        except UnicodeDecodeError as e:
+            raise RecordFormatError(f"string is not UTF-8: {e}") from None
+
+    def compact_str(self) -> str:
+        value = self.compact_string()
+        if value is None:
+            raise RecordFormatError("null in a non-nullable string")
+        return value
+
+    def compact_count(self) -> int:
+        n = self.uvarint()
+        if n == 0:
+            raise RecordFormatError("null in a non-nullable array")
+        if n - 1 > len(self.data) - self.pos:
+            raise RecordFormatError("array longer than the record")
+        return n - 1
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self._take(16))
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self._take(self.uvarint())
+
+    def end(self) -> None:
+        if self.pos != len(self.data):
+            raise RecordFormatError(f"{len(self.data) - self.pos} bytes after the record")
+
 
 def encode_offset_key(key: OffsetKey) -> bytes:
     return bytes(_Writer().i16(OFFSET_KEY_VERSION).string(key.group).string(key.topic)
@@ -156,7 +359,7 @@ def encode_group_value(v: GroupValue) -> bytes:
     return bytes(w.buf)
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey:
+def decode_key(data: bytes) -> OffsetKey | GroupKey | ShareKey | OtherKey:
     r = _Reader(data)
     version = r.i16()
     if version in (0, 1):
@@ -169,6 +372,14 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey:
         if group is None:
             raise RecordFormatError("null group in group metadata key")
         return GroupKey(group)
+    if version in SHARE_GROUP_RECORD_TYPES:
+        group = r.string()
+        member = r.string() if version in _SHARE_MEMBER_KEYED else None
+        if group is None or (member is None and version in _SHARE_MEMBER_KEYED):
+            raise RecordFormatError(f"null group or member in a record {version} key")
+        return ShareKey(version, group, member)
+    if version >= 3:
+        return OtherKey(version)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 
@@ -201,3 +412,133 @@ def decode_group_value(data: bytes) -> GroupValue:
 def partition_for(group: str, partitions: int) -> int:
     """The ``__consumer_offsets`` partition of a group, as Kafka computes it."""
     return (java_string_hash(group) & 0x7FFFFFFF) % partitions
+
+
+# ------------------------------------------------------------------ share groups
+
+
+def encode_share_key(key: ShareKey) -> bytes:
+    if key.record_type not in SHARE_GROUP_RECORD_TYPES:
+        raise ValueError(f"not a share-group record type: {key.record_type}")
+    if (key.member is not None) != (key.record_type in _SHARE_MEMBER_KEYED):
+        raise ValueError(f"record {key.record_type} key {'needs' if key.member is None else 'has no'} a member")
+    w = _Writer().i16(key.record_type).string(key.group)
+    if key.member is not None:
+        w.string(key.member)
+    return bytes(w.buf)
+
+
+def _write_topic_partitions(w: _Writer, items: tuple[TopicPartitions, ...]) -> None:
+    w.compact_count(len(items))
+    for tp in items:
+        w.uuid(tp.topic_id).compact_count(len(tp.partitions))
+        for p in tp.partitions:
+            w.i32(p)
+        w.no_tags()
+
+
+def _write_partitions_info(w: _Writer, items: tuple[TopicPartitionsInfo, ...]) -> None:
+    w.compact_count(len(items))
+    for info in items:
+        w.uuid(info.topic_id).compact_string(info.topic_name).compact_count(len(info.partitions))
+        for p in info.partitions:
+            w.i32(p)
+        w.no_tags()
+
+
+def share_value_type(value: ShareValue) -> int:
+    """The record type whose value ``value`` is."""
+    return _SHARE_VALUE_TYPES[type(value)]
+
+
+def encode_share_value(value: ShareValue) -> bytes:
+    w = _Writer().i16(0)
+    if isinstance(value, ShareMemberMetadataValue):
+        w.compact_string(value.rack_id).compact_string(value.client_id).compact_string(value.client_host)
+        w.compact_count(len(value.subscribed_topic_names))
+        for name in value.subscribed_topic_names:
+            w.compact_string(name)
+    elif isinstance(value, ShareGroupMetadataValue):
+        w.i32(value.epoch).i64(value.metadata_hash)
+    elif isinstance(value, ShareTargetAssignmentMetadataValue):
+        w.i32(value.assignment_epoch)
+    elif isinstance(value, ShareTargetAssignmentMemberValue):
+        _write_topic_partitions(w, value.topic_partitions)
+    elif isinstance(value, ShareCurrentMemberAssignmentValue):
+        w.i32(value.member_epoch).i32(value.previous_member_epoch).i8(value.state)
+        _write_topic_partitions(w, value.assigned_partitions)
+    else:
+        _write_partitions_info(w, value.initializing_topics)
+        _write_partitions_info(w, value.initialized_topics)
+        w.compact_count(len(value.deleting_topics))
+        for t in value.deleting_topics:
+            w.uuid(t.topic_id).compact_string(t.topic_name).no_tags()
+    w.no_tags()
+    return bytes(w.buf)
+
+
+def _read_int32s(r: _Reader) -> tuple[int, ...]:
+    return tuple(r.i32() for _ in range(r.compact_count()))
+
+
+def _read_topic_partitions(r: _Reader) -> tuple[TopicPartitions, ...]:
+    out = []
+    for _ in range(r.compact_count()):
+        topic_id, partitions = r.uuid(), _read_int32s(r)
+        r.skip_tags()
+        out.append(TopicPartitions(topic_id, partitions))
+    return tuple(out)
+
+
+def _read_partitions_info(r: _Reader) -> tuple[TopicPartitionsInfo, ...]:
+    out = []
+    for _ in range(r.compact_count()):
+        topic_id, name, partitions = r.uuid(), r.compact_str(), _read_int32s(r)
+        r.skip_tags()
+        out.append(TopicPartitionsInfo(topic_id, name, partitions))
+    return tuple(out)
+
+
+def decode_share_value(record_type: int, data: bytes) -> ShareValue:
+    """The value of a share-group record of ``record_type`` (10-15)."""
+    r = _Reader(data)
+    version = r.i16()
+    if version != 0:
+        raise RecordFormatError(f"unsupported record {record_type} value version {version}")
+    value: ShareValue
+    if record_type == SHARE_MEMBER_METADATA:
+        rack, client_id, host = r.compact_string(), r.compact_str(), r.compact_str()
+        value = ShareMemberMetadataValue(rack, client_id, host,
+                                         tuple(r.compact_str() for _ in range(r.compact_count())))
+    elif record_type == SHARE_GROUP_METADATA:
+        value = ShareGroupMetadataValue(r.i32(), r.i64())
+    elif record_type == SHARE_TARGET_ASSIGNMENT_METADATA:
+        value = ShareTargetAssignmentMetadataValue(r.i32())
+    elif record_type == SHARE_TARGET_ASSIGNMENT_MEMBER:
+        value = ShareTargetAssignmentMemberValue(_read_topic_partitions(r))
+    elif record_type == SHARE_CURRENT_MEMBER_ASSIGNMENT:
+        epoch, previous, state = r.i32(), r.i32(), r.i8()
+        value = ShareCurrentMemberAssignmentValue(epoch, previous, state, _read_topic_partitions(r))
+    elif record_type == SHARE_STATE_PARTITION_METADATA:
+        initializing, initialized = _read_partitions_info(r), _read_partitions_info(r)
+        deleting = []
+        for _ in range(r.compact_count()):
+            topic_id, name = r.uuid(), r.compact_str()
+            r.skip_tags()
+            deleting.append(TopicInfo(topic_id, name))
+        value = ShareStatePartitionMetadataValue(initializing, initialized, tuple(deleting))
+    else:
+        raise RecordFormatError(f"not a share-group record type: {record_type}")
+    r.skip_tags()
+    r.end()
+    return value
+
+
+_SHARE_VALUE_TYPES: dict[type, int] = {
+    ShareMemberMetadataValue: SHARE_MEMBER_METADATA,
+    ShareGroupMetadataValue: SHARE_GROUP_METADATA,
+    ShareTargetAssignmentMetadataValue: SHARE_TARGET_ASSIGNMENT_METADATA,
+    ShareTargetAssignmentMemberValue: SHARE_TARGET_ASSIGNMENT_MEMBER,
+    ShareCurrentMemberAssignmentValue: SHARE_CURRENT_MEMBER_ASSIGNMENT,
+    ShareStatePartitionMetadataValue: SHARE_STATE_PARTITION_METADATA,
+}

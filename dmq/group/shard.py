@@ -19,6 +19,13 @@ committed. Timers are keys: ``("heartbeat", group, member)`` (session
 timeout), ``("rebalance", group)`` (rebalance timeout or the initial delay),
 ``("pending", group, member)`` (a member id handed out with
 MEMBER_ID_REQUIRED that never joined).
+
+Share groups (KIP-932) live next to the classic groups, in the same group-id
+namespace: ``ShareGroups`` (``dmq.group.share_group``) holds them and this
+shard routes to it. A group id names a classic group or a share group, never
+both: the share APIs answer GROUP_ID_NOT_FOUND for a classic group's id, and
+the classic ones answer a share group's id as Kafka does (JoinGroup
+INCONSISTENT_GROUP_PROTOCOL, the offset APIs GROUP_ID_NOT_FOUND).
 """
 
 from __future__ import annotations
@@ -34,6 +41,17 @@ from kio.schema.errors import ErrorCode
 from dmq.coordinator.runtime import Cancel, CoordinatorResult, Deferred, EndMarker, Record, Schedule
 from dmq.group import records as rec
 from dmq.group.metadata import GroupMetadata, GroupState, MemberMetadata, OffsetAndMetadata
+from dmq.group.share_group import (
+    SESSION_TIMER,
+    DescribedShareGroup,
+    ShareConfig,
+    ShareGroup,
+    ShareGroups,
+    ShareHeartbeatResult,
+    ShareMember,
+    TopicLookup,
+    validate_heartbeat,
+)
 
 log = logging.getLogger("dmq.group")
 
@@ -47,6 +65,7 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4096
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     max_group_size: int = 2**31 - 1
+    share: ShareConfig = ShareConfig()
 
 
 @dataclass(slots=True)
@@ -66,6 +85,15 @@ class SyncResult:
     assignment: bytes = b""
     protocol_type: str | None = None
     protocol: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    """A group as ListGroups shows it."""
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str  # "classic" or "share"
 
 
 class _Out:
@@ -97,11 +125,15 @@ class GroupShard:
     _waiter_ids = itertools.count(1)
 
     def __init__(self, partition: int, config: GroupConfig,
-                 partition_exists: Callable[[str, int], bool]) -> None:
+                 partition_exists: Callable[[str, int], bool],
+                 topics: TopicLookup = lambda name: None) -> None:
+        """``partition_exists`` and ``topics`` (name -> id and partition count) read the
+        cluster's topic metadata."""
         self.partition = partition
         self.config = config
         self.partition_exists = partition_exists
         self.groups: dict[str, GroupMetadata] = {}
+        self.share = ShareGroups(config.share, topics)
         # Offsets committed inside transactions, by producer id, until their marker replays.
         self.txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
 
@@ -112,8 +144,18 @@ class GroupShard:
         ``producer_id`` is set: held until the transaction's marker)."""
         try:
             key = rec.decode_key(key_bytes)
+            if isinstance(key, rec.OtherKey):
+                return  # a consumer- or streams-group record of a Kafka-written log
+            if isinstance(key, rec.ShareKey):
+                if not loading:
+                    return  # written by this shard: the live share group already holds it
+                if key.group in self.groups:
+                    log.warning("skipping a share-group record of classic group %s", key.group)
+                    return
+                self.share.replay(key, value)
+                return
         except rec.RecordFormatError as e:
-            log.warning("skipping unreadable __consumer_offsets key: %s", e)
+            log.warning("skipping unreadable __consumer_offsets record: %s", e)
             return
         if isinstance(key, rec.OffsetKey) and producer_id >= 0:
             if value is not None:
@@ -177,11 +219,14 @@ class GroupShard:
         for group in self.groups.values():
             for member in group.members.values():
                 self._schedule_heartbeat(out, group, member)
+        out.timers.extend(self.share.on_loaded())
         return out.result(None)
 
     def on_timer(self, key: Hashable, now_ms: int) -> CoordinatorResult:
         out = _Out()
         assert isinstance(key, tuple)
+        if key[0] == SESSION_TIMER:
+            return self.share.on_timer(key, now_ms)
         kind, group_id = key[0], key[1]
         group = self.groups.get(group_id)
         if group is not None:
@@ -235,6 +280,8 @@ class GroupShard:
               now_ms: int) -> JoinResult | Deferred:
         if not group_id:
             return JoinResult(ErrorCode.invalid_group_id, member_id)
+        if group_id in self.share.groups:
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         if not self.config.min_session_timeout_ms <= session_ms <= self.config.max_session_timeout_ms:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id)
         group = self.groups.get(group_id)
@@ -588,6 +635,8 @@ class GroupShard:
 
         if not group_id:
             return all_(ErrorCode.invalid_group_id)
+        if group_id in self.share.groups:
+            return all_(ErrorCode.group_id_not_found)  # "not a consumer group"
         group = self.groups.get(group_id)
         if generation < 0 and not member_id:
             # A commit from outside the group protocol (manual assignment, admin tools).
@@ -620,6 +669,8 @@ class GroupShard:
 
         if not group_id:
             return all_(ErrorCode.invalid_group_id)
+        if group_id in self.share.groups:
+            return all_(ErrorCode.group_id_not_found)
         group = self.groups.get(group_id)
         if generation >= 0 or member_id:
             # A member of the group commits: fenced like a plain commit (KIP-447).
@@ -666,6 +717,8 @@ class GroupShard:
                       ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
         if not group_id:
             return ErrorCode.invalid_group_id, {}
+        if group_id in self.share.groups:
+            return ErrorCode.group_id_not_found, {}
         group = self.groups.get(group_id)
         committed = group.offsets if group is not None else {}
         if partitions is None:
@@ -676,7 +729,7 @@ class GroupShard:
                        now_ms: int) -> CoordinatorResult:
         out = _Out()
         group = self.groups.get(group_id)
-        if group is None:
+        if group is None:  # a share group's id too: it has no offsets to delete
             return out.result((ErrorCode.group_id_not_found, {}))
         subscribed = group.subscribed_topics() if not group.is_empty else set()
         results: dict[tuple[str, int], ErrorCode] = {}
@@ -694,6 +747,8 @@ class GroupShard:
         group = self.groups.get(group_id)
         if not group_id:
             return out.result(ErrorCode.invalid_group_id)
+        if group_id in self.share.groups:
+            return self.share.delete(group_id)
         if group is None:
             return out.result(ErrorCode.group_id_not_found)
         if not group.is_empty:
@@ -723,3 +778,60 @@ class GroupShard:
         wanted = {s.lower() for s in states}
         return [g for g in self.groups.values()
                 if g.state != GroupState.DEAD and (not wanted or g.state.value.lower() in wanted)]
+
+    def listed_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
+        """ListGroups: classic and share groups, filtered by state and by type (both
+        case-insensitive; an unknown type matches nothing, as in Kafka)."""
+        wanted_types = {t.strip().lower() for t in types}
+        listed: list[ListedGroup] = []
+        if not wanted_types or "classic" in wanted_types:
+            listed.extend(ListedGroup(g.group_id, g.protocol_type or "", g.state.value, "classic")
+                          for g in self.list_groups(states))
+        if not wanted_types or "share" in wanted_types:
+            wanted_states = {s.strip().lower() for s in states}
+            listed.extend(ListedGroup(g.group_id, "share", g.state, "share")
+                          for g in self.share.groups.values()
+                          if not wanted_states or g.state.lower() in wanted_states)
+        return listed
+
+    # ------------------------------------------------------------ share groups
+
+    def share_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
+                              subscribed_topic_names: list[str] | None, client_id: str, client_host: str,
+                              now_ms: int) -> CoordinatorResult:
+        """ShareGroupHeartbeat (KIP-932): join (epoch 0), heartbeat, leave (epoch -1).
+        The response is a ``ShareHeartbeatResult``."""
+        invalid = validate_heartbeat(group_id, member_id, member_epoch, rack_id, subscribed_topic_names)
+        if invalid is not None:
+            return CoordinatorResult(ShareHeartbeatResult(ErrorCode.invalid_request, invalid))
+        if group_id in self.groups:
+            return CoordinatorResult(ShareHeartbeatResult(ErrorCode.group_id_not_found,
+                                                          f"Group {group_id} is not a share group."))
+        return self.share.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed_topic_names,
+                                    client_id, client_host, now_ms)
+
+    def share_group_describe(self, group_ids: Iterable[str]) -> list[DescribedShareGroup]:
+        """ShareGroupDescribe: a snapshot of each group; GROUP_ID_NOT_FOUND for an id that
+        names no group, or a classic group."""
+        described = []
+        for group_id in group_ids:
+            if group_id in self.groups:
+                described.append(DescribedShareGroup(group_id, ErrorCode.group_id_not_found,
+                                                     f"Group {group_id} is not a share group."))
+            else:
+                described.append(self.share.describe(group_id))
+        return described
+
+    def share_group(self, group_id: str) -> ShareGroup | None:
+        """The live share group (read only: it changes only through this shard's operations)."""
+        return self.share.groups.get(group_id)
+
+    def share_initialized_partitions(self, group_id: str) -> frozenset[tuple[str, int]]:
+        """The ``(topic, partition)`` pairs whose share state the group initialized (record 15)."""
+        group = self.share.groups.get(group_id)
+        return group.initialized_partitions() if group is not None else frozenset()
+
+    def share_group_members(self, group_id: str) -> dict[str, ShareMember]:
+        """The group's members by id (a copy of the map; the members are live)."""
+        group = self.share.groups.get(group_id)
+        return dict(group.members) if group is not None else {}

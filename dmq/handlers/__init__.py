@@ -3,7 +3,9 @@
 Each module defines ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async handle(services, ctx, request) -> response | None`` (None: no response,
 as for acks=0 Produce). ApiVersions advertises exactly this registry, except
-dmq's own extension APIs (``ADVERTISED = False``; only ``dmq.client`` sends them).
+modules with ``ADVERTISED = False``: dmq's own extension APIs (only
+``dmq.client`` sends them) and the share-group APIs until a share consumer can
+work end to end (``context.SHARE_GROUPS_ADVERTISED``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from dmq.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    share_group_describe,
+    share_group_heartbeat,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -62,6 +66,7 @@ HANDLERS: dict[int, ModuleType] = {
         list_partition_reassignments, elect_leaders, list_transactions,
         add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
         describe_transactions, describe_producers, check_transactions,
+        share_group_heartbeat, share_group_describe,
     )
 }
 

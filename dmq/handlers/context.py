@@ -18,6 +18,13 @@ from dmq.transaction.coordinator import TransactionCoordinator
 
 NO_THROTTLE = timedelta(0)
 
+# KIP-932 share groups. ApiVersions lists exactly what is implemented and tested, and a
+# share consumer (librdkafka's ShareConsumer) needs ShareFetch and ShareAcknowledge as
+# well as ShareGroupHeartbeat: until those handlers exist the share-group APIs are
+# registered (a client that sends them is answered) but not advertised. Set True once
+# ShareFetch (78) and ShareAcknowledge (79) land; every share handler reads this flag.
+SHARE_GROUPS_ADVERTISED = False
+
 
 def _nothing() -> None:
     pass

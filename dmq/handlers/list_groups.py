@@ -1,4 +1,5 @@
-"""ListGroups (16): the groups this coordinator knows (filtered by state in v4)."""
+"""ListGroups (16): the groups this coordinator knows, classic and share (filtered by
+state in v4, by type in v5)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,17 @@ from dmq.protocol.codec import make
 
 API_KEY = 16
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 5
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    groups = services.coordinators.group.list_groups(getattr(request, "states_filter", ()))
+    # Before v5 a client cannot tell a share group from a classic one: Kafka lists both.
+    groups = services.coordinators.group.list_groups(getattr(request, "states_filter", ()),
+                                                     getattr(request, "types_filter", ()))
     listed = tuple(
-        make(schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type or "",
-             group_state=g.state.value)
+        make(schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+             group_type=g.group_type)
         for g in groups
     )
     return make(schema.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,

@@ -47,7 +47,7 @@ from dmq.cluster.zk.client import ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import LONG_MAX, BrokerConfig, LogConfig
 from dmq.coordinator.internal_topic import InternalTopic
-from dmq.group.coordinator import GroupConfig, GroupCoordinator
+from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
 from dmq.group.offsets_topic import Coordinators
 from dmq.handlers import HANDLERS, api_versions, supported_apis
 from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
@@ -193,6 +193,11 @@ class Broker:
             offset_metadata_max_bytes=int(self.config["offset.metadata.max.bytes"]),
             offsets_retention_ms=int(self.config["offsets.retention.minutes"]) * 60_000,
             max_group_size=int(self.config["group.max.size"]),
+            share=ShareConfig(
+                session_timeout_ms=int(self.config["group.share.session.timeout.ms"]),
+                heartbeat_interval_ms=int(self.config["group.share.heartbeat.interval.ms"]),
+                max_size=int(self.config["group.share.max.size"]),
+            ),
         )
         self.offsets_topic = InternalTopic(OFFSETS_TOPIC, self.replica_manager, self.admin_manager,
                                            group_config.num_partitions,
@@ -202,7 +207,8 @@ class Broker:
                                            "offsets.topic.replication.factor")
         self.group_coordinator = GroupCoordinator(group_config, self.offsets_topic,
                                                   backend.partition_exists,
-                                                  int(self.config["offsets.commit.timeout.ms"]))
+                                                  int(self.config["offsets.commit.timeout.ms"]),
+                                                  self._share_topic)
         self.coordinators = Coordinators(self.group_coordinator, self.offsets_topic, self.store,
                                          self.broker_id)
         txn_topic = self.store.topic(TRANSACTION_STATE_TOPIC)
@@ -327,6 +333,11 @@ class Broker:
         for name in changed:
             log.info("dynamic broker config %s is now %s (%s)", name, self.config[name],
                      self.config.source(name).name)
+
+    def _share_topic(self, name: str) -> ShareTopic | None:
+        """A topic's id and partition count, for the share groups' assignor."""
+        meta = self.store.topic(name)
+        return ShareTopic(meta.uuid, len(meta.partitions)) if meta is not None else None
 
     def _metadata_event(self, what: str) -> None:
         if what == "configs":

@@ -97,3 +97,21 @@ def test_the_example_server_properties_shows_known_keys_at_their_defaults() -> N
     for key, raw in shown.items():
         if key not in examples:
             assert config[key] == defaults[key], f"{key}={raw} is not dmq's default {defaults[key]!r}"
+
+
+def test_share_group_configs_have_kafkas_names_defaults_and_bounds() -> None:
+    defaults = BrokerConfig()
+    assert {k: defaults[k] for k in (
+        "group.share.session.timeout.ms", "group.share.heartbeat.interval.ms", "group.share.record.lock.duration.ms",
+        "group.share.delivery.count.limit", "group.share.partition.max.record.locks", "group.share.max.size",
+        "group.share.max.share.sessions")} == {
+        "group.share.session.timeout.ms": 45000, "group.share.heartbeat.interval.ms": 5000,
+        "group.share.record.lock.duration.ms": 30000, "group.share.delivery.count.limit": 5,
+        "group.share.partition.max.record.locks": 2000, "group.share.max.size": 200,
+        "group.share.max.share.sessions": 2000}
+    for key, bad in [("group.share.delivery.count.limit", "1"), ("group.share.delivery.count.limit", "11"),
+                     ("group.share.partition.max.record.locks", "99"), ("group.share.max.size", "1001"),
+                     ("group.share.record.lock.duration.ms", "999"), ("group.share.session.timeout.ms", "0")]:
+        with pytest.raises(ConfigError, match=key):
+            BrokerConfig({key: bad})
+    assert BrokerConfig({"group.share.delivery.count.limit": "10"})["group.share.delivery.count.limit"] == 10

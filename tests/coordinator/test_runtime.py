@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Hashable
 from typing import Any
 
@@ -17,8 +18,9 @@ from dmq.coordinator.runtime import (
     EndMarker,
     Schedule,
 )
-from dmq.group.coordinator import GroupConfig, GroupCoordinator
+from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
 from dmq.group.metadata import GroupState
+from dmq.group.share_group import DescribedShareGroup
 
 
 class ListShard:
@@ -433,5 +435,89 @@ def test_transactional_records_and_markers_replay_in_log_order_and_load_the_same
         rt.set_led({0: 2})
         reloaded = rt.shard(0)
         assert reloaded is not None and reloaded.values == [b"t1", b"commit"]
+
+    asyncio.run(scenario())
+
+
+def share_coordinator(w: MemoryWriter, session_ms: int = 45_000) -> GroupCoordinator:
+    topic = ShareTopic(uuid.UUID(int=7), 2)
+    c = GroupCoordinator(GroupConfig(num_partitions=1, share=ShareConfig(session_timeout_ms=session_ms)), w,
+                         lambda t, p: t == "t" and p < 2, topics={"t": topic}.get)
+    c.set_led({0: 1})
+    return c
+
+
+def test_a_share_heartbeat_is_answered_once_replicated_and_a_new_leader_keeps_the_group() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = share_coordinator(w)
+        w.hold()
+        joining = asyncio.create_task(c.share_group_heartbeat("sg", "m1", 0, None, ["t"], "c", "h"))
+        await asyncio.sleep(0.01)
+        assert not joining.done()
+        w.release()
+        joined = await joining
+        assert (joined.error, joined.member_epoch, joined.assignment) == \
+            (ErrorCode.none, 1, {uuid.UUID(int=7): (0, 1)})
+        assert (await c.share_group_heartbeat("sg", "m1", 1, None, None, "c", "h")).assignment is None
+        c.set_led({0: 2})  # a new leader epoch: the shard is rebuilt from the log
+        group = c.share_group("sg")
+        assert group is not None and group.members["m1"].member_epoch == 1
+        assert c.share_initialized_partitions("sg") == {("t", 0), ("t", 1)}
+        resumed = await c.share_group_heartbeat("sg", "m1", 1, None, None, "c", "h")
+        assert resumed.error == ErrorCode.none and resumed.member_epoch == 1
+        (described,) = c.share_group_describe(["sg"])
+        assert described.state == "Stable" and [m.member_id for m in described.members] == ["m1"]
+        assert [g.group_type for g in c.list_groups()] == ["share"]
+        c.set_led({})
+        assert (await c.share_group_heartbeat("sg", "m1", 1, None, None, "c", "h")).error == \
+            ErrorCode.not_coordinator
+        assert c.share_group_describe(["sg", ""]) == [DescribedShareGroup("sg", ErrorCode.not_coordinator),
+                                                      DescribedShareGroup("", ErrorCode.invalid_group_id)]
+        assert c.share_group_members("sg") is None
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_share_member_whose_session_runs_out_is_fenced_by_the_runtimes_timer() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = share_coordinator(w, session_ms=50)
+        await c.share_group_heartbeat("sg", "m1", 0, None, ["t"], "c", "h")
+        await asyncio.sleep(0.2)
+        assert c.share_group_members("sg") == {}
+        assert (await c.share_group_heartbeat("sg", "m1", 1, None, None, "c", "h")).error == \
+            ErrorCode.unknown_member_id
+        await c.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_share_change_whose_records_cannot_be_written_is_undone() -> None:
+    """Kept, a failed join would leave nothing for the member's retry to write: a new
+    coordinator would not know the group, and answer GROUP_ID_NOT_FOUND (fatal to
+    librdkafka)."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = share_coordinator(w)
+        w.fail_append = ErrorCode.not_enough_replicas
+        failed = await c.share_group_heartbeat("sg", "m1", 0, None, ["t"], "c", "h")
+        assert failed.error == ErrorCode.coordinator_not_available
+        assert c.share_group("sg") is None
+        w.fail_append = None
+        retried = await c.share_group_heartbeat("sg", "m1", 0, None, ["t"], "c", "h")
+        assert (retried.error, retried.member_epoch) == (ErrorCode.none, 1)
+        w.fail_append = ErrorCode.not_enough_replicas
+        assert (await c.share_group_heartbeat("sg", "m1", -1, None, None, "c", "h")).error == \
+            ErrorCode.coordinator_not_available
+        members = c.share_group_members("sg")
+        assert members is not None and set(members) == {"m1"}  # the leave is undone, its session restored
+        assert any(k[0] == "share-session" for k in c.runtime.timer_keys(0) if isinstance(k, tuple))
+        w.fail_append = None
+        c.set_led({0: 2})
+        group = c.share_group("sg")
+        assert group is not None and group.members["m1"].member_epoch == 1
+        await c.close()
 
     asyncio.run(scenario())

@@ -1,0 +1,43 @@
+"""ShareGroupDescribe (77): share groups with their epochs, members and assignments.
+
+v1 (v0 was Kafka 4.0's early access). Advertised in ApiVersions only once the
+rest of what a share consumer needs exists (``SHARE_GROUPS_ADVERTISED``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dmq.group.share_group import DescribedShareGroup
+from dmq.handlers.context import (
+    NO_THROTTLE,
+    SHARE_GROUPS_ADVERTISED,
+    BrokerServices,
+    RequestContext,
+)
+from dmq.protocol.codec import make
+
+API_KEY = 77
+MIN_VERSION = 1
+MAX_VERSION = 1
+ADVERTISED = SHARE_GROUPS_ADVERTISED
+
+
+def _group(schema: Any, g: DescribedShareGroup) -> Any:
+    members = tuple(
+        make(schema.Member, member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=m.subscribed_topic_names,
+             assignment=make(schema.Assignment, topic_partitions=tuple(
+                 make(schema.TopicPartitions, topic_id=topic_id, topic_name=name, partitions=partitions)
+                 for topic_id, name, partitions in m.assignment)))
+        for m in g.members)
+    return make(schema.DescribedGroup, error_code=g.error, error_message=g.message, group_id=g.group_id,
+                group_state=g.state, group_epoch=g.group_epoch, assignment_epoch=g.assignment_epoch,
+                assignor_name=g.assignor_name, members=members)
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    described = services.coordinators.group.share_group_describe(list(request.group_ids))
+    return make(schema.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE,
+                groups=tuple(_group(schema, g) for g in described))
