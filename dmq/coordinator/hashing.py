@@ -10,3 +10,8 @@ def java_string_hash(s: str) -> int:
     for i in range(0, len(data), 2):
         h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's ``Utils.abs``: Integer.MIN_VALUE is 0, not itself."""
+    return 0 if n == -(2**31) else abs(n)

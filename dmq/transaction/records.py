@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from dmq.coordinator.hashing import java_string_hash
+from dmq.coordinator.hashing import java_string_hash, kafka_abs
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
@@ -51,11 +51,6 @@ class TxnValue:
     partitions: tuple[tuple[str, tuple[int, ...]], ...]
     last_update_ms: int
     start_ms: int
-
-
-def kafka_abs(n: int) -> int:
-    """Kafka's ``Utils.abs``: Integer.MIN_VALUE is 0, not itself."""
-    return 0 if n == -(2**31) else abs(n)
 
 
 @dataclass(frozen=True, slots=True)
