@@ -62,3 +62,6 @@ class RequestContext:
     # Call once the request's ordered part is done (a produce's appends): the connection
     # may start its next request while this one waits (dmq/server/network.py).
     dispatched: Callable[[], None] = _nothing
+    # The client connection's id (dmq/server/network.py; 0: none, say a test's direct
+    # call): share sessions remember it and are released when it closes.
+    connection_id: int = 0
