@@ -4,75 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from kio.schema.errors import ErrorCode
-from support.share import InMemorySharePersister
+from support.share import TID, TP0, TP1
+from support.share import ShareEnv as Env
+from support.share import run_share_env as run
 
-from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import iter_headers
-from dmq.record.records import encode_batch
-from dmq.replication.replica_manager import ReplicaManager
-from dmq.share.manager import EARLIEST, SharePartitionManager
-from dmq.share.partition import AckBatch, AcquiredRange, RecordState, SharePartitionConfig
-from dmq.share.persister import SharePartitionKey
-from dmq.storage.log_manager import LogManager
+from dmq.share.partition import AckBatch, AcquiredRange, RecordState
 
-TID = uuid.UUID(int=7)
-TP0 = (TID, 0)
-TP1 = (TID, 1)
 ACCEPT, RELEASE = 1, 2
-
-
-class Env:
-    def __init__(self, path: Path, *, earliest: bool = True, lock_ms: int = 30_000) -> None:
-        self.lm = LogManager(str(path), lambda t: LogConfig(BrokerConfig()))
-        self.lm.load_logs(lambda t, p: "id")
-        self.rm = ReplicaManager(1, self.lm)
-        for index in (0, 1):
-            self.rm.become_leader("t", index, TID.hex, 0, [1], [1])
-        self.persister = InMemorySharePersister()
-        self.config = SharePartitionConfig(lock_duration_ms=lock_ms)
-        self.earliest = earliest
-        self.manager = self.new_manager()
-
-    def new_manager(self) -> SharePartitionManager:
-        return SharePartitionManager(
-            self.rm, self.persister, {TID: "t"}.get, config=self.config,
-            auto_offset_reset=(lambda g: EARLIEST) if self.earliest else (lambda g: "latest"))
-
-    async def init_state(self, group: str = "g", partitions: tuple[int, ...] = (0, 1)) -> None:
-        for p in partitions:
-            assert await self.persister.initialize_state(SharePartitionKey(group, TID, p), 0, -1) == 0
-
-    def produce(self, n: int, index: int = 0) -> None:
-        result = self.rm.append_to_local_log("t", index, encode_batch([(None, b"v", [])] * n, timestamp=1), 1)
-        assert result.error == ErrorCode.none
-
-    async def fetch(self, member: str = "a", partitions: tuple[tuple[uuid.UUID, int], ...] = (TP0,),
-                    max_wait_ms: int = 0, max_records: int = 500, batch_size: int = 500,
-                    group: str = "g"):  # type: ignore[no-untyped-def]
-        return await self.manager.fetch(group, member, list(partitions), max_wait_ms=max_wait_ms,
-                                        max_bytes=1 << 20, max_records=max_records, batch_size=batch_size)
-
-    def stored(self, index: int = 0, group: str = "g"):  # type: ignore[no-untyped-def]
-        return self.persister.states[SharePartitionKey(group, TID, index)]
-
-
-def run(path: Path, scenario: Callable[[Env], Awaitable[None]], **kw: object) -> None:
-    env = Env(path, **kw)  # type: ignore[arg-type]
-
-    async def main() -> None:
-        try:
-            await scenario(env)
-        finally:
-            env.manager.close()
-
-    try:
-        asyncio.run(main())
-    finally:
-        env.lm.shutdown()
 
 
 def test_earliest_acquires_whole_batches_and_returns_their_bytes(tmp_path: Path) -> None:
@@ -139,7 +81,8 @@ def test_a_failed_write_undoes_the_acknowledgement(tmp_path: Path) -> None:
         assert errors == {TP0: ErrorCode.coordinator_not_available}
         sp = env.manager.share_partition("g", TID, 0)
         assert sp is not None and sp.start_offset == 0
-        assert sp.state_of(5) is not None and sp.state_of(5).state is RecordState.ACQUIRED  # type: ignore[union-attr]
+        run5 = sp.state_of(5)
+        assert run5 is not None and run5.state is RecordState.ACQUIRED
         assert env.stored().start_offset == 0
         errors = await env.manager.acknowledge("g", "a", {TP0: [AckBatch(0, 9, (ACCEPT,))]})
         assert errors == {TP0: ErrorCode.none} and env.stored().start_offset == 10
