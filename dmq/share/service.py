@@ -12,6 +12,16 @@ acknowledgements is in it (librdkafka reports a missing one as INVALID_RECORD_ST
 
 Called by the ShareFetch and ShareAcknowledge handlers and the server's connection-
 close hook (``connection_closed``), on the event-loop thread.
+
+Wiring (the broker's part): ``BrokerServices.share = ShareService(ShareSessionCache(
+group.share.max.share.sessions), SharePartitionManager(replica_manager, persister,
+topic_name, config=SharePartitionConfig(group.share.partition.max.record.locks,
+group.share.delivery.count.limit, group.share.record.lock.duration.ms),
+auto_offset_reset=<the group's share.auto.offset.reset>))``; the Listener's
+``on_close`` calls ``connection_closed``; leadership changes may call
+``partitions.partition_changed(topic, index)`` (each operation checks leadership
+anyway); appends and high-watermark moves need nothing (the fetch purgatory carries
+them); shutdown calls ``close``.
 """
 
 from __future__ import annotations
@@ -95,6 +105,11 @@ class ShareService:
         fetched = await self.partitions.fetch(group_id, member_id, order, max_wait_ms=max_wait_ms,
                                               max_bytes=max_bytes, max_records=max_records,
                                               batch_size=max(1, batch_size), waiting=waiting)
+        if self.sessions.get(group_id, member_id) is not req.session:
+            # The session went while the fetch waited (its connection closed, a new full
+            # fetch replaced it): nobody will acknowledge what was just acquired.
+            await self.partitions.release_member(group_id, member_id,
+                                                 [tp for tp, f in fetched.items() if f.acquired])
         out: dict[TopicIdPartition, PartitionOutcome] = {}
         for tp in req.fetch:
             f = fetched[tp]

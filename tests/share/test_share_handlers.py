@@ -4,6 +4,7 @@ read back as a client would."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -199,4 +200,38 @@ def test_not_leader_names_the_current_leader_and_its_endpoint(tmp_path: Path) ->
         assert (p0.current_leader.leader_id, p0.current_leader.leader_epoch) == (2, 3)
         assert [(n.node_id, n.host, n.port, n.rack) for n in r.node_endpoints] == [(2, "h2", 9093, "r2")]
         assert got[(uuid.UUID(int=99), 0)].error_code == ErrorCode.unknown_topic_id
+    run_share_env(tmp_path, scenario)
+
+
+def test_session_limit_and_replaced_sessions(tmp_path: Path) -> None:
+    async def scenario(env: ShareEnv) -> None:
+        await env.init_state()
+        env.produce(3)
+        svc = SimpleNamespace(share=ShareService(ShareSessionCache(max_sessions=1), env.manager),
+                              metadata=Metadata())
+        await call(svc, fetch_request(0, [(TID, [(0, [])])], member="a"))
+        r = await call(svc, fetch_request(0, [(TID, [(0, [])])], member="b", max_wait_ms=20))
+        assert r.error_code == ErrorCode.share_session_limit_reached
+        # a's new full fetch replaces its session: what the old one held is released first
+        r = await call(svc, fetch_request(0, [(TID, [(0, [])])], member="a"))
+        assert [(a.first_offset, a.last_offset, a.delivery_count)
+                for a in parts(r)[(TID, 0)].acquired_records] == [(0, 2, 2)]
+    run_share_env(tmp_path, scenario)
+
+
+def test_records_acquired_after_the_session_went_are_released(tmp_path: Path) -> None:
+    async def scenario(env: ShareEnv) -> None:
+        await env.init_state()
+        svc = services(env)
+        waiting = asyncio.ensure_future(call(svc, fetch_request(0, [(TID, [(0, [])])], max_wait_ms=5000),
+                                             connection=3))
+        await asyncio.sleep(0.05)
+        svc.share.connection_closed(3)  # the client went while its fetch waited
+        env.produce(2)
+        await asyncio.wait_for(waiting, 2)
+        sp = env.manager.share_partition("g", TID, 0)
+        assert sp is not None and sp.acquired_records == 0
+        r = await call(svc, fetch_request(0, [(TID, [(0, [])])], member="other"))
+        assert [(a.first_offset, a.last_offset, a.delivery_count)
+                for a in parts(r)[(TID, 0)].acquired_records] == [(0, 1, 2)]
     run_share_env(tmp_path, scenario)
