@@ -227,6 +227,7 @@ def test_records_acquired_after_the_session_went_are_released(tmp_path: Path) ->
                                              connection=3))
         await asyncio.sleep(0.05)
         svc.share.connection_closed(3)  # the client went while its fetch waited
+        await asyncio.sleep(0.05)  # the release of what the session held is done
         env.produce(2)
         await asyncio.wait_for(waiting, 2)
         sp = env.manager.share_partition("g", TID, 0)
