@@ -218,3 +218,50 @@ def test_groups_are_independent(tmp_path: Path) -> None:
         assert (await env.fetch("a", group="g1"))[TP0].acquired == (AcquiredRange(0, 2, 1),)
         assert (await env.fetch("a", group="g2"))[TP0].acquired == (AcquiredRange(0, 2, 1),)
     run(tmp_path, scenario)
+
+
+def test_the_answer_waits_for_the_write_and_other_operations_wait_for_the_lock(tmp_path: Path) -> None:
+    async def scenario(env: Env) -> None:
+        await env.init_state()
+        env.produce(4)
+        await env.fetch("a")
+        gate = asyncio.Event()
+        write = env.persister.write_state
+
+        async def slow_write(*args: object, **kw: object) -> ErrorCode:
+            await gate.wait()
+            return await write(*args, **kw)  # type: ignore[arg-type]
+
+        env.persister.write_state = slow_write  # type: ignore[method-assign]
+        ack = asyncio.ensure_future(env.manager.acknowledge("g", "a", {TP0: [AckBatch(0, 3, (RELEASE,))]}))
+        await asyncio.sleep(0.01)  # the acknowledgement holds the lock, its write pending
+        other = asyncio.ensure_future(env.fetch("b"))
+        await asyncio.sleep(0.05)
+        assert not ack.done() and not other.done()  # the fetch waits for the share-partition's lock
+        gate.set()
+        assert await ack == {TP0: ErrorCode.none}
+        assert (await other)[TP0].acquired == (AcquiredRange(0, 3, 2),)  # sees the release
+    run(tmp_path, scenario)
+
+
+def test_a_lock_that_expired_during_a_failed_write_expires_after_the_undo(tmp_path: Path) -> None:
+    async def scenario(env: Env) -> None:
+        await env.init_state()
+        env.produce(2)
+        await env.fetch("a")
+        gate = asyncio.Event()
+
+        async def failing_write(*args: object, **kw: object) -> ErrorCode:
+            await gate.wait()
+            return ErrorCode.coordinator_not_available
+
+        write = env.persister.write_state
+        env.persister.write_state = failing_write  # type: ignore[method-assign]
+        ack = asyncio.ensure_future(env.manager.acknowledge("g", "a", {TP0: [AckBatch(0, 1, (ACCEPT,))]}))
+        await asyncio.sleep(0.15)  # the lock (50 ms) expires while the write is pending
+        env.persister.write_state = write  # type: ignore[method-assign]
+        gate.set()
+        assert await ack == {TP0: ErrorCode.coordinator_not_available}
+        await asyncio.sleep(0.05)
+        assert (await env.fetch("b"))[TP0].acquired == (AcquiredRange(0, 1, 2),)
+    run(tmp_path, scenario, lock_ms=50)
