@@ -48,6 +48,8 @@ from dmq.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    share_acknowledge,
+    share_fetch,
     share_group_describe,
     share_group_heartbeat,
     sync_group,
@@ -66,7 +68,7 @@ HANDLERS: dict[int, ModuleType] = {
         list_partition_reassignments, elect_leaders, list_transactions,
         add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
         describe_transactions, describe_producers, check_transactions,
-        share_group_heartbeat, share_group_describe,
+        share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
     )
 }
 

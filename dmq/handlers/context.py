@@ -13,6 +13,7 @@ from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.share.service import ShareService
 from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TransactionCoordinator
 
@@ -20,9 +21,9 @@ NO_THROTTLE = timedelta(0)
 
 # KIP-932 share groups. ApiVersions lists exactly what is implemented and tested, and a
 # share consumer (librdkafka's ShareConsumer) needs ShareFetch and ShareAcknowledge as
-# well as ShareGroupHeartbeat: until those handlers exist the share-group APIs are
-# registered (a client that sends them is answered) but not advertised. Set True once
-# ShareFetch (78) and ShareAcknowledge (79) land; every share handler reads this flag.
+# well as ShareGroupHeartbeat: the share-group APIs are registered (a client that sends
+# them is answered) but not advertised until the broker has a share persister and gives
+# its handlers a share service (``BrokerServices.share``). Every share handler reads this flag.
 SHARE_GROUPS_ADVERTISED = False
 
 
@@ -49,6 +50,10 @@ class BrokerServices:
     transactions: TransactionCoordinator
     # api_key -> (min_version, max_version): what ApiVersions advertises.
     supported_apis: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Share sessions and share-partitions (ShareFetch, ShareAcknowledge); None until the
+    # broker has a share persister: those APIs then answer UNSUPPORTED_VERSION, as Kafka
+    # does with share groups disabled.
+    share: ShareService | None = None
 
 
 @dataclass(slots=True)
@@ -62,3 +67,6 @@ class RequestContext:
     # Call once the request's ordered part is done (a produce's appends): the connection
     # may start its next request while this one waits (dmq/server/network.py).
     dispatched: Callable[[], None] = _nothing
+    # The client connection's id (dmq/server/network.py; 0: none, say a test's direct
+    # call): share sessions remember it and are released when it closes.
+    connection_id: int = 0

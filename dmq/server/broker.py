@@ -361,7 +361,8 @@ class Broker:
 
     # ---------------------------------------------------------------- dispatch
 
-    async def dispatch(self, frame: bytes, peer: str, dispatched: Callable[[], None] = lambda: None) -> object:
+    async def dispatch(self, frame: bytes, peer: str, dispatched: Callable[[], None] = lambda: None,
+                       connection_id: int = 0) -> object:
         try:
             api_key, version, correlation_id = peek_header(frame)
         except FrameError as e:
@@ -388,7 +389,8 @@ class Broker:
                         peer, e, frame[:96].hex())
             return CLOSE
         ctx = RequestContext(api_key, version, correlation_id, header.client_id,
-                             peer.rsplit(":", 1)[0], response_module(api_key, version), dispatched)
+                             peer.rsplit(":", 1)[0], response_module(api_key, version), dispatched,
+                             connection_id)
         try:
             response = await handler.handle(self.services, ctx, request)
         except CloseConnection as e:

@@ -18,13 +18,16 @@ unanswered, at most ``MAX_QUEUED_FRAMES`` read and not started (then reading
 pauses), and nothing new starts while the transport's write buffer is above
 its high-water mark (a client that does not read its responses stops being
 read). The server knows nothing of an API's meaning: it hands each frame to a
-``Dispatch`` and writes back what it returns. Frames above
+``Dispatch`` and writes back what it returns. Each connection has an id (unique
+in the process), handed to the dispatcher with every frame; ``on_close(id)`` is
+called once when the connection is lost (share sessions are released then). Frames above
 ``socket.request.max.bytes`` or with a negative size close the connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import socket
@@ -35,9 +38,11 @@ from typing import Any
 log = logging.getLogger("dmq.server")
 
 # What a dispatcher returns: response bytes, None (no response) or CLOSE. Its third
-# argument is the request's ``dispatched`` callback.
+# argument is the request's ``dispatched`` callback, its fourth the connection's id.
 CLOSE = object()
-Dispatch = Callable[[bytes, str, Callable[[], None]], Coroutine[Any, Any, object]]
+Dispatch = Callable[[bytes, str, Callable[[], None], int], Coroutine[Any, Any, object]]
+CloseHook = Callable[[int], None]
+_connection_ids = itertools.count(1)
 
 MAX_QUEUED_FRAMES = 64
 MAX_IN_FLIGHT = 32
@@ -47,8 +52,10 @@ SPLICE_MIN_BYTES = 64 * 1024
 
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatch: Dispatch, max_request_bytes: int,
-                 connections: set[KafkaConnection]) -> None:
+                 connections: set[KafkaConnection], on_close: CloseHook | None = None) -> None:
+        self.id = next(_connection_ids)
         self.dispatch = dispatch
+        self.on_close = on_close
         self.max_request_bytes = max_request_bytes
         self.connections = connections
         self.buffer = bytearray()
@@ -79,6 +86,11 @@ class KafkaConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.connections.discard(self)
+        if self.on_close is not None:
+            try:
+                self.on_close(self.id)
+            except Exception:
+                log.exception("connection close hook failed for %s", self.peer)
         self.frames.clear()
         if self.worker is not None and not self.worker.done():
             self.worker.cancel()
@@ -142,7 +154,7 @@ class KafkaConnection(asyncio.Protocol):
                     if not f.done():
                         f.set_result(None)
 
-                task = loop.create_task(self.dispatch(frame, self.peer, signal))
+                task = loop.create_task(self.dispatch(frame, self.peer, signal, self.id))
                 self.in_flight.append(task)
                 task.add_done_callback(self._completed)
                 task.add_done_callback(signal)  # a request that completes is dispatched too
@@ -231,10 +243,12 @@ class KafkaConnection(asyncio.Protocol):
 
 
 class Listener:
-    def __init__(self, host: str, port: int, dispatch: Dispatch, max_request_bytes: int) -> None:
+    def __init__(self, host: str, port: int, dispatch: Dispatch, max_request_bytes: int,
+                 on_close: CloseHook | None = None) -> None:
         self.host = host
         self.port = port
         self.dispatch = dispatch
+        self.on_close = on_close
         self.max_request_bytes = max_request_bytes
         self.connections: set[KafkaConnection] = set()
         self.server: asyncio.base_events.Server | None = None
@@ -242,7 +256,8 @@ class Listener:
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
-            lambda: KafkaConnection(self.dispatch, self.max_request_bytes, self.connections),
+            lambda: KafkaConnection(self.dispatch, self.max_request_bytes, self.connections,
+                                    self.on_close),
             self.host, self.port, reuse_address=True, backlog=1024,
         )
         sockname = self.server.sockets[0].getsockname()

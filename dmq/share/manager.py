@@ -1,0 +1,437 @@
+"""SharePartitionManager: the share-partitions this broker leads (Kafka's SharePartitionManager).
+
+A share-partition (share group x topic-partition) lives on the topic-partition's leader
+as a ``SharePartition`` (dmq/share/partition.py), created lazily by the first fetch or
+acknowledgement that names it: its state is read through the ``SharePersister``; a
+state without a start offset starts where the group's ``share.auto.offset.reset`` says
+(latest: the high watermark; earliest: the log start).
+
+Operations on one share-partition are serialised by its ``asyncio.Lock``: acquiring
+(read the log from ``next_fetch_offset`` up to the high watermark, read_uncommitted,
+and acquire whole batches), acknowledging (apply, write the new state through the
+persister, answer only then; a failed write is undone with ``checkpoint``/``restore``),
+releasing a member's records (its session closed) and expiring locks (a
+``loop.call_later`` timer on ``next_lock_deadline``). Every write is the whole window
+(``SharePartition.snapshot``).
+
+Long-poll: a fetch that acquired nothing waits, up to its MaxWaitMs, in the replica
+manager's fetch purgatory on its topic-partitions, so appends and high-watermark moves
+(which wake that purgatory already) wake it, as do records this manager makes available
+again (released, expired) and leadership changes.
+
+Leadership: each operation checks that this broker still leads the topic-partition in
+the leader epoch the share-partition was loaded in; if not, the share-partition is
+dropped (NOT_LEADER_OR_FOLLOWER, or loaded again in the new epoch). A persister
+answering FENCED_LEADER_EPOCH or FENCED_STATE_EPOCH drops it too (NOT_LEADER_OR_FOLLOWER
+to the client, as Kafka). ``partition_changed`` drops them at once (the broker's
+metadata listener may call it; the checks make it optional).
+
+Event-loop thread only. Called by the ShareFetch/ShareAcknowledge handlers (``fetch``,
+``acknowledge``, ``release_member``) and the connection-close hook (``release_member``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from dmq.record.batch import iter_headers
+from dmq.replication.partition import Partition, PartitionError
+from dmq.replication.replica_manager import ReplicaManager
+from dmq.share.partition import (
+    AckBatch,
+    AcquiredRange,
+    LogBatch,
+    PersistedState,
+    SharePartition,
+    SharePartitionConfig,
+)
+from dmq.share.persister import SharePartitionKey, SharePersister
+from dmq.share.session import TopicIdPartition
+
+log = logging.getLogger("dmq.share")
+
+LATEST = "latest"
+EARLIEST = "earliest"
+
+_FENCED = (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch)
+_COORDINATOR = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                ErrorCode.coordinator_load_in_progress)
+
+
+def client_error(persister_error: ErrorCode) -> ErrorCode:
+    """What a client is told when the persister answers ``persister_error`` (Kafka's
+    SharePartition.fetchPersisterError)."""
+    if persister_error in _FENCED:
+        return ErrorCode.not_leader_or_follower
+    if persister_error in _COORDINATOR:
+        return ErrorCode.coordinator_not_available
+    if persister_error is ErrorCode.unknown_topic_or_partition:
+        return ErrorCode.unknown_topic_or_partition
+    return ErrorCode.unknown_server_error
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionFetch:
+    """One partition of a ShareFetch answer: ``records`` the log batches overlapping
+    ``acquired`` (b"" when nothing was acquired: never null)."""
+    error: ErrorCode = ErrorCode.none
+    records: bytes = b""
+    acquired: tuple[AcquiredRange, ...] = ()
+    error_message: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    key: SharePartitionKey
+    topic: str
+    index: int
+    partition: Partition  # the replica manager's object it was loaded from
+    leader_epoch: int
+    sp: SharePartition
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    state_epoch: int = 0
+    dropped: bool = False
+    released: int = 0  # bumped when records become available again (wakes long polls)
+    timer: asyncio.TimerHandle | None = None
+
+
+class SharePartitionManager:
+    """The share-partitions led here, by ``(group_id, topic_id, partition)``.
+
+    Invariants: an entry in ``_entries`` is not ``dropped``; its SharePartition is only
+    touched while its lock is held (the lock is held across the persister's awaits, so
+    a write's outcome is applied before anyone else looks); an entry's timer, when set,
+    fires at its earliest lock deadline. ``topic_name`` resolves a topic id to its name
+    in the cluster's metadata (None: unknown); ``auto_offset_reset(group_id)`` is the
+    group's ``share.auto.offset.reset`` ("latest" or "earliest").
+    """
+
+    def __init__(self, replica_manager: ReplicaManager, persister: SharePersister,
+                 topic_name: Callable[[uuid.UUID], str | None], *,
+                 config: SharePartitionConfig | None = None,
+                 auto_offset_reset: Callable[[str], str] = lambda group_id: LATEST,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.replica_manager = replica_manager
+        self.persister = persister
+        self.topic_name = topic_name
+        self.config = config or SharePartitionConfig()
+        self.auto_offset_reset = auto_offset_reset
+        self.now_ms = now_ms
+        self._entries: dict[tuple[str, uuid.UUID, int], _Entry] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def lock_duration_ms(self) -> int:
+        """ShareFetch's AcquisitionLockTimeoutMs."""
+        return self.config.lock_duration_ms
+
+    def share_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartition | None:
+        """The loaded share-partition (for tests and describe paths); None if not loaded."""
+        entry = self._entries.get((group_id, topic_id, partition))
+        return entry.sp if entry is not None else None
+
+    # ------------------------------------------------------------------ fetching
+
+    async def fetch(self, group_id: str, member_id: str, partitions: Sequence[TopicIdPartition], *,
+                    max_wait_ms: int, max_bytes: int, max_records: int, batch_size: int,
+                    waiting: Callable[[], None] | None = None) -> dict[TopicIdPartition, PartitionFetch]:
+        """Acquire records for ``member_id`` across ``partitions`` (in that order, within
+        ``max_records``, soft, and ``max_bytes``). When nothing was acquired and nothing
+        failed, wait up to ``max_wait_ms`` for new data or released records, calling
+        ``waiting`` first, and try again."""
+        deadline = time.monotonic() + max_wait_ms / 1000.0
+        waited = False
+        while True:
+            results = await self._fetch_pass(group_id, member_id, partitions, max_bytes, max_records,
+                                             batch_size)
+            if any(r.acquired or r.error is not ErrorCode.none for r in results.values()):
+                return results
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not partitions:
+                return results
+            if not waited and waiting is not None:
+                waiting()
+            waited = True
+            if not await self._wait_for_more(group_id, partitions, remaining):
+                return results  # timed out: the pass before the wait answered nothing new
+
+    async def _fetch_pass(self, group_id: str, member_id: str, partitions: Sequence[TopicIdPartition],
+                          max_bytes: int, max_records: int,
+                          batch_size: int) -> dict[TopicIdPartition, PartitionFetch]:
+        results: dict[TopicIdPartition, PartitionFetch] = {}
+        bytes_left, records_left = max_bytes, max_records
+        for tp in partitions:
+            if records_left <= 0 or bytes_left <= 0:
+                results[tp] = PartitionFetch()
+                continue
+            entry, error = await self._lock_entry(group_id, tp)
+            if entry is None:
+                results[tp] = PartitionFetch(error)
+                continue
+            try:
+                result = self._acquire(entry, member_id, bytes_left, records_left, batch_size)
+            finally:
+                entry.lock.release()
+            results[tp] = result
+            records_left -= sum(r.last - r.first + 1 for r in result.acquired)
+            bytes_left -= len(result.records)
+        return results
+
+    def _acquire(self, entry: _Entry, member_id: str, max_bytes: int, max_records: int,
+                 batch_size: int) -> PartitionFetch:
+        sp, partition = entry.sp, entry.partition
+        log_start = partition.log.log_start_offset
+        if log_start > sp.start_offset:
+            sp.log_start_moved(log_start)
+        offset = sp.next_fetch_offset()
+        if offset > partition.log.log_end_offset:
+            return PartitionFetch()  # the log was truncated below the window: nothing to read yet
+        res = partition.read(offset, max_bytes, min_one_batch=True)
+        if res.error is ErrorCode.offset_out_of_range:
+            sp.log_start_moved(res.log_start_offset)  # Kafka: empty, error NONE
+            return PartitionFetch()
+        if res.error is not ErrorCode.none:
+            return PartitionFetch(res.error)
+        if res.data is None or res.data.length == 0:
+            return PartitionFetch()
+        data = res.data.read()
+        headers = iter_headers(data)
+        batches = [LogBatch(h.base_offset, h.last_offset, h.is_control) for _, h in headers]
+        acquired = sp.acquire(member_id, offset, batches, max_records, batch_size, self.now_ms()).ranges
+        if not acquired:
+            return PartitionFetch()
+        self._schedule(entry)
+        parts = [data[pos:pos + h.size] for pos, h in headers
+                 if any(a.first <= h.last_offset and h.base_offset <= a.last for a in acquired)]
+        return PartitionFetch(records=b"".join(parts), acquired=acquired)
+
+    async def _wait_for_more(self, group_id: str, partitions: Sequence[TopicIdPartition],
+                             timeout_s: float) -> bool:
+        """Wait until a partition's visible data grows, records are released, or its
+        leadership changes (True), or ``timeout_s`` passes (False)."""
+        watched: list[tuple[tuple[str, int], Partition | None, int, _Entry | None, int]] = []
+        for topic_id, index in partitions:
+            topic = self.topic_name(topic_id)
+            if topic is None:
+                continue
+            p = self.replica_manager.get_partition(topic, index)
+            entry = self._entries.get((group_id, topic_id, index))
+            watched.append(((topic, index), p, p.visible_bytes if p is not None else 0,
+                            entry, entry.released if entry is not None else 0))
+        if not watched:
+            return False
+
+        def changed() -> bool:
+            for key, p, visible, entry, released in watched:
+                now = self.replica_manager.get_partition(*key)
+                if now is not p or now is None or not now.is_leader or now.visible_bytes != visible:
+                    return True
+                if entry is not None and (entry.dropped or entry.released != released):
+                    return True
+            return False
+
+        keys = [w[0] for w in watched]
+        return await self.replica_manager.fetch_purgatory.wait_until(keys, timeout_s, changed)
+
+    # ------------------------------------------------------------------ acknowledging
+
+    async def acknowledge(self, group_id: str, member_id: str,
+                          acks: Mapping[TopicIdPartition, Sequence[AckBatch]]) -> dict[TopicIdPartition, ErrorCode]:
+        """Apply each partition's acknowledgements, all or nothing per partition, and
+        answer once the new state is written (or the change is undone)."""
+        items = list(acks.items())
+        errors = await asyncio.gather(*(self._acknowledge_one(group_id, member_id, tp, batches)
+                                        for tp, batches in items))
+        return {tp: e for (tp, _), e in zip(items, errors, strict=True)}
+
+    async def _acknowledge_one(self, group_id: str, member_id: str, tp: TopicIdPartition,
+                               batches: Sequence[AckBatch]) -> ErrorCode:
+        entry, error = await self._lock_entry(group_id, tp)
+        if entry is None:
+            return error
+        try:
+            saved = entry.sp.checkpoint()
+            change = entry.sp.acknowledge(member_id, batches, self.now_ms())
+            if change.error is not ErrorCode.none:
+                return change.error
+            if change.persist:
+                written = await self._write(entry)
+                if written is not ErrorCode.none:
+                    if not entry.dropped:
+                        entry.sp.restore(saved)
+                    return client_error(written)
+            self._records_changed(entry)
+            return ErrorCode.none
+        finally:
+            entry.lock.release()
+
+    # ------------------------------------------------------------------ releasing
+
+    async def release_member(self, group_id: str, member_id: str,
+                             partitions: Sequence[TopicIdPartition]) -> None:
+        """The member's share session closed: its records on ``partitions`` loaded here
+        are available again (archived at the delivery limit), and the state written
+        (a failed write is not undone, as for an expired lock)."""
+        await asyncio.gather(*(self._release_one(group_id, member_id, tp) for tp in partitions))
+
+    async def _release_one(self, group_id: str, member_id: str, tp: TopicIdPartition) -> None:
+        entry = self._entries.get((group_id, *tp))
+        if entry is None:
+            return
+        async with entry.lock:
+            if entry.dropped:
+                return
+            change = entry.sp.release_member(member_id)
+            if change.persist:
+                await self._write(entry)
+            self._records_changed(entry)
+
+    def partition_changed(self, topic: str, index: int) -> None:
+        """This broker stopped leading ``topic``-``index`` (or it moved to a new epoch, or
+        was deleted): its share-partitions are dropped, their locks with them."""
+        for entry in [e for e in self._entries.values() if (e.topic, e.index) == (topic, index)]:
+            self._drop(entry)
+
+    def close(self) -> None:
+        """Shutdown: every share-partition dropped, timers and expiry tasks cancelled."""
+        for entry in list(self._entries.values()):
+            self._drop(entry)
+        for task in list(self._tasks):
+            task.cancel()
+
+    # ------------------------------------------------------------------ internals
+
+    async def _lock_entry(self, group_id: str, tp: TopicIdPartition) -> tuple[_Entry | None, ErrorCode]:
+        """The share-partition of ``tp``, loaded, with its lock held; or an error."""
+        topic_id, index = tp
+        topic = self.topic_name(topic_id)
+        if topic is None:
+            return None, ErrorCode.unknown_topic_id
+        for _ in range(3):
+            try:
+                partition = self.replica_manager.leader_partition(topic, index)
+            except PartitionError as e:
+                self.partition_changed(topic, index)
+                return None, e.error
+            key = (group_id, topic_id, index)
+            entry = self._entries.get(key)
+            if entry is not None and (entry.partition is not partition
+                                      or entry.leader_epoch != partition.leader_epoch):
+                self._drop(entry)
+                entry = None
+            if entry is None:
+                entry = _Entry(SharePartitionKey(group_id, topic_id, index), topic, index, partition,
+                               partition.leader_epoch, SharePartition(self.config))
+                self._entries[key] = entry
+            await entry.lock.acquire()
+            if entry.dropped:
+                entry.lock.release()
+                continue
+            if entry.sp.initialized:
+                return entry, ErrorCode.none
+            error = await self._load(entry)
+            if error is ErrorCode.none:
+                return entry, error
+            self._drop(entry)
+            entry.lock.release()
+            return None, error
+        return None, ErrorCode.not_leader_or_follower
+
+    async def _load(self, entry: _Entry) -> ErrorCode:
+        result = await self.persister.read_state(entry.key, entry.leader_epoch)
+        if result.error is not ErrorCode.none:
+            log.info("share-partition %s: reading its state failed: %s %s", entry.key, result.error.name,
+                     result.error_message or "")
+            return client_error(result.error)
+        if entry.dropped:
+            return ErrorCode.not_leader_or_follower
+        log_start = entry.partition.log.log_start_offset
+        reset = log_start
+        if result.start_offset < 0:
+            policy = self.auto_offset_reset(entry.key.group_id)
+            reset = entry.partition.high_watermark if policy != EARLIEST else log_start
+        try:
+            change = entry.sp.initialize(PersistedState(result.start_offset, result.state_batches), reset)
+        except ValueError as e:
+            log.error("share-partition %s: unusable persisted state: %s", entry.key, e)
+            return ErrorCode.unknown_server_error
+        entry.state_epoch = result.state_epoch
+        if log_start > entry.sp.start_offset:
+            entry.sp.log_start_moved(log_start)
+        if change.persist or result.start_offset < 0:
+            # The start the reset policy chose is written at once: a later leader must not
+            # choose again ("latest" would skip what was produced meanwhile).
+            written = await self._write(entry)
+            if written in _FENCED:
+                return client_error(written)
+        return ErrorCode.none
+
+    async def _write(self, entry: _Entry) -> ErrorCode:
+        """Write the whole window; a fenced answer drops the share-partition."""
+        snapshot = entry.sp.snapshot()
+        try:
+            error = await self.persister.write_state(
+                entry.key, entry.state_epoch, entry.leader_epoch, snapshot.start_offset,
+                snapshot.state_batches, snapshot.delivery_complete_count)
+        except Exception:  # noqa: BLE001 - the contract answers codes; a bug must not wedge the lock
+            log.exception("share-partition %s: writing its state failed", entry.key)
+            return ErrorCode.unknown_server_error
+        if error in _FENCED:
+            log.info("share-partition %s: fenced by the share coordinator (%s); dropped",
+                     entry.key, error.name)
+            self._drop(entry)
+        elif error is not ErrorCode.none:
+            log.info("share-partition %s: writing its state failed: %s", entry.key, error.name)
+        return error
+
+    def _records_changed(self, entry: _Entry) -> None:
+        """Records may be available again: wake long polls, re-arm the lock timer."""
+        entry.released += 1
+        self._schedule(entry)
+        self.replica_manager.fetch_purgatory.check_and_complete((entry.topic, entry.index))
+
+    def _schedule(self, entry: _Entry) -> None:
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+        if entry.dropped:
+            return
+        deadline = entry.sp.next_lock_deadline()
+        if deadline is None:
+            return
+        delay = max(0, deadline - self.now_ms()) / 1000.0
+        entry.timer = asyncio.get_running_loop().call_later(delay, self._on_timer, entry)
+
+    def _on_timer(self, entry: _Entry) -> None:
+        entry.timer = None
+        if entry.dropped:
+            return
+        task = asyncio.get_running_loop().create_task(self._expire(entry))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _expire(self, entry: _Entry) -> None:
+        async with entry.lock:
+            if entry.dropped:
+                return
+            change = entry.sp.expire_locks(self.now_ms())
+            if change.persist:
+                await self._write(entry)  # the expiry stands even if the write fails, as in Kafka
+            self._records_changed(entry)
+
+    def _drop(self, entry: _Entry) -> None:
+        entry.dropped = True
+        if entry.timer is not None:
+            entry.timer.cancel()
+            entry.timer = None
+        key = (entry.key.group_id, entry.key.topic_id, entry.key.partition)
+        if self._entries.get(key) is entry:
+            del self._entries[key]
+        self.replica_manager.fetch_purgatory.check_and_complete((entry.topic, entry.index))
