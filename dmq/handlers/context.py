@@ -13,6 +13,7 @@ from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.share.coordinator import ShareCoordinator
 from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TransactionCoordinator
 
@@ -49,6 +50,8 @@ class BrokerServices:
     transactions: TransactionCoordinator
     # api_key -> (min_version, max_version): what ApiVersions advertises.
     supported_apis: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # The share coordinator (``__share_group_state``); None where a test builds services without one.
+    share_coordinator: ShareCoordinator | None = None
 
 
 @dataclass(slots=True)
