@@ -139,7 +139,7 @@ class BrokerSharePersister:
                     result = from_partition(partition)
                 except _Unreachable:
                     result = from_error(ErrorCode.coordinator_not_available)
-            error = result if isinstance(result, ErrorCode) else result.error  # type: ignore[attr-defined]
+            error = result if isinstance(result, ErrorCode) else getattr(result, "error", None)
             if error not in RETRIABLE or time.monotonic() >= deadline:
                 return result
             await asyncio.sleep(self.retry_backoff_s)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
@@ -215,3 +216,11 @@ def test_any_sequence_of_operations_then_a_reload_from_the_records_reads_the_sam
             assert all(a.last_offset < b.first_offset for a, b in zip(bs, bs[1:], strict=False))
             assert all(b.first_offset >= state.start_offset for b in bs) or state.start_offset == -1
             assert merge_batches((), bs, state.start_offset) == bs
+
+
+def test_a_coordinator_key_parses_back() -> None:
+    key = rec.coordinator_key("a:b", TOPIC, 12)
+    assert rec.parse_coordinator_key(key) == ("a:b", TOPIC, 12)
+    for bad in ("", "g:0", "g:!!:0", ":" + rec.topic_id_string(TOPIC) + ":0", "g:" + rec.topic_id_string(TOPIC) + ":x"):
+        with pytest.raises(ValueError):
+            rec.parse_coordinator_key(bad)

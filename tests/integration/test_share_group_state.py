@@ -1,7 +1,7 @@
 """The share coordinator over the wire: InitializeShareGroupState (83), ReadShareGroupState
-(84), WriteShareGroupState (85), DeleteShareGroupState (86) and
-ReadShareGroupStateSummary (87) against a real ``dmq server``, and the state surviving a
-SIGKILL and a restart on the same data directory."""
+(84), WriteShareGroupState (85), DeleteShareGroupState (86),
+ReadShareGroupStateSummary (87) and FindCoordinator v6's share key type against a real
+``dmq server``, and the state surviving a SIGKILL and a restart on the same data directory."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from kio.schema.write_share_group_state.v1 import request as write_req
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
-from dmq.protocol.codec import make
+from dmq.protocol.codec import make, request_class
+from dmq.share.records import coordinator_key
 
 GROUP = "sg"
 NUM_STATE_PARTITIONS = 5
@@ -128,3 +129,16 @@ def test_state_over_the_wire_with_fencing_and_a_crash_restart(broker: BrokerProc
         assert (gone.state_epoch, gone.start_offset, batches(gone)) == (0, -1, [])
         assert write(c, topic_id, 1, 2, 4, 50, []) == ErrorCode.invalid_request
     assert "Traceback" not in broker.log_text()
+
+
+def test_find_coordinator_v6_finds_a_share_partitions_state_coordinator(broker: BrokerProcess) -> None:
+    with WireClient("127.0.0.1", broker.port) as c:
+        topic_id = create_topic(c, "found", 1)
+        key = coordinator_key("my:group", topic_id, 0)  # a group id may hold colons
+        resp = c.request(make(request_class(10, 6), key_type=2, coordinator_keys=(key, "nonsense", "g:x:0")))
+        found, bad, bad_id = resp.coordinators
+        assert (ErrorCode(found.error_code), found.port) == (ErrorCode.none, broker.port)
+        assert ErrorCode(bad.error_code) == ErrorCode.invalid_request
+        assert ErrorCode(bad_id.error_code) == ErrorCode.invalid_request
+        old = c.request(make(request_class(10, 5), key_type=2, coordinator_keys=(key,)))
+        assert ErrorCode(old.coordinators[0].error_code) == ErrorCode.invalid_request  # SHARE needs v6
