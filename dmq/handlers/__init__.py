@@ -4,7 +4,8 @@ Each module defines ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async handle(services, ctx, request) -> response | None`` (None: no response,
 as for acks=0 Produce). ApiVersions advertises exactly this registry, except
 modules with ``ADVERTISED = False``: dmq's own extension APIs (only
-``dmq.client`` sends them) and the share-group APIs until a share consumer can
+``dmq.client`` sends them), the share coordinator's inter-broker APIs (83-87, sent
+by brokers' share persisters only) and the share-group APIs until a share consumer can
 work end to end (``context.SHARE_GROUPS_ADVERTISED``).
 """
 
@@ -23,6 +24,7 @@ from dmq.handlers import (
     create_topics,
     delete_groups,
     delete_records,
+    delete_share_group_state,
     delete_topics,
     describe_cluster,
     describe_configs,
@@ -36,6 +38,7 @@ from dmq.handlers import (
     heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    initialize_share_group_state,
     join_group,
     leave_group,
     list_groups,
@@ -48,12 +51,15 @@ from dmq.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    read_share_group_state,
+    read_share_group_state_summary,
     share_acknowledge,
     share_fetch,
     share_group_describe,
     share_group_heartbeat,
     sync_group,
     txn_offset_commit,
+    write_share_group_state,
     write_txn_markers,
 )
 
@@ -69,6 +75,9 @@ HANDLERS: dict[int, ModuleType] = {
         add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
         describe_transactions, describe_producers, check_transactions,
         share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
+        share_group_heartbeat, share_group_describe,
+        initialize_share_group_state, read_share_group_state, write_share_group_state,
+        delete_share_group_state, read_share_group_state_summary,
     )
 }
 

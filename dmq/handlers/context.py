@@ -13,6 +13,7 @@ from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.share.coordinator import ShareCoordinator
 from dmq.share.service import ShareService
 from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TransactionCoordinator
@@ -54,6 +55,8 @@ class BrokerServices:
     # broker has a share persister: those APIs then answer UNSUPPORTED_VERSION, as Kafka
     # does with share groups disabled.
     share: ShareService | None = None
+    # The share coordinator (``__share_group_state``); None where a test builds services without one.
+    share_coordinator: ShareCoordinator | None = None
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
-"""FindCoordinator (10): the broker coordinating a group or a transactional id (single keys,
-or batched in v4)."""
+"""FindCoordinator (10): the broker coordinating a group, a transactional id or (v6, KIP-932)
+a share-partition's state, key ``group:topicId:partition`` (single keys, or batched in v4)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,30 @@ from kio.schema.errors import ErrorCode
 
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
+from dmq.share.persister import SharePartitionKey
+from dmq.share.records import parse_coordinator_key
 
 API_KEY = 10
 MIN_VERSION = 0
-MAX_VERSION = 4
+MAX_VERSION = 6
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
 
 
-async def _lookup(services: BrokerServices, key: str, key_type: int) -> tuple[ErrorCode, str | None, int, str, int]:
-    if key_type == KEY_TYPE_TRANSACTION:
+async def _lookup(services: BrokerServices, key: str, key_type: int,
+                  version: int) -> tuple[ErrorCode, str | None, int, str, int]:
+    if key_type == KEY_TYPE_SHARE:
+        if version < 6 or services.share_coordinator is None:
+            return ErrorCode.invalid_request, "share coordinator keys need FindCoordinator v6", -1, "", -1
+        try:
+            group_id, topic_id, partition = parse_coordinator_key(key)
+        except ValueError:
+            return ErrorCode.invalid_request, f"not a share-partition key: {key!r}", -1, "", -1
+        node = await services.share_coordinator.coordinator_node(
+            SharePartitionKey(group_id, topic_id, partition))
+    elif key_type == KEY_TYPE_TRANSACTION:
         if not key:
             return ErrorCode.invalid_request, "empty transactional id", -1, "", -1
         node = await services.transactions.coordinator_node(key)
@@ -40,11 +53,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            error, message, node_id, host, port = await _lookup(services, key, key_type)
+            error, message, node_id, host, port = await _lookup(services, key, key_type, ctx.api_version)
             coordinators.append(make(schema.Coordinator, key=key, node_id=node_id, host=host, port=port,
                                      error_code=error, error_message=message))
         return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
                     coordinators=tuple(coordinators))
-    error, message, node_id, host, port = await _lookup(services, request.key, key_type)
+    error, message, node_id, host, port = await _lookup(services, request.key, key_type, ctx.api_version)
     return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
                 error_message=message, node_id=node_id, host=host, port=port)

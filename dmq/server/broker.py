@@ -27,6 +27,7 @@ import logging
 import os
 import signal
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -62,6 +63,8 @@ from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, Listener
+from dmq.share.broker_persister import BrokerSharePersister
+from dmq.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, ShareCoordinatorConfig
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
@@ -231,12 +234,28 @@ class Broker:
         self.transaction_coordinator = TransactionCoordinator(
             txn_config, self.transaction_topic, self.producer_ids.generate, self.store,
             int(self.config["offsets.commit.timeout.ms"]))
+        share_state_topic = self.store.topic(SHARE_STATE_TOPIC)
+        share_config = ShareCoordinatorConfig(
+            num_partitions=len(share_state_topic.partitions) if share_state_topic
+            else int(self.config["share.coordinator.state.topic.num.partitions"]))
+        self.share_state_topic = InternalTopic(
+            SHARE_STATE_TOPIC, self.replica_manager, self.admin_manager, share_config.num_partitions,
+            int(self.config["share.coordinator.state.topic.segment.bytes"]),
+            int(self.config["share.coordinator.state.topic.replication.factor"]),
+            int(self.config["offsets.commit.timeout.ms"]), "share.coordinator.state.topic.replication.factor",
+            int(self.config["share.coordinator.state.topic.min.isr"]))
+        self.share_coordinator = ShareCoordinator(
+            share_config, self.share_state_topic, self.store, self._share_partition_exists,
+            int(self.config["offsets.commit.timeout.ms"]))
+        self.share_persister = BrokerSharePersister(self.broker_id, self.store, self.share_coordinator)
 
         def on_internal_leadership(topic: str, led: dict[int, int]) -> None:
             if topic == OFFSETS_TOPIC:
                 self.coordinators.set_led_partitions(led)
             elif topic == TRANSACTION_STATE_TOPIC:
                 self.transaction_coordinator.set_led(led)
+            elif topic == SHARE_STATE_TOPIC:
+                self.share_coordinator.set_led(led)
 
         backend.attach(self.replica_manager, self.fetchers, on_internal_leadership)
         self.services = BrokerServices(
@@ -244,7 +263,7 @@ class Broker:
             admin_manager=self.admin_manager, replica_manager=self.replica_manager,
             log_manager=self.log_manager, producer_ids=self.producer_ids,
             coordinators=self.coordinators, transactions=self.transaction_coordinator,
-            supported_apis=supported_apis(),
+            supported_apis=supported_apis(), share_coordinator=self.share_coordinator,
         )
         self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services)
         self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)
@@ -338,6 +357,11 @@ class Broker:
         """A topic's id and partition count, for the share groups' assignor."""
         meta = self.store.topic(name)
         return ShareTopic(meta.uuid, len(meta.partitions)) if meta is not None else None
+
+    def _share_partition_exists(self, topic_id: uuid.UUID, partition: int) -> bool:
+        """Whether a share-partition's data partition exists (the share coordinator's check)."""
+        meta = self.store.topic_by_id(topic_id)
+        return meta is not None and partition in meta.partitions
 
     def _metadata_event(self, what: str) -> None:
         if what == "configs":
@@ -515,6 +539,8 @@ class Broker:
         self.marker_writer.close()
         await self.group_coordinator.close()
         await self.transaction_coordinator.close()
+        self.share_persister.close()
+        await self.share_coordinator.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -79,8 +79,11 @@ class SharePersister(Protocol):
     async def write_state(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int,
                           start_offset: int, state_batches: tuple[StateBatch, ...],
                           delivery_complete_count: int = UNKNOWN_DELIVERY_COMPLETE_COUNT) -> ErrorCode:
-        """Replace the state from ``start_offset`` on with ``state_batches`` merged over it
-        (batches below the start are dropped; on overlap the written batch wins)."""
+        """Replace the state from ``start_offset`` on (-1: the stored start) with
+        ``state_batches`` merged over it: batches below the start are dropped; where
+        batches overlap, the higher delivery count wins, then the higher delivery state,
+        then the written batch (Kafka's PersisterStateBatchCombiner; a share-partition's
+        counts only grow and done states are final, so what it writes wins in practice)."""
         ...
 
     async def delete_state(self, key: SharePartitionKey) -> ErrorCode:

@@ -292,6 +292,15 @@ def coordinator_key(group_id: str, topic_id: uuid.UUID, partition: int) -> str:
     return f"{group_id}:{topic_id_string(topic_id)}:{partition}"
 
 
+def parse_coordinator_key(key: str) -> tuple[str, uuid.UUID, int]:
+    """``coordinator_key``'s inverse: (group, topic id, partition); ValueError if malformed."""
+    group_id, topic, partition = key.rsplit(":", 2)
+    raw = base64.urlsafe_b64decode(topic + "=" * (-len(topic) % 4))
+    if not group_id or len(raw) != 16 or not partition.isdigit():
+        raise ValueError(f"not a share-partition key: {key!r}")
+    return group_id, uuid.UUID(bytes=raw), int(partition)
+
+
 def partition_for(group_id: str, topic_id: uuid.UUID, partition: int, num_partitions: int) -> int:
     """The ``__share_group_state`` partition holding a share-partition's state."""
     return kafka_abs(java_string_hash(coordinator_key(group_id, topic_id, partition))) % num_partitions

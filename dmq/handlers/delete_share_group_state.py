@@ -1,0 +1,40 @@
+"""DeleteShareGroupState (86): forget share-partition states (a tombstone; inter-broker;
+NOT_COORDINATOR where this broker does not lead the key's ``__share_group_state``
+partition). Not advertised in ApiVersions (broker-to-broker only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.context import BrokerServices, RequestContext
+from dmq.protocol.codec import make
+from dmq.share.persister import SharePartitionKey
+
+API_KEY = 86
+MIN_VERSION = 0
+MAX_VERSION = 0
+ADVERTISED = False
+
+
+async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    schema = ctx.schema
+    coordinator = services.share_coordinator
+    if coordinator is not None:
+        await coordinator.topic.ensure_exists()  # created on first use, as Kafka does
+    results = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            if topic.topic_id is None:
+                error = ErrorCode.invalid_request
+            elif coordinator is None:
+                error = ErrorCode.coordinator_not_available
+            else:
+                error = await coordinator.delete_state(
+                    SharePartitionKey(request.group_id, topic.topic_id, p.partition))
+            partitions.append(make(schema.PartitionResult, partition=p.partition, error_code=error,
+                                   error_message=None))
+        results.append(make(schema.DeleteStateResult, topic_id=topic.topic_id, partitions=tuple(partitions)))
+    return make(schema.DeleteShareGroupStateResponse, results=tuple(results))

@@ -1,0 +1,90 @@
+"""ShareCoordinator on the CoordinatorRuntime: a write is answered only once replicated,
+a broker not leading the key's state partition answers NOT_COORDINATOR, and a new
+leader loads the state by replaying the partition."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from kio.schema.errors import ErrorCode
+from support.coordinator import MemoryWriter
+
+from dmq.share.coordinator import ShareCoordinator, ShareCoordinatorConfig
+from dmq.share.persister import ReadStateResult, SharePartitionKey, StateSummary
+from dmq.share.records import StateBatch
+
+KEY = SharePartitionKey("g", uuid.UUID(int=7), 3)
+CONFIG = ShareCoordinatorConfig(num_partitions=4)
+
+
+def coordinator(w: MemoryWriter) -> ShareCoordinator:
+    c = ShareCoordinator(CONFIG, w, commit_timeout_ms=2000)
+    c.set_led({c.partition_for(KEY): 1})
+    return c
+
+
+def test_a_write_is_answered_only_once_replicated() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = coordinator(w)
+        assert await c.initialize_state(KEY, 0, 0) == ErrorCode.none
+        w.hold()
+        batches = (StateBatch(0, 4, 2, 1),)
+        writing = asyncio.create_task(c.write_state(KEY, 0, 1, 0, batches))
+        await asyncio.sleep(0.02)
+        assert not writing.done()
+        assert (await c.read_state(KEY, -1)).state_batches == ()  # not committed: not there yet
+        w.release()
+        assert await writing == ErrorCode.none
+        assert await c.read_state(KEY, 1) == ReadStateResult(ErrorCode.none, 0, 0, batches)
+
+    asyncio.run(scenario())
+
+
+def test_a_write_that_cannot_be_appended_is_not_acknowledged() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = coordinator(w)
+        await c.initialize_state(KEY, 0, 0)
+        w.fail_append = ErrorCode.not_leader_or_follower
+        assert await c.write_state(KEY, 0, 1, 0, (StateBatch(0, 0, 2, 1),)) == ErrorCode.not_coordinator
+        w.fail_append = None
+        assert (await c.read_state(KEY, 1)).state_batches == ()
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_not_leading_the_state_partition_answers_not_coordinator() -> None:
+    async def scenario() -> None:
+        c = ShareCoordinator(CONFIG, MemoryWriter())
+        assert not c.owns(KEY)
+        assert await c.initialize_state(KEY, 0, 0) == ErrorCode.not_coordinator
+        assert await c.write_state(KEY, 0, 1, 0, ()) == ErrorCode.not_coordinator
+        assert (await c.read_state(KEY, 1)).error == ErrorCode.not_coordinator
+        assert await c.delete_state(KEY) == ErrorCode.not_coordinator
+        assert (await c.read_state_summary(KEY, 1)).error == ErrorCode.not_coordinator
+
+    asyncio.run(scenario())
+
+
+def test_a_new_leader_loads_the_state_from_the_partition() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        old = coordinator(w)
+        await old.initialize_state(KEY, 1, 10)
+        await old.write_state(KEY, 1, 4, 10, (StateBatch(10, 19, 0, 2),), 3)
+        gone = SharePartitionKey("g", uuid.UUID(int=7), 1)
+        old.set_led({old.partition_for(KEY): 1, old.partition_for(gone): 1})
+        await old.initialize_state(gone, 0, 0)
+        await old.delete_state(gone)
+        old.set_led({})  # leadership moved away
+        assert not old.owns(KEY)
+        new = ShareCoordinator(CONFIG, w)  # the next leader, on the same log
+        new.set_led({new.partition_for(KEY): 2, new.partition_for(gone): 2})
+        assert await new.read_state(KEY, 4) == ReadStateResult(ErrorCode.none, 1, 10, (StateBatch(10, 19, 0, 2),))
+        assert await new.read_state_summary(KEY, 4) == StateSummary(ErrorCode.none, 1, 4, 10, 3)
+        assert await new.write_state(KEY, 1, 3, -1, ()) == ErrorCode.fenced_leader_epoch
+        assert await new.read_state(gone, 0) == ReadStateResult(ErrorCode.none)  # deleted stays deleted
+
+    asyncio.run(scenario())
