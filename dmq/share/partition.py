@@ -291,11 +291,11 @@ class SharePartition:
     - An AVAILABLE record's delivery count is below ``delivery_count_limit``; an ACQUIRED
       one's is at most the limit (acquiring adds one). Delivery counts never exceed the
       limit unless a persisted state loaded had them so.
-    - ``acquire`` starts reading a log batch past the window only while the window holds
-      fewer than ``max_in_flight_records`` offsets and the request's record budget is not
-      spent: the window exceeds the limit by at most the rest of the last batch it read
-      (whole batches are acquired), or when a loaded state was already larger; inside a
-      full window it acquires only released records.
+    - ``acquire`` extends the window (by a log batch, or by offsets the read shows missing)
+      only while it holds fewer than ``max_in_flight_records`` offsets and the request's
+      record budget is not spent: the window exceeds the limit by at most its last
+      extension (whole batches are acquired), or when a loaded state was already larger;
+      inside a full window it acquires only released records.
     - ACKNOWLEDGED records are never acquired again, and ARCHIVED records are never
       delivered again.
 
@@ -482,6 +482,12 @@ class SharePartition:
             last_to_acquire = min(last_to_acquire, self._end - 1)
         deadline = now_ms + (self.config.lock_duration_ms if lock_duration_ms is None else lock_duration_ms)
         changes = _Changes()
+        # Records in flight between the read's start and its first batch are gone from the log
+        # (compaction): archived whatever the budget, or a full window could wait for them
+        # forever (Kafka's maybeArchiveStaleBatches).
+        if batches[0].base_offset > fetch_offset:
+            self._archive_missing(max(fetch_offset, self._start), min(batches[0].base_offset, self._end) - 1,
+                                  changes)
         pieces: list[tuple[InFlightRange, bool]] = []  # acquired runs; starting a log batch?
         count = 0
         prev_last = fetch_offset - 1
@@ -491,6 +497,8 @@ class SharePartition:
             if batch.base_offset > prev_last + 1:
                 count += self._archive_missing(max(prev_last + 1, self._start), batch.base_offset - 1,
                                                changes)
+                if count >= budget:
+                    break
             prev_last = max(prev_last, batch.last_offset)
             lo, hi = max(batch.base_offset, self._start), min(batch.last_offset, last_to_acquire)
             if lo <= hi:
@@ -501,7 +509,9 @@ class SharePartition:
 
     def _archive_missing(self, first: int, last: int, changes: _Changes) -> int:
         """Offsets ``first..last`` are not in the log: AVAILABLE ones in flight and new ones
-        are archived. Returns the number of new offsets."""
+        are archived. Returns how much of the budget the new ones use: all of them, as
+        Kafka counts holes in flight, unless nothing before them is pending (then the
+        start offset moves past them at once)."""
         if first > last:
             return 0
         assert first <= self._end, "a read never skips offsets past the window"
@@ -514,8 +524,9 @@ class SharePartition:
         if last < self._end:
             return 0
         new = self._end
+        pending = any(not r.state.terminal for r in self._runs)
         self._extend(changes.add(InFlightRange(new, last, S.AVAILABLE, 0).transition_to(S.ARCHIVED)))
-        return last - new + 1
+        return last - new + 1 if pending else 0
 
     def _acquire_batch(self, lo: int, hi: int, batch: LogBatch, member_id: str, deadline: int,
                        changes: _Changes, pieces: list[tuple[InFlightRange, bool]]) -> int:
