@@ -25,7 +25,7 @@ NO_THROTTLE = timedelta(0)
 # well as ShareGroupHeartbeat: the share-group APIs are registered (a client that sends
 # them is answered) but not advertised until the broker has a share persister and gives
 # its handlers a share service (``BrokerServices.share``). Every share handler reads this flag.
-SHARE_GROUPS_ADVERTISED = False
+SHARE_GROUPS_ADVERTISED = True
 
 
 def _nothing() -> None:

@@ -65,6 +65,10 @@ from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, Listener
 from dmq.share.broker_persister import BrokerSharePersister
 from dmq.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, ShareCoordinatorConfig
+from dmq.share.manager import SharePartitionManager
+from dmq.share.partition import SharePartitionConfig
+from dmq.share.service import ShareService
+from dmq.share.session import ShareSessionCache
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
@@ -264,6 +268,14 @@ class Broker:
             log_manager=self.log_manager, producer_ids=self.producer_ids,
             coordinators=self.coordinators, transactions=self.transaction_coordinator,
             supported_apis=supported_apis(), share_coordinator=self.share_coordinator,
+            share=ShareService(
+                ShareSessionCache(int(self.config["group.share.max.share.sessions"])),
+                SharePartitionManager(
+                    self.replica_manager, self.share_persister, self._topic_name,
+                    config=SharePartitionConfig(
+                        max_in_flight_records=int(self.config["group.share.partition.max.record.locks"]),
+                        delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
+                        lock_duration_ms=int(self.config["group.share.record.lock.duration.ms"])))),
         )
         self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services)
         self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)
@@ -271,7 +283,8 @@ class Broker:
         if self.zk is None:
             backend.reconcile()  # leads every partition: loads the coordinators' shards
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
-                                 int(self.config["socket.request.max.bytes"]))
+                                 int(self.config["socket.request.max.bytes"]),
+                                 on_close=self._connection_closed)
         try:
             self.bound = await self.listener.start()
         except OSError as e:
@@ -357,6 +370,15 @@ class Broker:
         """A topic's id and partition count, for the share groups' assignor."""
         meta = self.store.topic(name)
         return ShareTopic(meta.uuid, len(meta.partitions)) if meta is not None else None
+
+    def _topic_name(self, topic_id: uuid.UUID) -> str | None:
+        meta = self.store.topic_by_id(topic_id)
+        return meta.name if meta is not None else None
+
+    def _connection_closed(self, connection_id: int) -> None:
+        """A client connection ended: its share sessions end and release their records."""
+        if self.services.share is not None:
+            self.services.share.connection_closed(connection_id)
 
     def _share_partition_exists(self, topic_id: uuid.UUID, partition: int) -> bool:
         """Whether a share-partition's data partition exists (the share coordinator's check)."""
@@ -539,6 +561,8 @@ class Broker:
         self.marker_writer.close()
         await self.group_coordinator.close()
         await self.transaction_coordinator.close()
+        if self.services.share is not None:
+            self.services.share.close()
         self.share_persister.close()
         await self.share_coordinator.close()
         for task in self._tasks:

@@ -365,9 +365,21 @@ class SharePartitionManager:
         entry.state_epoch = result.state_epoch
         if log_start > entry.sp.start_offset:
             entry.sp.log_start_moved(log_start)
-        if change.persist or result.start_offset < 0:
+        if result.start_offset < 0:
             # The start the reset policy chose is written at once: a later leader must not
-            # choose again ("latest" would skip what was produced meanwhile).
+            # choose again ("latest" would skip what was produced meanwhile). A state never
+            # initialized (the share coordinator answers start -1) is initialized there, as
+            # Kafka's group coordinator does when it first assigns the partition; a write
+            # would be refused (INVALID_REQUEST).
+            initialized = await self.persister.initialize_state(entry.key, result.state_epoch,
+                                                               entry.sp.start_offset)
+            if initialized is not ErrorCode.none:
+                log.info("share-partition %s: initializing its state failed: %s", entry.key,
+                         initialized.name)
+                return client_error(initialized)
+            if entry.dropped:
+                return ErrorCode.not_leader_or_follower
+        if change.persist or result.start_offset < 0:
             written = await self._write(entry)
             if written in _FENCED:
                 return client_error(written)

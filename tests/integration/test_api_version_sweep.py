@@ -18,7 +18,7 @@ from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
 from dmq.handlers import HANDLERS, supported_apis
-from dmq.protocol.codec import make, request_class
+from dmq.protocol.codec import make, request_class, request_module
 from dmq.record.records import encode_batch
 
 T5 = timedelta(seconds=5)
@@ -190,7 +190,54 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
         return [r.error_code for r in resp.results]
     if api_key in (33, 44):
         return [r.error_code for r in resp.responses]
+    if api_key in (76, 79):
+        return [resp.error_code] + [p.error_code for t in getattr(resp, "responses", ()) for p in t.partitions]
+    if api_key == 77:
+        return [g.error_code for g in resp.groups]
+    if api_key == 78:
+        return [resp.error_code] + [e for t in resp.responses for p in t.partitions
+                                    for e in (p.error_code, p.acknowledge_error_code)]
     raise AssertionError(api_key)
+
+
+SHARE_APIS = (76, 77, 78, 79)
+
+
+def share_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
+    """A share group member (ShareGroupHeartbeat join), then the API under test: its
+    heartbeat, a describe of its group, a full ShareFetch of the topic's partition, or a
+    ShareAcknowledge in the session that fetch opened."""
+    topic_id = c.request(build(3, 12, topic)).topics[0].topic_id
+    group, member = f"share-{topic}", f"sweep-member-{api_key}-{version}"
+
+    def join(v: int) -> Any:
+        return c.request(make(request_class(76, v), group_id=group, member_id=member, member_epoch=0,
+                              rack_id=None, subscribed_topic_names=(topic,)))
+
+    if api_key == 76:
+        resp = join(version)
+        assert resp.member_epoch >= 1 and resp.assignment is not None
+        return resp
+    assert join(1).error_code == ErrorCode.none
+    if api_key == 77:
+        resp = c.request(make(request_class(77, version), group_ids=(group,), include_authorized_operations=False))
+        assert [m.member_id for m in resp.groups[0].members] == [member]
+        return resp
+    fetch_mod = request_module(78, 1)
+    fetch = make(request_class(78, version if api_key == 78 else 1), group_id=group, member_id=member,
+                 share_session_epoch=0, max_wait=timedelta(milliseconds=10), min_bytes=1, max_bytes=10**6,
+                 max_records=500, batch_size=500, forgotten_topics_data=(),
+                 topics=(make(fetch_mod.FetchTopic, topic_id=topic_id, partitions=(
+                     make(fetch_mod.FetchPartition, partition_index=0, acknowledgement_batches=()),)),))
+    resp = c.request(fetch)
+    if api_key == 78:
+        return resp
+    assert resp.error_code == ErrorCode.none
+    ack_mod = request_module(79, version)
+    return c.request(make(request_class(79, version), group_id=group, member_id=member, share_session_epoch=1,
+                          topics=(make(ack_mod.AcknowledgeTopic, topic_id=topic_id, partitions=(
+                              make(ack_mod.AcknowledgePartition, partition_index=0,
+                                   acknowledgement_batches=()),)),)))
 
 
 def group_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
@@ -304,6 +351,8 @@ def test_every_advertised_version(broker: BrokerProcess, api_key: int, version: 
         c.request(build(0, 9, topic))   # and holds a record
         if api_key in (12, 13, 14):
             resp = group_session(c, api_key, version, topic)
+        elif api_key in SHARE_APIS:
+            resp = share_session(c, api_key, version, topic)
         elif api_key in TXN_APIS:
             resp = txn_session(c, api_key, version, topic)
         else:

@@ -1,6 +1,7 @@
 """Share groups (KIP-932), group side, over the wire: ShareGroupHeartbeat v1 and
 ShareGroupDescribe v1 against a real ``dmq server``, and the classic group APIs
-on a share group's id. Not in ApiVersions yet (no ShareFetch), but answered."""
+on a share group's id. (tests/integration/test_share_consumer.py drives them with
+confluent-kafka's ShareConsumer.)"""
 
 from __future__ import annotations
 
@@ -59,11 +60,13 @@ def settle(c: WireClient, group: str, epochs: dict[str, int], topics: list[str])
     raise AssertionError(f"members did not settle on one epoch: {epochs}")
 
 
-def test_share_group_apis_are_answered_but_not_advertised(broker: BrokerProcess) -> None:
+def test_share_group_apis_are_advertised_and_check_their_input(broker: BrokerProcess) -> None:
     with WireClient("127.0.0.1", broker.port) as c:
-        apis = {k.api_key for k in c.request(ApiVersionsRequest(client_software_name="t",  # type: ignore[arg-type]
-                                                                 client_software_version="1")).api_keys}
-        assert 16 in apis and not apis & {76, 77}
+        apis = {k.api_key: (k.min_version, k.max_version)
+                for k in c.request(ApiVersionsRequest(client_software_name="t",  # type: ignore[arg-type]
+                                                      client_software_version="1")).api_keys}
+        # librdkafka's ShareConsumer sends exactly v1 of these (v0 was Kafka 4.0's preview).
+        assert {k: apis.get(k) for k in (76, 77, 78, 79)} == {k: (1, 1) for k in (76, 77, 78, 79)}
         bad = heartbeat(c, "sg-bad", "m", 0, None)
         assert (bad.error_code, bad.member_id) == (ErrorCode.invalid_request, None)
         missing = heartbeat(c, "sg-missing", "m", 3)

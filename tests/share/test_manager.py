@@ -103,11 +103,15 @@ def test_acknowledgement_errors(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
-def test_a_state_never_initialized_is_an_error(tmp_path: Path) -> None:
+def test_a_state_never_initialized_is_initialized_at_the_reset_offset(tmp_path: Path) -> None:
+    """The share coordinator answers a state never initialized with start -1; the manager
+    initializes it where the reset policy says (a write would be refused) and delivers."""
     async def scenario(env: Env) -> None:
         env.produce(3)
-        assert (await env.fetch())[TP0].error == ErrorCode.unknown_topic_or_partition
-        assert env.manager.share_partition("g", TID, 0) is None
+        r = (await env.fetch())[TP0]
+        assert r.error == ErrorCode.none and r.acquired == (AcquiredRange(0, 2, 1),), r
+        assert env.stored().start_offset == 0
+        assert env.manager.share_partition("g", TID, 0) is not None
     run(tmp_path, scenario)
 
 

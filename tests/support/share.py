@@ -88,8 +88,8 @@ class InMemorySharePersister:
         if self.fail_reads:
             return ReadStateResult(self.fail_reads.pop(0))
         state = self.states.get(key)
-        if state is None:
-            return ReadStateResult(ErrorCode.unknown_topic_or_partition, error_message="not initialized")
+        if state is None:  # as the share coordinator: never initialized, the reset policy decides
+            return ReadStateResult(ErrorCode.none)
         if leader_epoch < state.leader_epoch:
             return ReadStateResult(ErrorCode.fenced_leader_epoch)
         state.leader_epoch = leader_epoch
