@@ -148,7 +148,8 @@ class InFlightRange:
 
 
 class LogBatch(NamedTuple):
-    """A record batch of the log, as read: its offsets and whether it is a control batch."""
+    """A record batch of the log, as read: its offsets and whether it is a control batch
+    (never delivered; see ``SharePartition.acquire``)."""
     base_offset: int
     last_offset: int
     is_control: bool = False
@@ -206,6 +207,10 @@ class AcquireResult:
     lazily is fine (a reload only reads and archives them again)."""
     ranges: tuple[AcquiredRange, ...] = ()
     changed: tuple[StateBatch, ...] = ()
+
+    @property
+    def persist(self) -> bool:
+        return bool(self.changed)
 
     @property
     def count(self) -> int:
@@ -458,8 +463,10 @@ class SharePartition:
         at a time until the budget is spent (a soft limit: the last batch is taken
         whole). The ranges are split at log batch boundaries once they hold
         ``batch_size`` records. Control batches, and offsets the read shows missing
-        (before the first batch and between batches), are archived, never delivered.
-        Each acquired record is locked until ``now_ms + lock_duration_ms``.
+        (before the first batch and between batches), are archived, never delivered;
+        under read_committed the caller passes aborted transactions' batches as control
+        batches (Kafka archives those too). Each acquired record is locked until
+        ``now_ms + lock_duration_ms``.
         """
         self._require_initialized()
         if batch_size < 1:
