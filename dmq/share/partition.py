@@ -148,7 +148,8 @@ class InFlightRange:
 
 
 class LogBatch(NamedTuple):
-    """A record batch of the log, as read: its offsets and whether it is a control batch."""
+    """A record batch of the log, as read: its offsets and whether it is a control batch
+    (never delivered; see ``SharePartition.acquire``)."""
     base_offset: int
     last_offset: int
     is_control: bool = False
@@ -206,6 +207,10 @@ class AcquireResult:
     lazily is fine (a reload only reads and archives them again)."""
     ranges: tuple[AcquiredRange, ...] = ()
     changed: tuple[StateBatch, ...] = ()
+
+    @property
+    def persist(self) -> bool:
+        return bool(self.changed)
 
     @property
     def count(self) -> int:
@@ -458,19 +463,23 @@ class SharePartition:
         at a time until the budget is spent (a soft limit: the last batch is taken
         whole). The ranges are split at log batch boundaries once they hold
         ``batch_size`` records. Control batches, and offsets the read shows missing
-        (before the first batch and between batches), are archived, never delivered.
-        Each acquired record is locked until ``now_ms + lock_duration_ms``.
+        (before the first batch and between batches), are archived, never delivered;
+        under read_committed the caller passes aborted transactions' batches as control
+        batches (Kafka archives those too). Each acquired record is locked until
+        ``now_ms + lock_duration_ms``. A read from past the window's end (the state moved
+        back since it started, e.g. a re-initialization) acquires nothing. Raises
+        ValueError for batches out of order and a batch size below 1.
         """
         self._require_initialized()
         if batch_size < 1:
             raise ValueError(f"batch size {batch_size}")
-        if fetch_offset > self._end:
-            raise ValueError(f"fetch offset {fetch_offset} is past the window's end {self._end}")
         for prev, cur in zip(batches, batches[1:], strict=False):
             if cur.base_offset <= prev.last_offset:
                 raise ValueError("log batches must ascend without overlapping")
         if any(b.base_offset > b.last_offset for b in batches):
             raise ValueError("a log batch ends before it starts")
+        if fetch_offset > self._end:
+            return AcquireResult()  # read from past the window (the state changed since): it proves nothing
         if not batches or max_records <= 0 or batches[-1].last_offset < self._start:
             return AcquireResult()
         budget = min(max_records, self.config.max_in_flight_records - self.in_flight_records)

@@ -90,9 +90,9 @@ def parts(response: Any) -> dict[tuple[uuid.UUID, int], Any]:
     return {(t.topic_id, p.partition_index): p for t in response.responses for p in t.partitions}
 
 
-def test_registered_but_not_advertised() -> None:
+def test_registered_and_advertised_at_the_version_librdkafka_sends() -> None:
     assert HANDLERS[78] is share_fetch and HANDLERS[79] is share_acknowledge
-    assert 78 not in supported_apis() and 79 not in supported_apis()
+    assert supported_apis()[78] == (1, 1) and supported_apis()[79] == (1, 1)
 
 
 def test_without_a_share_service_the_answer_is_unsupported_version(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from kio.schema.errors import ErrorCode
 from dmq.share.partition import (
     AckBatch,
     AcquiredRange,
+    AcquireResult,
     ArchivedRange,
     ArchiveReason,
     IllegalStateTransition,
@@ -197,6 +198,33 @@ def test_offsets_missing_from_the_log_are_archived() -> None:
     # The log is compacted again: the read from 10 starts at 20.
     assert sp.acquire("n", 10, [LogBatch(20, 24)], 500, 500, 0).ranges == ()
     assert sp.state_of(10) == InFlightRange(10, 14, S.ARCHIVED, 1)
+
+
+def test_offsets_missing_from_the_log_count_against_the_budget_unless_nothing_is_pending() -> None:
+    # Nothing pending before the hole: the start moves past it and the batch after it is read.
+    sp = fresh()
+    assert sp.acquire("m", 0, [LogBatch(10, 14)], 1, 500, 0).ranges == (AcquiredRange(10, 14, 1),)
+    assert sp.start_offset == 10
+    # Behind records in flight the hole is in flight too (as Kafka counts it): it uses the
+    # budget, and a spent budget stops the read before the next batch.
+    sp = fresh()
+    fetch(sp, "m", batches(5), max_records=1)
+    result = sp.acquire("n", 5, [LogBatch(10, 14), LogBatch(15, 19)], 5, 500, 0)
+    assert result.ranges == () and result.changed == (StateBatch(5, 9, 4, 0),)
+    assert sp.in_flight_records == 10 and sp.next_fetch_offset() == 10
+    assert sp.acquire("n", 10, [LogBatch(10, 14), LogBatch(15, 19)], 5, 500, 0).ranges == \
+        (AcquiredRange(10, 14, 1),)
+
+
+def test_markers_a_loaded_state_left_available_are_archived_when_read() -> None:
+    # A state written elsewhere may have holes over markers: they are not delivered.
+    sp = SharePartition()
+    sp.initialize(PersistedState(0, (StateBatch(0, 1, 2, 1), StateBatch(5, 5, 2, 1))), 0)
+    log = [LogBatch(0, 1), LogBatch(2, 2, True), LogBatch(3, 4), LogBatch(5, 5), LogBatch(6, 6, True)]
+    result = sp.acquire("m", sp.next_fetch_offset(), log[1:], 500, 500, 0)
+    assert result.ranges == (AcquiredRange(3, 4, 1),)
+    assert result.changed == (StateBatch(2, 2, 4, 0), StateBatch(6, 6, 4, 0))
+    assert (sp.start_offset, sp.end_offset) == (3, 6)
 
 
 def test_a_released_record_is_acquired_again_with_delivery_count_two() -> None:
@@ -499,8 +527,9 @@ def test_a_checkpoint_undoes_an_acknowledgement_whose_write_failed() -> None:
 def test_a_read_must_start_inside_the_window() -> None:
     sp = fresh()
     fetch(sp, "m", batches(10))
-    with pytest.raises(ValueError):
-        sp.acquire("m", 11, batches(5, start=11), 10, 10, 0)
+    # Read from past the window: offset 10 is not known to be missing, nothing is acquired.
+    assert sp.acquire("m", 11, batches(5, start=11), 10, 10, 0) == AcquireResult()
+    assert sp.end_offset == 9
     with pytest.raises(ValueError):
         sp.acquire("m", 10, [LogBatch(10, 12), LogBatch(12, 14)], 10, 10, 0)
     with pytest.raises(ValueError):
