@@ -12,6 +12,8 @@ import asyncio
 import io
 import socket
 import struct
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -127,11 +129,55 @@ def detect_dead_peer(sock: socket.socket, after_ms: int) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, after_ms)
 
 
+class _ClientProtocol(asyncio.Protocol):
+    """The connection of an AsyncWireClient: frames in arrival order to the one waiter."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.frames: deque[bytes] = deque()
+        self.waiter: asyncio.Future[bytes] | None = None
+        self.lost: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        start, end = 0, len(buf)
+        while end - start >= 4:
+            size = int.from_bytes(buf[start : start + 4], "big", signed=True)
+            if end - start - 4 < size:
+                break
+            self.frames.append(bytes(buf[start + 4 : start + 4 + size]))
+            start += 4 + size
+        if start:
+            del buf[:start]
+        waiter = self.waiter
+        if self.frames and waiter is not None and not waiter.done():
+            waiter.set_result(self.frames.popleft())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = exc or EOFError("the broker closed the connection")
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(self.lost)
+
+
+def _expire(waiter: asyncio.Future[bytes], timeout: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError(f"no answer within {timeout:g} s"))
+
+
 class AsyncWireClient:
     """One connection, one request at a time (the caller awaits each answer).
 
-    With ``dead_peer_ms`` the connection is ended by the kernel when the peer stops
-    acknowledging for that long (``detect_dead_peer``)."""
+    A request that fails (timed out, cancelled, the connection lost) closes the
+    connection, so a late answer is never taken for the next request's; the next
+    request connects again. With ``dead_peer_ms`` the connection is ended by the
+    kernel when the peer stops acknowledging for that long (``detect_dead_peer``).
+    Requests need no current task (a callback may send one)."""
 
     def __init__(self, host: str, port: int, client_id: str, dead_peer_ms: int | None = None) -> None:
         self.host = host
@@ -139,40 +185,72 @@ class AsyncWireClient:
         self.client_id = client_id
         self.dead_peer_ms = dead_peer_ms
         self.correlation_id = 0
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: _ClientProtocol | None = None
 
     async def connect(self, timeout: float) -> None:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout)
-        self._reader, self._writer = reader, writer
-        sock = writer.get_extra_info("socket")
+        loop = asyncio.get_running_loop()
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(_ClientProtocol, self.host, self.port), timeout)
+        self._protocol = protocol
+        sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.dead_peer_ms is not None:
                 detect_dead_peer(sock, self.dead_peer_ms)
 
     async def request(self, request: Any, timeout: float) -> Any:
-        if self._reader is None or self._writer is None:
+        """Send a kio request and return its decoded response."""
+        client_id = self.client_id
+        return await self.request_frame(
+            lambda correlation_id: encode_request(request, correlation_id, client_id),
+            type(request), timeout)
+
+    async def request_frame(self, encode: Callable[[int], bytes], request_cls: Any,
+                            timeout: float) -> Any:
+        """Send the frame ``encode(correlation_id)`` writes (a request of ``request_cls``)
+        and return its decoded response: for callers that write their frames directly."""
+        if self._protocol is None:
             await self.connect(timeout)
-        # Local references: close() from another task (say a shutdown) ends this request
-        # with the stream's own error (EOF) rather than a None stream.
-        reader, writer = self._reader, self._writer
-        assert reader is not None and writer is not None
-        self.correlation_id += 1
-        if writer.is_closing():  # reset by the peer or ended by detect_dead_peer meanwhile
+        # A local reference: close() from another task (say a shutdown) ends this request
+        # with the connection's error rather than a None protocol.
+        protocol = self._protocol
+        assert protocol is not None
+        if protocol.lost is not None or protocol.transport is None or protocol.transport.is_closing():
             raise ConnectionResetError(f"connection to {self.host}:{self.port} was closed")
+        if protocol.waiter is not None and not protocol.waiter.done():
+            raise RuntimeError("AsyncWireClient takes one request at a time")
+        self.correlation_id += 1
+        correlation_id = self.correlation_id
+        loop = asyncio.get_running_loop()
+        waiter = protocol.waiter = loop.create_future()
+        protocol.transport.write(encode(correlation_id))
+        if protocol.frames:  # an answer nobody took: the connection is out of step
+            waiter.set_result(protocol.frames.popleft())
+        timer = loop.call_later(timeout, _expire, waiter, timeout)
         try:
-            writer.write(encode_request(request, self.correlation_id, self.client_id))
-        except RuntimeError as e:  # uvloop: the transport closed under us
-            raise ConnectionResetError(f"connection to {self.host}:{self.port} was closed: {e}") from None
-        await writer.drain()
-        # One deadline for the whole answer (asyncio.timeout: no task per read, unlike wait_for).
-        async with asyncio.timeout(timeout):
-            size_bytes = await reader.readexactly(4)
-            data = await reader.readexactly(struct.unpack(">i", size_bytes)[0])
-        return decode_response(type(request), self.correlation_id, data)
+            data = await waiter
+        except BaseException:
+            if self._protocol is protocol:
+                self.close()
+            raise
+        finally:
+            timer.cancel()
+            protocol.waiter = None
+        try:
+            return decode_response(request_cls, correlation_id, data)
+        except Exception:
+            if self._protocol is protocol:
+                self.close()
+            raise
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        protocol, self._protocol = self._protocol, None
+        if protocol is None:
+            return
+        if protocol.transport is not None:
+            protocol.transport.close()
+        if protocol.lost is None:
+            protocol.lost = ConnectionResetError(f"connection to {self.host}:{self.port} was closed")
+        waiter = protocol.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(protocol.lost)
