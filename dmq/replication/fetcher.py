@@ -23,7 +23,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -31,13 +30,14 @@ from kio.schema.errors import ErrorCode
 from dmq.client.wire import AsyncWireClient
 from dmq.config import LONG_MAX, BrokerConfig
 from dmq.protocol.codec import make, request_class, request_module
+from dmq.protocol.fast import encode_follower_fetch
 from dmq.record.batch import InvalidRecordError
 from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager, TopicPartition
 
 log = logging.getLogger("dmq.fetcher")
 
-FETCH_VERSION = 12
+FETCH_VERSION = 12  # what encode_follower_fetch writes
 EPOCH_VERSION = 4
 # A leader that acknowledges nothing for this long is unreachable: its connection is ended
 # (see dmq.client.wire.detect_dead_peer) and the fetcher reconnects, rather than waiting out
@@ -81,6 +81,7 @@ class ReplicaFetcherManager:
         self._throttle_tokens = 0.0
         self._throttle_at = time.monotonic()
         self._stopped = False
+        self._fetch_class = request_class(1, FETCH_VERSION)
 
     # ----------------------------------------------------------- assignment
 
@@ -265,9 +266,7 @@ class ReplicaFetcherManager:
             self._throttle_tokens -= nbytes
 
     async def _fetch(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
-        R = request_class(1, FETCH_VERSION)
-        mod = request_module(1, FETCH_VERSION)
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[tuple[int, int, int, int, int]]] = {}
         throttle_open = self._throttle_allows()
         for tp, state in states.items():
             p = self._current(fetcher, tp, state)
@@ -276,21 +275,22 @@ class ReplicaFetcherManager:
             # A throttled fetch asks for at most one second's worth, so one answer cannot
             # overshoot the rate by a whole replica.fetch.max.bytes.
             max_bytes = min(self.max_bytes, max(self.throttle_rate, 1)) if state.throttled else self.max_bytes
-            by_topic.setdefault(tp[0], []).append(make(
-                mod.FetchPartition, partition=tp[1], current_leader_epoch=state.leader_epoch,
-                fetch_offset=p.log.log_end_offset, last_fetched_epoch=-1,
-                log_start_offset=p.log.log_start_offset, partition_max_bytes=max_bytes))
+            partitions = by_topic.get(tp[0])
+            if partitions is None:
+                partitions = by_topic[tp[0]] = []
+            partitions.append((tp[1], state.leader_epoch, p.log.log_end_offset,
+                               p.log.log_start_offset, max_bytes))
         if not by_topic:
             await asyncio.sleep(0.1)
             return
-        request = make(R, cluster_id=None, replica_id=self.broker_id,
-                       max_wait=timedelta(milliseconds=self.max_wait), min_bytes=self.min_bytes,
-                       max_bytes=self.response_max_bytes, isolation_level=0, session_id=0,
-                       session_epoch=-1, forgotten_topics_data=(), rack_id="",
-                       topics=tuple(make(mod.FetchTopic, topic=t, partitions=tuple(ps))
-                                    for t, ps in by_topic.items()))
+        topics = list(by_topic.items())
         assert fetcher.client is not None
-        response = await fetcher.client.request(request, self.socket_timeout + self.max_wait / 1000)
+        client_id, broker_id = fetcher.client.client_id, self.broker_id
+        max_wait, min_bytes, response_max = self.max_wait, self.min_bytes, self.response_max_bytes
+        response = await fetcher.client.request_frame(
+            lambda correlation_id: encode_follower_fetch(
+                correlation_id, client_id, broker_id, max_wait, min_bytes, response_max, topics),
+            self._fetch_class, self.socket_timeout + self.max_wait / 1000)
         for t in response.responses:
             for r in t.partitions:
                 tp = (t.topic, r.partition_index)
