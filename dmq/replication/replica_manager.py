@@ -187,25 +187,42 @@ class ReplicaManager:
         at once for 0 and 1; for -1 (all) once the high watermark has passed every
         appended batch (or the timeout, or a lost leadership, fails that partition).
         ``appended`` is called once every batch is appended, before the wait."""
-        results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks)
+        results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False)
                    for tp, records in entries.items()}
+        # Waiters (followers' and consumers' fetches) are completed once every partition
+        # is appended, so a fetch they make sees the whole request (Kafka's action queue).
+        for tp, r in results.items():
+            if r.error == ErrorCode.none:
+                self._wake(tp)
         if appended is not None:
             appended()
         if required_acks != -1:
             return results
-        waiting = [tp for tp, r in results.items() if r.error == ErrorCode.none]
+        waiting = {tp: (self.partitions.get(tp), r.last_offset) for tp, r in results.items()
+                   if r.error == ErrorCode.none}
         if not waiting:
             return results
-        outcomes = await asyncio.gather(*(
-            self.wait_for_replication(tp[0], tp[1], results[tp].last_offset, timeout_s)
-            for tp in waiting))
-        for tp, (error, message) in zip(waiting, outcomes, strict=True):
+        # One delayed operation for the whole request, as Kafka's DelayedProduce: each
+        # partition's outcome is taken when it settles, the answer when all have.
+        outcomes: dict[TopicPartition, tuple[ErrorCode, str | None]] = {}
+
+        def all_settled() -> bool:
+            for tp, (start, last_offset) in waiting.items():
+                if tp not in outcomes and self._replication_settled(tp, start, last_offset):
+                    outcomes[tp] = self._replication_outcome(tp, start, last_offset)
+            return len(outcomes) == len(waiting)
+
+        await self.produce_purgatory.wait_until(waiting, timeout_s, all_settled)
+        for tp, (start, last_offset) in waiting.items():
+            error, message = outcomes.get(tp) or self._replication_outcome(tp, start, last_offset)
             if error != ErrorCode.none:
                 results[tp] = ProduceResult(error, error_message=message)
         return results
 
     def append_to_local_log(self, topic: str, index: int, records: bytes | None,
-                            required_acks: int, origin: AppendOrigin = AppendOrigin.CLIENT) -> ProduceResult:
+                            required_acks: int, origin: AppendOrigin = AppendOrigin.CLIENT,
+                            wake: bool = True) -> ProduceResult:
+        """Append as leader; with ``wake``, complete the waiters the append satisfies."""
         partition = self.partitions.get((topic, index))
         if partition is None:
             error, message = self._not_hosted(topic, index)
@@ -224,7 +241,7 @@ class ReplicaManager:
         except OSError as e:
             log.error("write to %s-%d failed: %s", topic, index, e)
             return ProduceResult(ErrorCode.kafka_storage_error, error_message=str(e))
-        if not result.duplicate:
+        if wake and not result.duplicate:
             self._wake((topic, index))
         return ProduceResult(ErrorCode.none, result.first_offset, result.log_append_time,
                              result.log_start_offset, last_offset=result.last_offset)
@@ -256,12 +273,19 @@ class ReplicaManager:
         """acks=all: wait until the high watermark passes ``last_offset`` (Kafka's DelayedProduce)."""
         key = (topic, index)
         start = self.partitions.get(key)
+        await self.produce_purgatory.wait_until(
+            [key], timeout_s, lambda: self._replication_settled(key, start, last_offset))
+        return self._replication_outcome(key, start, last_offset)
 
-        def done() -> bool:
-            p = self.partitions.get(key)
-            return p is None or p is not start or not p.is_leader or p.high_watermark > last_offset
+    def _replication_settled(self, key: TopicPartition, start: Partition | None,
+                             last_offset: int) -> bool:
+        """Whether an acks=all wait for ``last_offset`` on ``start`` (the partition as it was
+        when the batch was appended) is over: replicated, or the leadership moved."""
+        p = self.partitions.get(key)
+        return p is None or p is not start or not p.is_leader or p.high_watermark > last_offset
 
-        await self.produce_purgatory.wait_until([key], timeout_s, done)
+    def _replication_outcome(self, key: TopicPartition, start: Partition | None,
+                             last_offset: int) -> tuple[ErrorCode, str | None]:
         p = self.partitions.get(key)
         if p is not None and p is start and not p.is_leader and p.high_watermark > last_offset:
             # Committed (the whole ISR had it) before this broker stopped leading, say by a
@@ -270,7 +294,7 @@ class ReplicaManager:
             return ErrorCode.none, None
         if p is None or p is not start or not p.is_leader:
             return (ErrorCode.not_leader_or_follower,
-                    f"leadership of {topic}-{index} moved before the batch was replicated")
+                    f"leadership of {key[0]}-{key[1]} moved before the batch was replicated")
         if p.high_watermark <= last_offset:
             return ErrorCode.request_timed_out, "the batch was not replicated to the ISR in time"
         if len(p.isr) < p.min_insync_replicas:
