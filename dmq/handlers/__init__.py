@@ -82,6 +82,11 @@ HANDLERS: dict[int, ModuleType] = {
 }
 
 
+# APIs whose handlers may start eagerly, outside any task (dmq/server/network.py): up to
+# their first await they use nothing that needs a current task. The hot path only.
+EAGER_API_KEYS = frozenset({produce.API_KEY, fetch.API_KEY})
+
+
 def supported_apis() -> dict[int, tuple[int, int]]:
     return {key: (m.MIN_VERSION, m.MAX_VERSION) for key, m in HANDLERS.items()
             if getattr(m, "ADVERTISED", True)}

@@ -7,20 +7,52 @@ key's watchers wait for (an append, a high-watermark move) calls
 and completes the satisfied ones; the others stay registered, as in Kafka's
 purgatory (``tryComplete``). An operation registers once, with one timer, for
 its whole wait. Event-loop thread only.
+
+Completion in the caller, as Kafka's ``onComplete``: an operation is an
+asyncio future, and a waiter in an asyncio task is woken the usual way (a
+callback through the loop's ready queue). A waiter that a connection drives
+itself (``dmq.server.network``: Produce and Fetch run outside any task) sets
+``DelayedOperation.resume`` when it sees the operation it waits on; completing
+the operation then calls it at once, so the waiting request goes on — writes
+its answer — inside ``check_and_complete``, in the same turn of the loop as
+the append or the follower's fetch that satisfied it. A resumed request only
+reads state and writes its own answer; it never starts another request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Hashable, Iterable
 
+log = logging.getLogger("dmq.purgatory")
 
-class _Operation:
-    __slots__ = ("is_satisfied", "future")
 
-    def __init__(self, is_satisfied: Callable[[], bool], future: asyncio.Future[bool]) -> None:
+class DelayedOperation(asyncio.Future):  # type: ignore[type-arg]
+    """What a waiter awaits: done with True when satisfied, False when timed out.
+
+    ``resume`` (None for a waiter in a task) is called once the operation is done
+    by whoever completed it."""
+
+    __slots__ = ("is_satisfied", "resume")
+
+    def __init__(self, is_satisfied: Callable[[], bool], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
         self.is_satisfied = is_satisfied
-        self.future = future
+        self.resume: Callable[[], None] | None = None
+
+
+def _complete(op: DelayedOperation, value: bool) -> None:
+    if op.done():
+        return
+    op.set_result(value)
+    resume = op.resume
+    if resume is not None:
+        op.resume = None
+        try:
+            resume()
+        except Exception:  # a driver reports its request's errors itself; this is a bug
+            log.exception("resuming a delayed operation failed")
 
 
 class DelayedOperationPurgatory:
@@ -30,7 +62,7 @@ class DelayedOperationPurgatory:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._watchers: dict[Hashable, list[_Operation]] = {}
+        self._watchers: dict[Hashable, list[DelayedOperation]] = {}
 
     async def wait_until(self, keys: Iterable[Hashable], timeout_s: float,
                          is_satisfied: Callable[[], bool]) -> bool:
@@ -40,13 +72,13 @@ class DelayedOperationPurgatory:
         if timeout_s <= 0:
             return False
         loop = asyncio.get_running_loop()
-        op = _Operation(is_satisfied, loop.create_future())
+        op = DelayedOperation(is_satisfied, loop)
         key_list = list(keys)
         for key in key_list:
             self._watchers.setdefault(key, []).append(op)
-        timer = loop.call_later(timeout_s, _resolve, op.future, False)
+        timer = loop.call_later(timeout_s, _complete, op, False)
         try:
-            if await op.future:
+            if await op:
                 return True
             return is_satisfied()  # timed out: one last look
         finally:
@@ -65,17 +97,15 @@ class DelayedOperationPurgatory:
         ops = self._watchers.get(key)
         if not ops:
             return
+        satisfied = []
         for op in ops:
-            if op.future.done():
+            if op.done():
                 continue
             try:
-                satisfied = op.is_satisfied()
+                if op.is_satisfied():
+                    satisfied.append(op)
             except Exception:  # noqa: BLE001 - let the waiter see it: it re-checks and raises
-                satisfied = True
-            if satisfied:
-                op.future.set_result(True)
-
-
-def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
-    if not fut.done():
-        fut.set_result(value)
+                satisfied.append(op)
+        # Completed after the scan: a resumed waiter leaves the lists as it returns.
+        for op in satisfied:
+            _complete(op, True)

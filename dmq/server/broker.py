@@ -50,7 +50,7 @@ from dmq.config import LONG_MAX, BrokerConfig, LogConfig
 from dmq.coordinator.internal_topic import InternalTopic
 from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
 from dmq.group.offsets_topic import Coordinators
-from dmq.handlers import HANDLERS, api_versions, supported_apis
+from dmq.handlers import EAGER_API_KEYS, HANDLERS, api_versions, supported_apis
 from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
 from dmq.protocol.codec import (
     FrameError,
@@ -284,7 +284,7 @@ class Broker:
             backend.reconcile()  # leads every partition: loads the coordinators' shards
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
                                  int(self.config["socket.request.max.bytes"]),
-                                 on_close=self._connection_closed)
+                                 on_close=self._connection_closed, eager_api_keys=EAGER_API_KEYS)
         try:
             self.bound = await self.listener.start()
         except OSError as e:

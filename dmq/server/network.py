@@ -10,6 +10,22 @@ in request order, while several acks=all produces of one connection wait for
 replication together. Responses are written strictly in request order (what
 Kafka clients rely on), each as soon as it and every earlier one completed.
 
+Eager requests: a request of an API in ``eager_api_keys`` (Produce and Fetch,
+the hot path) runs outside any task, driven by its connection: it starts right
+where its frame is read and runs until it first waits. Most finish there (an
+acks=1 produce, a fetch that finds data) and are answered in the same turn of
+the event loop. One that waits on a purgatory's delayed operation (an acks=all
+produce, a long-polling fetch) is resumed by whoever completes the operation,
+in that same turn (Kafka's ``onComplete``: ``dmq.replication.purgatory``); on
+any other future, by the future's callback. No task, no extra trip through the
+loop's ready queue per request: on two cores that trip costs about as much as
+a small request. Such a handler must need no current task (``asyncio.timeout``
+does; futures, locks and purgatories do not). Other APIs run in a task.
+
+A request never starts inside another request's handler: a ``dispatched``
+signal or a completion outside the connection's own start loop schedules the
+next start through the loop.
+
 A connection that closes drops the answers of its started requests but does not
 cancel them: a handler is never stopped between two of its steps.
 
@@ -50,25 +66,76 @@ MAX_IN_FLIGHT = 32
 SPLICE_MIN_BYTES = 64 * 1024
 
 
+class _Request:
+    """One started request of a connection, in request order in ``in_flight``.
+
+    ``dispatched`` once its handler said so or it completed; ``done`` with
+    ``result`` (or ``error``) once it completed. An eager request's ``coro`` is
+    stepped by ``step`` until it ends; another runs in ``task``."""
+
+    __slots__ = ("connection", "coro", "dispatched", "done", "result", "error", "task")
+
+    def __init__(self, connection: KafkaConnection) -> None:
+        self.connection = connection
+        self.coro: Coroutine[Any, Any, object] | None = None
+        self.dispatched = False
+        self.done = False
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def signal(self) -> None:
+        """The handler's ``dispatched`` callback."""
+        if not self.dispatched:
+            self.dispatched = True
+            self.connection._on_dispatched()
+
+    def step(self, _future: object = None) -> None:
+        """Run an eager request's coroutine until it waits again or ends; never raises."""
+        coro = self.coro
+        if coro is None:
+            return
+        try:
+            waiting = coro.send(None)
+        except StopIteration as stop:
+            self.connection._finished(self, stop.value, None)
+            return
+        except Exception as e:  # noqa: BLE001 - reported as a task's error would be
+            self.connection._finished(self, None, e)
+            return
+        if waiting is None:  # a bare yield (asyncio.sleep(0)): go on in the next turn
+            asyncio.get_running_loop().call_soon(self.step)
+        elif getattr(waiting, "_asyncio_future_blocking", False):
+            waiting._asyncio_future_blocking = False
+            if hasattr(waiting, "resume"):  # a delayed operation: its completer resumes us
+                waiting.resume = self.step
+            else:
+                waiting.add_done_callback(self.step)
+        else:
+            coro.close()
+            self.connection._finished(self, None, RuntimeError(f"a handler yielded {waiting!r}"))
+
+
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatch: Dispatch, max_request_bytes: int,
-                 connections: set[KafkaConnection], on_close: CloseHook | None = None) -> None:
+                 connections: set[KafkaConnection], on_close: CloseHook | None = None,
+                 eager_api_keys: frozenset[int] = frozenset()) -> None:
         self.id = next(_connection_ids)
         self.dispatch = dispatch
         self.on_close = on_close
         self.max_request_bytes = max_request_bytes
         self.connections = connections
+        self.eager_api_keys = eager_api_keys
         self.buffer = bytearray()
         self.frames: deque[bytes] = deque()
         self.transport: asyncio.Transport | None = None
-        self.worker: asyncio.Task[None] | None = None
         # Started and not yet answered, in request order.
-        self.in_flight: deque[asyncio.Task[object]] = deque()
-        self.room = asyncio.Event()  # set when a request may start
-        self.room.set()
+        self.in_flight: deque[_Request] = deque()
         self.writing_paused = False
         self.paused = False
         self.closed = False
+        self.starting = False  # in _start's first step of an eager request
+        self.start_scheduled = False
         self.peer = "?"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -92,25 +159,16 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("connection close hook failed for %s", self.peer)
         self.frames.clear()
-        if self.worker is not None and not self.worker.done():
-            self.worker.cancel()
         # Requests already started run to their end, as in Kafka; their answers are dropped.
         # Cancelling them would stop a handler between two steps (a topic written to the
         # metadata store but never taken up by this broker).
 
     def pause_writing(self) -> None:
         self.writing_paused = True
-        self._update_room()
 
     def resume_writing(self) -> None:
         self.writing_paused = False
-        self._update_room()
-
-    def _update_room(self) -> None:
-        if len(self.in_flight) < MAX_IN_FLIGHT and not self.writing_paused:
-            self.room.set()
-        else:
-            self.room.clear()
+        self._start_soon()
 
     def data_received(self, data: bytes) -> None:
         buf = self.buffer
@@ -130,60 +188,96 @@ class KafkaConnection(asyncio.Protocol):
             start += 4 + size
         if start:
             del buf[:start]
-        if self.frames and self.worker is None:
-            self.worker = asyncio.get_running_loop().create_task(self._work())
+        if self.frames:
+            self._start()
         if len(self.frames) >= MAX_QUEUED_FRAMES and not self.paused and self.transport:
             self.paused = True
             self.transport.pause_reading()
 
-    async def _work(self) -> None:
-        """Start the queued requests in order, each once the previous one is dispatched."""
-        loop = asyncio.get_running_loop()
+    # --------------------------------------------------------------- requests
+
+    def _start_soon(self) -> None:
+        """Start what may start, from the loop's ready queue (never inside a handler)."""
+        if self.frames and not self.start_scheduled and not self.closed:
+            self.start_scheduled = True
+            asyncio.get_running_loop().call_soon(self._start)
+
+    def _start(self) -> None:
+        """Start the queued requests in order, each once the one before it is dispatched,
+        within the bounds; then write what completed."""
+        self.start_scheduled = False
+        in_flight = self.in_flight
+        while self.frames and not self.closed:
+            if in_flight and not in_flight[-1].dispatched:
+                break
+            if len(in_flight) >= MAX_IN_FLIGHT:
+                self._write_completed()
+                if len(in_flight) >= MAX_IN_FLIGHT:
+                    break
+            if self.writing_paused:
+                break
+            frame = self.frames.popleft()
+            if self.paused and len(self.frames) < MAX_QUEUED_FRAMES // 2 and self.transport:
+                self.paused = False
+                self.transport.resume_reading()
+            req = _Request(self)
+            in_flight.append(req)
+            try:
+                coro = req.coro = self.dispatch(frame, self.peer, req.signal, self.id)
+            except Exception as e:  # noqa: BLE001 - a dispatcher that fails to start
+                self._finished(req, None, e)
+                continue
+            if int.from_bytes(frame[:2], "big") not in self.eager_api_keys:
+                req.task = asyncio.get_running_loop().create_task(self._run(req, coro))
+                continue
+            self.starting = True
+            try:
+                req.step()
+            finally:
+                self.starting = False
+        self._write_completed()
+
+    async def _run(self, req: _Request, coro: Coroutine[Any, Any, object]) -> None:
+        """A request that is not eager, in its task."""
         try:
-            while self.frames and not self.closed:
-                if not self.room.is_set():
-                    await self.room.wait()
-                    continue
-                frame = self.frames.popleft()
-                if self.paused and len(self.frames) < MAX_QUEUED_FRAMES // 2 and self.transport:
-                    self.paused = False
-                    self.transport.resume_reading()
-                dispatched = loop.create_future()
-
-                def signal(_: object = None, f: asyncio.Future[None] = dispatched) -> None:
-                    if not f.done():
-                        f.set_result(None)
-
-                task = loop.create_task(self.dispatch(frame, self.peer, signal, self.id))
-                self.in_flight.append(task)
-                task.add_done_callback(self._completed)
-                task.add_done_callback(signal)  # a request that completes is dispatched too
-                self._update_room()
-                await dispatched
+            result = await coro
         except asyncio.CancelledError:
+            self._finished(req, None, None)  # stopped with the loop: nothing to answer
             raise
-        except Exception:
-            log.exception("unexpected error serving %s; closing the connection", self.peer)
-            self.close()
-        finally:
-            self.worker = None
+        except Exception as e:  # noqa: BLE001 - the connection is closed, with a log line
+            self._finished(req, None, e)
+        else:
+            self._finished(req, result, None)
 
-    def _completed(self, _task: asyncio.Task[object]) -> None:
+    def _on_dispatched(self) -> None:
+        # In _start's own first step, the start loop goes on once the step returns.
+        if not self.starting:
+            self._start_soon()
+
+    def _finished(self, req: _Request, result: object, error: BaseException | None) -> None:
+        """A request completed (and so is dispatched too): write what is in order, let the
+        next requests start."""
+        req.dispatched = req.done = True
+        req.result, req.error = result, error
+        req.coro = None
+        self._write_completed()
+        if not self.starting:
+            self._start_soon()
+
+    def _write_completed(self) -> None:
         """Write the answers of the completed requests at the head, in request order."""
-        while self.in_flight and self.in_flight[0].done():
-            task = self.in_flight.popleft()
-            if task.cancelled():
-                continue
+        in_flight = self.in_flight
+        while in_flight and in_flight[0].done:
+            req = in_flight.popleft()
+            req.task = None
+            result, req.result = req.result, None
             if self.closed:
-                task.exception()  # retrieved: an error is dropped with the answer
-                continue
-            error = task.exception()
-            if error is not None:
+                continue  # dropped with the connection
+            if req.error is not None:
                 log.error("unexpected error serving %s; closing the connection", self.peer,
-                          exc_info=error)
+                          exc_info=req.error)
                 self.close()
                 continue
-            result = task.result()
             if result is CLOSE:
                 self.close()
                 continue
@@ -198,7 +292,6 @@ class KafkaConnection(asyncio.Protocol):
                         self._write_parts(result)
                 else:
                     self.transport.write(result)  # type: ignore[arg-type]
-        self._update_room()
 
     def _write_parts(self, parts: list[Any]) -> None:
         """Write a spliced frame: bytes through the transport, file ranges by sendfile.
@@ -244,8 +337,10 @@ class KafkaConnection(asyncio.Protocol):
 
 class Listener:
     def __init__(self, host: str, port: int, dispatch: Dispatch, max_request_bytes: int,
-                 on_close: CloseHook | None = None) -> None:
+                 on_close: CloseHook | None = None,
+                 eager_api_keys: frozenset[int] = frozenset()) -> None:
         self.host = host
+        self.eager_api_keys = eager_api_keys
         self.port = port
         self.dispatch = dispatch
         self.on_close = on_close
@@ -257,7 +352,7 @@ class Listener:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
             lambda: KafkaConnection(self.dispatch, self.max_request_bytes, self.connections,
-                                    self.on_close),
+                                    self.on_close, self.eager_api_keys),
             self.host, self.port, reuse_address=True, backlog=1024,
         )
         sockname = self.server.sockets[0].getsockname()

@@ -88,3 +88,37 @@ def test_a_check_evaluates_each_waiter_once_in_place() -> None:
         assert p._watchers == {}
 
     asyncio.run(scenario())
+
+
+def test_a_driven_waiter_is_resumed_inside_check_and_complete() -> None:
+    """A connection driving a request outside any task sets the operation's ``resume``:
+    completing the operation runs the waiter on at once, before check_and_complete returns."""
+    from dmq.replication.purgatory import DelayedOperation
+
+    async def scenario() -> None:
+        p = DelayedOperationPurgatory("Fetch")
+        state = {"hw": 0}
+        outcome: list[bool] = []
+
+        async def request() -> None:
+            outcome.append(await p.wait_until(["a"], 10.0, lambda: state["hw"] >= 1))
+
+        coro = request()
+        op = coro.send(None)
+        assert isinstance(op, DelayedOperation)
+
+        def resume() -> None:
+            try:
+                coro.send(None)
+            except StopIteration:
+                pass
+
+        op.resume = resume
+        p.check_and_complete("a")
+        assert outcome == []  # not satisfied: still waiting
+        state["hw"] = 1
+        p.check_and_complete("a")
+        assert outcome == [True]  # resumed within the call
+        assert p._watchers == {}
+
+    asyncio.run(scenario())
