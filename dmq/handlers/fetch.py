@@ -18,7 +18,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
-from dmq.protocol.codec import SpliceRecords, make
+from dmq.protocol.codec import SpliceRecords, constructor, make
 from dmq.replication.replica_manager import FetchRequestPartition
 
 API_KEY = 1
@@ -42,25 +42,23 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     results = await services.replica_manager.fetch_messages(
         wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1), read_committed,
         waiting=ctx.dispatched)
+    partition_data = constructor(
+        schema.PartitionData, "partition_index", "error_code", "high_watermark",
+        "last_stable_offset", "log_start_offset", "aborted_transactions", "preferred_read_replica",
+        "records")
     by_topic: dict[str, list[Any]] = {}
-    order: list[str] = []
     for req, res in zip(wanted, results, strict=True):
-        if req.topic not in by_topic:
-            by_topic[req.topic] = []
-            order.append(req.topic)
-        by_topic[req.topic].append(make(
-            schema.PartitionData, partition_index=req.partition, error_code=res.error,
-            high_watermark=res.high_watermark, last_stable_offset=res.last_stable_offset,
-            log_start_offset=res.log_start_offset,
-            aborted_transactions=None if res.aborted is None else tuple(
+        parts = by_topic.get(req.topic)
+        if parts is None:
+            parts = by_topic[req.topic] = []
+        parts.append(partition_data(
+            req.partition, res.error, res.high_watermark, res.last_stable_offset,
+            res.log_start_offset,
+            None if res.aborted is None else tuple(
                 make(schema.AbortedTransaction, producer_id=pid, first_offset=first)
                 for pid, first in res.aborted),
-            preferred_read_replica=-1,
-            records=SpliceRecords.of(res.data) if res.data is not None else b"",
-        ))
-    responses = tuple(
-        make(schema.FetchableTopicResponse, topic=name, partitions=tuple(by_topic[name]))
-        for name in order
-    )
-    return make(schema.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                session_id=0, responses=responses)
+            -1, SpliceRecords.of(res.data) if res.data is not None else b""))
+    topic_response = constructor(schema.FetchableTopicResponse, "topic", "partitions")
+    return constructor(schema.FetchResponse, "throttle_time", "error_code", "session_id", "responses")(
+        NO_THROTTLE, ErrorCode.none, 0,
+        tuple(topic_response(name, tuple(parts)) for name, parts in by_topic.items()))

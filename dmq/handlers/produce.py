@@ -8,7 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, CloseConnection, RequestContext
-from dmq.protocol.codec import make
+from dmq.protocol.codec import constructor
 from dmq.replication.replica_manager import ProduceResult, TopicPartition
 
 API_KEY = 0
@@ -46,12 +46,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             # the signal that makes it refresh metadata and notice the failure.
             raise CloseConnection(f"acks=0 produce failed with {failed[0].error.name}")
         return None
+    partition_response = constructor(
+        schema.PartitionProduceResponse, "index", "error_code", "base_offset", "log_append_time",
+        "log_start_offset", "record_errors", "error_message")
     by_topic: dict[str, list[Any]] = {}
     for (topic, index), r in results.items():
-        by_topic.setdefault(topic, []).append(make(
-            schema.PartitionProduceResponse, index=index, error_code=r.error,
-            base_offset=r.base_offset, log_append_time=_timestamp(r.log_append_time),
-            log_start_offset=r.log_start_offset, record_errors=(), error_message=r.error_message))
-    topics = tuple(make(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))
-                   for name, parts in by_topic.items())
-    return make(schema.ProduceResponse, responses=topics, throttle_time=NO_THROTTLE)
+        parts = by_topic.get(topic)
+        if parts is None:
+            parts = by_topic[topic] = []
+        parts.append(partition_response(index, r.error, r.base_offset, _timestamp(r.log_append_time),
+                                        r.log_start_offset, (), r.error_message))
+    topic_response = constructor(schema.TopicProduceResponse, "name", "partition_responses")
+    return constructor(schema.ProduceResponse, "responses", "throttle_time")(
+        tuple(topic_response(name, tuple(parts)) for name, parts in by_topic.items()), NO_THROTTLE)

@@ -3,11 +3,20 @@ from __future__ import annotations
 import struct
 from datetime import timedelta
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.response import MetadataResponse
 
-from dmq.protocol.codec import decode_request, encode_response, make, peek_header
+from dmq.protocol.codec import (
+    constructor,
+    decode_request,
+    encode_response,
+    make,
+    peek_header,
+    response_module,
+)
 
 
 def test_api_versions_response_has_no_tagged_header() -> None:
@@ -50,3 +59,21 @@ def test_decode_request_round_trip() -> None:
     assert peek_header(body) == (3, 12, 1)
     header, req = decode_request(body, 3, 12)
     assert header.client_id == "c" and req.topics is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(4, 12), index=st.integers(-(2**31), 2**31 - 1),
+       hw=st.integers(-1, 2**62), start=st.integers(-1, 2**62), records=st.binary(max_size=8),
+       extra=st.booleans())
+def test_constructor_builds_what_make_builds(version: int, index: int, hw: int, start: int,
+                                             records: bytes, extra: bool) -> None:
+    """``constructor`` (the hot handlers' builder) drops the fields a version lacks, as make."""
+    cls = response_module(1, version).PartitionData
+    names = ("partition_index", "error_code", "high_watermark", "last_stable_offset",
+             "log_start_offset", "aborted_transactions", "preferred_read_replica", "records")
+    values = (index, ErrorCode.none, hw, hw, start, None, -1, records)
+    if extra:  # a name no version has is dropped too
+        names, values = (*names, "no_such_field"), (*values, 1)
+    built = constructor(cls, *names)(*values)
+    assert built == make(cls, **dict(zip(names, values, strict=True)))
+    assert constructor(cls, *names) is constructor(cls, *names)  # generated once
