@@ -164,6 +164,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5", "Dirty ratio that triggers cleaning.", _ratio),
     ConfigDef("log.segment.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0)),
     ConfigDef("min.insync.replicas", ConfigType.INT, "1", "Minimum ISR size for acks=all.", _at_least(1)),
+    ConfigDef("delayed.delivery.enable", ConfigType.BOOLEAN, "true", "Honour the dmq-delay-ms and dmq-deliver-at record headers."),
+    ConfigDef("delayed.delivery.max.ms", ConfigType.LONG, "259200000", "Longest delay a record may ask for (3 days, as RocketMQ).", _at_least(0)),
     ConfigDef("compression.type", ConfigType.STRING, "producer", "Final compression of a topic.", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, "false", "Allow out-of-ISR leaders."),
     ConfigDef("offsets.topic.num.partitions", ConfigType.INT, "50", "Partitions of __consumer_offsets.", _at_least(1)),
@@ -231,6 +233,8 @@ DYNAMIC_BROKER_CONFIGS = frozenset({"follower.replication.throttled.rate"})
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact"), (("log.cleanup.policy", 1),)),
     ConfigDef("compression.type", ConfigType.STRING, "producer", "Final compression of the topic.", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), (("compression.type", 1),)),
+    ConfigDef("delayed.delivery.enable", ConfigType.BOOLEAN, "true", "Honour the dmq-delay-ms and dmq-deliver-at record headers.", None, (("delayed.delivery.enable", 1),)),
+    ConfigDef("delayed.delivery.max.ms", ConfigType.LONG, "259200000", "Longest delay a record may ask for.", _at_least(0), (("delayed.delivery.max.ms", 1),)),
     ConfigDef("delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0), (("log.cleaner.delete.retention.ms", 1),)),
     ConfigDef("file.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0), (("log.segment.delete.delay.ms", 1),)),
     ConfigDef("flush.messages", ConfigType.LONG, str(LONG_MAX), "Flush after this many messages.", _at_least(1), (("log.flush.interval.messages", 1),)),
@@ -459,6 +463,14 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return bool(self._values["message.timestamp.type"] == "LogAppendTime")
+
+    @property
+    def delayed_delivery_enable(self) -> bool:
+        return bool(self._values["delayed.delivery.enable"])
+
+    @property
+    def delayed_delivery_max_ms(self) -> int:
+        return int(self._values["delayed.delivery.max.ms"])
 
     @property
     def cleanup_policy(self) -> list[str]:

@@ -174,6 +174,11 @@ class ReplicaManager:
         producers = partition.log.producer_state.producers
         return [producers[pid].copy() for pid in sorted(producers)]
 
+    def wake(self, key: TopicPartition) -> None:
+        """Complete the delayed fetches and produces an append to ``key`` satisfies (for
+        appends made outside ``append_records``, as the delayed-delivery timer's)."""
+        self._wake(key)
+
     def _wake(self, key: TopicPartition) -> None:
         self.fetch_purgatory.check_and_complete(key)
         self.produce_purgatory.check_and_complete(key)

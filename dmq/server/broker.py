@@ -59,6 +59,8 @@ from dmq.protocol.codec import (
     peek_header,
     response_module,
 )
+from dmq.replication.delayed import TICK_MS as DELAYED_TICK_MS
+from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.markers import BrokerMarkerWriter
@@ -324,6 +326,8 @@ class Broker:
             self._spawn(self._every(int(self.config["log.cleaner.backoff.ms"]), self._clean_logs))
         self._spawn(self._every(int(self.config["offsets.retention.check.interval.ms"]),
                                 self._expire_offsets))
+        self.delayed_delivery = DelayedDelivery(self.replica_manager)
+        self._spawn(self._every(DELAYED_TICK_MS, self._deliver_delayed))
         for key in self.config.unknown:
             log.warning("ignoring unknown broker config %s", key)
         log.info("loaded %d logs in %.2fs (%s shutdown); started in %.2fs",
@@ -469,6 +473,9 @@ class Broker:
                     await result
             except Exception:
                 log.exception("background task %s failed", getattr(fn, "__name__", fn))
+
+    def _deliver_delayed(self) -> None:
+        self.delayed_delivery.tick()
 
     def _retention(self) -> None:
         deleted = self.log_manager.run_retention()

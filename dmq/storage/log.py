@@ -14,7 +14,12 @@ Invariants:
   shutdown only segments from the one holding it are re-validated, and their
   transaction indexes are rebuilt by replaying the producer state;
 - the producer state (idempotence, ongoing transactions) is that of every
-  batch below ``log_end_offset``; truncation reloads it from a snapshot.
+  batch below ``log_end_offset``; truncation reloads it from a snapshot;
+- so are the delayed records not delivered yet (``delayed``,
+  ``dmq.storage.delayed``, snapshots ``<offset>.delayed``); a leader's Produce
+  takes records with a delay header out of their batches into DELAYED control
+  batches (``dmq.record.delayed.split``); retention keeps every segment from
+  the one holding the oldest of them.
 
 Transactions (Kafka's UnifiedLog; the API the handlers and replication use):
 
@@ -77,6 +82,8 @@ from dmq.record.control import (
     build_end_txn_marker_batch,
     read_end_txn_marker,
 )
+from dmq.record.delayed import split as split_delayed
+from dmq.storage.delayed import DelayedRecords
 from dmq.storage.leader_epoch import LeaderEpochFileCache
 from dmq.storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
 from dmq.storage.segment import FileSlice, LogSegment
@@ -162,6 +169,7 @@ class Log:
         if topic_id is not None:
             self._write_partition_metadata(topic_id)
         self.producer_state = ProducerStateManager(directory)
+        self.delayed = DelayedRecords(directory)
         self.leader_epochs = LeaderEpochFileCache(directory)
         self.segments: list[LogSegment] = []
         self.bases: list[int] = []
@@ -174,6 +182,7 @@ class Log:
         started = time.monotonic()
         self._load(clean_shutdown)
         self._load_leader_epochs()
+        self._load_delayed()
         self.load_seconds = time.monotonic() - started
 
     # ------------------------------------------------------------------ loading
@@ -283,6 +292,36 @@ class Log:
                     segment.txn_index.flush(fsync=False)
         self._replicated_if_untold()
 
+    def _load_delayed(self) -> None:
+        """The newest delayed-records snapshot at or below the log end, then the control
+        batches after it (only control batches are read)."""
+        limit = self.log_end_offset
+        self.delayed.delete_snapshots_after(limit)
+        start = max(self.delayed.load_latest_snapshot(limit), self.log_start_offset)
+        if start < limit:
+            for segment in self.segments[max(0, bisect_right(self.bases, start) - 1):]:
+                found = segment.find_position(start)
+                if found is None:
+                    continue
+                for pos, header in segment.batches(found[0]):
+                    if header.last_offset < start or not header.is_control:
+                        continue
+                    self._observe_delayed(header, segment.read_batch(pos, header))
+        self.delayed.scanned_to = limit
+
+    def _observe_delayed(self, header: BatchHeader, batch: bytes | bytearray | memoryview,
+                         marker: EndTxnMarker | None = None) -> None:
+        if header.producer_id >= 0:
+            if header.producer_id not in self.delayed.awaiting:
+                return
+            if marker is None:
+                marker = self._marker_of(batch)
+            if marker is None:
+                return
+            self.delayed.observe(header, batch, (header.producer_id, marker.is_commit))
+            return
+        self.delayed.observe(header, batch)
+
     @staticmethod
     def _leader_marker(records: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> EndTxnMarker:
         marker = read_end_txn_marker(records[pos: pos + header.size])
@@ -365,9 +404,15 @@ class Log:
             duplicate = self.check_producer_batches(batches)
             if duplicate is not None:
                 return duplicate
+        now = now_ms() if timestamp is None else timestamp
+        made_here: frozenset[int] = frozenset()
+        if client and self.config.delayed_delivery_enable:
+            split = split_delayed(records, batches, now, self.config.delayed_delivery_max_ms,
+                                  "compact" in self.config.cleanup_policy)
+            if split is not None:
+                records, batches, made_here = split.records, split.batches, split.control_positions
         if "compact" in self.config.cleanup_policy:
             self._require_keys(records, batches)
-        now = now_ms() if timestamp is None else timestamp
         log_append = self.config.log_append_time
         next_offset = self.log_end_offset
         first_offset = next_offset
@@ -379,9 +424,13 @@ class Log:
             headers.append(header)
             next_offset += header.last_offset_delta + 1
             if header.attributes & CONTROL_MASK:
+                if pos in made_here:
+                    continue  # a DELAYED control batch this append made
                 if client:
                     raise InvalidRecordError(
                         "invalid_record", f"clients are not allowed to write control records in {self.name}")
+                if header.producer_id < 0 and origin == AppendOrigin.DELAYED:
+                    continue  # a delivery's DELIVERED control batch
                 producer_batches.append((header, self._leader_marker(records, pos, header)))
             elif header.producer_id >= 0:
                 producer_batches.append((header, None))
@@ -396,6 +445,11 @@ class Log:
         segment.append(self._patched(records, batches.positions, headers, leader_epoch, now if log_append else None),
                        headers, batches.positions)
         self.log_end_offset = next_offset
+        for header, pos in zip(headers, batches.positions, strict=True):
+            if header.attributes & CONTROL_MASK:
+                marker = next((m for h, m in producer_batches if h is header), None)
+                self._observe_delayed(header, memoryview(records)[pos: pos + header.size], marker)
+        self.delayed.scanned_to = next_offset
         if pending is not None:
             completed = self.producer_state.apply(pending)
             if completed:
@@ -475,6 +529,10 @@ class Log:
         for header in headers:
             self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
         self.log_end_offset = expected
+        for (pos, header), marker in zip(found, markers, strict=True):
+            if header.is_control:
+                self._observe_delayed(header, buf[pos: pos + header.size], marker)
+        self.delayed.scanned_to = expected
         for txn, lso in self.producer_state.apply(pending):
             self._index_txn(segment, txn, lso)
         self._replicated_if_untold()
@@ -495,6 +553,8 @@ class Log:
         self.recovery_point = offset
         self.producer_state.truncate_fully()
         self.leader_epochs.clear_and_flush()
+        self.delayed.delete_snapshots_after(-1)
+        self.delayed.clear(offset)
         if self._high_watermark is not None:
             self._high_watermark = offset
 
@@ -711,11 +771,13 @@ class Log:
             return deleted
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
-            while len(self.segments) > 1 and now - self.segments[0].largest_timestamp > retention_ms:
+            while len(self.segments) > 1 and now - self.segments[0].largest_timestamp > retention_ms \
+                    and self._outside_delayed(self.segments[0]):
                 self._delete_first_segment()
                 deleted += 1
             active = self.active_segment
-            if active.size > 0 and now - active.largest_timestamp > retention_ms:
+            if active.size > 0 and now - active.largest_timestamp > retention_ms \
+                    and self._outside_delayed(active):
                 # Every record is expired: roll so the old active segment can go.
                 self.roll()
                 self._delete_first_segment()
@@ -723,13 +785,22 @@ class Log:
         retention_bytes = self.config.retention_bytes
         if retention_bytes >= 0:
             excess = self.size_in_bytes - retention_bytes
-            while len(self.segments) > 1 and excess - self.segments[0].size >= 0:
+            while len(self.segments) > 1 and excess - self.segments[0].size >= 0 \
+                    and self._outside_delayed(self.segments[0]):
                 excess -= self.segments[0].size
                 self._delete_first_segment()
                 deleted += 1
         if self.recovery_point < self.log_start_offset:
             self.recovery_point = self.log_start_offset
         return deleted
+
+    def _outside_delayed(self, segment: LogSegment) -> bool:
+        """Whether retention may delete ``segment``: it holds no delayed record not yet
+        delivered."""
+        if not self.delayed.pending and not self.delayed.awaiting:
+            return True
+        oldest = self.delayed.min_offset()
+        return oldest is None or segment.next_offset <= oldest
 
     def truncate_to(self, offset: int) -> None:
         """Remove every record at or above ``offset`` (a follower diverged)."""
@@ -755,6 +826,7 @@ class Log:
         if self._high_watermark is not None:
             self.producer_state.on_high_watermark_updated(self._high_watermark)
         self.leader_epochs.truncate_from_end(offset)
+        self._load_delayed()
 
     # --------------------------------------------------------------- flushing
 
@@ -762,6 +834,7 @@ class Log:
         """fsync everything appended so far and move the recovery point."""
         self.flush_segments(self.log_end_offset)
         self.producer_state.take_snapshot(self.log_end_offset)
+        self.delayed.take_snapshot(self.log_end_offset)
 
     def flush_segments(self, up_to: int) -> None:
         """fsync the segments holding offsets below ``up_to``; may run off the event loop."""

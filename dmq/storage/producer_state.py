@@ -81,6 +81,7 @@ class AppendOrigin(Enum):
     CLIENT = "client"
     COORDINATOR = "coordinator"
     REPLICATION = "replication"
+    DELAYED = "delayed"  # a leader delivering delayed records (dmq.storage.delayed): no producer
 
 
 @dataclass(slots=True)

@@ -1,0 +1,166 @@
+"""DelayedDelivery: the leader's side of delayed delivery (RocketMQ's timer, Kafka's log).
+
+Every replica knows its partitions' pending delayed records (``Log.delayed``,
+``dmq.storage.delayed``); the leader delivers them. ``tick`` (every
+``TICK_MS`` on the event loop) takes, for each partition it leads, the records
+whose time has come — up to ``MAX_PER_APPEND`` at a time, in deliver-time
+order — reads them back from their DELAYED control records, and appends one
+DELIVERED control record naming them followed by a batch holding them again
+(``dmq.record.delayed.delivery``), in one write. The Log observes the
+DELIVERED record, so they are no longer pending; followers do the same when
+they copy it. Consumers see the records once the high watermark passes them.
+
+Exactly once: a delivery is one append of the marker then the records. A
+follower that becomes leader with the marker but not the records (the old
+leader died between two fetches of the two batches) finds the marker as the
+last batch of its log and appends the records alone (``_finish_torn``). A
+leader that dies before a follower copied the marker leaves the records pending
+on the follower, which delivers them as leader; the dead leader's unreplicated
+delivery is truncated when it returns. A record whose DELAYED control record
+cannot be read (deleted by DeleteRecords, corrupt) is named by a DELIVERED
+record and not delivered, with an error in the log.
+
+Event-loop thread only; plain synchronous calls into the ReplicaManager.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from dmq.record.batch import InvalidRecordError, validate_batches
+from dmq.record.delayed import (
+    DELAYED_TYPE,
+    DELIVERED_TYPE,
+    DelayedRecord,
+    decode_delayed,
+    decode_delivered,
+    delivered_marker,
+    delivery,
+    delivery_records,
+    read_control_batch,
+)
+from dmq.replication.partition import Partition, PartitionError
+from dmq.replication.replica_manager import ReplicaManager, TopicPartition
+from dmq.storage.log import Log
+from dmq.storage.producer_state import AppendOrigin
+
+log = logging.getLogger("dmq.delayed")
+
+TICK_MS = 100
+MAX_PER_APPEND = 500
+
+
+def read_delayed(lg: Log, offsets: list[int]) -> dict[int, DelayedRecord]:
+    """The DELAYED records at ``offsets`` that can be read (a missing or unreadable one is
+    left out); each control batch is read once."""
+    out: dict[int, DelayedRecord] = {}
+    wanted = set(offsets)
+    for offset in sorted(wanted):
+        if offset in out or offset < lg.log_start_offset:
+            continue
+        for segment, pos, header in lg.batches_from(offset)[:1]:
+            if not header.is_control or header.producer_id >= 0:
+                break
+            try:
+                for delta, control_type, value in read_control_batch(segment.read_batch(pos, header)):
+                    record_offset = header.base_offset + delta
+                    if control_type == DELAYED_TYPE and record_offset in wanted:
+                        out[record_offset] = decode_delayed(value)
+            except (InvalidRecordError, ValueError) as e:
+                log.error("%s: unreadable DELAYED control batch at offset %d: %s", lg.name,
+                          header.base_offset, e)
+    return out
+
+
+class DelayedDelivery:
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+        self._checked_epoch: dict[TopicPartition, int] = {}
+        self.delivered = 0  # records delivered by this broker since it started
+
+    def tick(self, now_ms: int | None = None) -> int:
+        """Deliver what is due in the partitions this broker leads; returns how many records."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        delivered = 0
+        rm = self.replica_manager
+        for key, partition in list(rm.partitions.items()):
+            if not partition.is_leader:
+                self._checked_epoch.pop(key, None)
+                continue
+            if self._checked_epoch.get(key) != partition.leader_epoch:
+                self._checked_epoch[key] = partition.leader_epoch
+                delivered += self._finish_torn(key, partition, now)
+            lg = partition.log
+            first = lg.delayed.next_due()
+            if first is None or first > now:
+                continue
+            for _ in range(1000):  # bounded: at most 500,000 records a tick
+                due = lg.delayed.due(now, MAX_PER_APPEND)
+                if not due:
+                    break
+                count = self._deliver(key, partition, due, now)
+                if count < 0:
+                    break  # not appended: try again next tick
+                delivered += count
+        self.delivered += delivered
+        return delivered
+
+    def _deliver(self, key: TopicPartition, partition: Partition, due: list[tuple[int, int]],
+                 now: int) -> int:
+        lg = partition.log
+        found = read_delayed(lg, [offset for _, offset in due])
+        entries = [(offset, found[offset]) for _, offset in due if offset in found]
+        lost = [(offset, deliver_at) for deliver_at, offset in due if offset not in found]
+        if lost:
+            log.error("%s: %d delayed records cannot be read back (deleted or corrupt); "
+                      "they are dropped: offsets %s", lg.name, len(lost), [o for o, _ in lost[:10]])
+        # The unreadable ones are named too, so they stop being pending.
+        data = (delivered_marker(lost, now) if lost else b"") + (delivery(entries, now) if entries else b"")
+        try:
+            partition.append_records_to_leader(data, validate_batches(data, len(data)), 1,
+                                               AppendOrigin.DELAYED)
+        except (PartitionError, InvalidRecordError, OSError) as e:
+            log.warning("%s: delivering %d delayed records failed (%s); retrying", lg.name,
+                        len(due), e)
+            return -1
+        self.replica_manager.wake(key)
+        return len(entries)
+
+    def _finish_torn(self, key: TopicPartition, partition: Partition, now: int) -> int:
+        """As a new leader: a DELIVERED record at the very end of the log lost the records
+        that followed it (written together by the old leader); append them."""
+        lg = partition.log
+        if lg.log_end_offset <= lg.log_start_offset:
+            return 0
+        last = lg.batches_from(lg.log_end_offset - 1)
+        if not last:
+            return 0
+        segment, pos, header = last[-1]
+        if not header.is_control or header.producer_id >= 0:
+            return 0
+        try:
+            named: list[tuple[int, int]] = []
+            for _, control_type, value in read_control_batch(segment.read_batch(pos, header)):
+                if control_type == DELIVERED_TYPE:
+                    named += decode_delivered(value)
+        except (InvalidRecordError, ValueError):
+            return 0
+        if not named:
+            return 0
+        found = read_delayed(lg, [offset for offset, _ in named])
+        entries = [(offset, found[offset]) for offset, _ in sorted(named, key=lambda e: (e[1], e[0]))
+                   if offset in found]
+        if not entries:
+            return 0
+        data = delivery_records(entries)
+        try:
+            partition.append_records_to_leader(data, validate_batches(data, len(data)), 1,
+                                               AppendOrigin.DELAYED)
+        except (PartitionError, InvalidRecordError, OSError) as e:
+            log.warning("%s: finishing a torn delivery failed (%s)", lg.name, e)
+            return 0
+        log.info("%s: finished a delivery of %d delayed records the previous leader began",
+                 lg.name, len(entries))
+        self.replica_manager.wake(key)
+        return len(entries)

@@ -1,0 +1,174 @@
+"""Delayed delivery (dmq-delay-ms / dmq-deliver-at headers) with real clients against a
+real dmq server: on time and never early, from confluent-kafka, kafka-python and kcat
+producers; read by every client; through a SIGKILL; with transactions; bad headers refused."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from support.broker import BrokerProcess
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the result is in
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+
+
+def watch(bootstrap: str, topic: str, count: int, timeout: float,
+          isolation: str = "read_uncommitted") -> list[tuple[float, bytes, bytes | None, list[Any]]]:
+    """(arrival epoch ms, value, key, headers) of the first ``count`` records, each timed
+    as poll() returns it."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "isolation.level": isolation,
+                  "fetch.wait.max.ms": 50, "log_level": 0})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: list[tuple[float, bytes, bytes | None, list[Any]]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < count and time.monotonic() < deadline:
+            m = c.poll(0.05)
+            if m is None or m.error():
+                continue
+            out.append((time.time() * 1000, m.value(), m.key(), m.headers() or []))
+    finally:
+        c.close()
+    return out
+
+
+def test_delayed_records_arrive_on_time_never_early_and_others_untouched(
+        broker: BrokerProcess, topic_name: str) -> None:
+    create(broker.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                  "compression.type": "zstd", "linger.ms": 5})
+    start = now_ms()
+    plan = {b"plain": start, b"soon": start + 1500, b"later": start + 3000}
+    p.produce(topic_name, key=b"1", value=b"later",
+              headers=[("dmq-deliver-at", str(plan[b"later"]).encode()), ("trace", b"t1")])
+    p.produce(topic_name, key=b"2", value=b"plain")
+    p.produce(topic_name, key=b"3", value=b"soon", headers=[("dmq-deliver-at", str(plan[b"soon"]).encode())])
+    assert p.flush(10) == 0
+    got = watch(broker.bootstrap, topic_name, 3, 15)
+    assert [v for _, v, _, _ in got] == [b"plain", b"soon", b"later"]
+    for arrived, value, _, _ in got:
+        assert arrived >= plan[value], f"{value!r} came {plan[value] - arrived:.0f} ms early"
+        assert arrived <= plan[value] + 1000, f"{value!r} came {arrived - plan[value]:.0f} ms late"
+    later = got[2]
+    assert later[2] == b"1" and later[3] == [("trace", b"t1")]  # the delay header is gone
+
+
+def test_kafka_python_and_kcat_producers_and_every_consumer(broker: BrokerProcess, topic_name: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    create(broker.bootstrap, topic_name)
+    kp = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+    kp.send(topic_name, b"kafka-python", headers=[("dmq-delay-ms", b"1000")]).get(10)
+    kp.send(topic_name, b"kafka-python-now").get(10)
+    kp.close()
+    if shutil.which("kcat"):
+        subprocess.run(["kcat", "-P", "-b", broker.bootstrap, "-t", topic_name, "-H", "dmq-delay-ms=1200"],
+                       input=b"kcat\n", check=True, timeout=30)
+        expected = {b"kafka-python", b"kafka-python-now", b"kcat"}
+    else:
+        expected = {b"kafka-python", b"kafka-python-now"}
+    first = watch(broker.bootstrap, topic_name, 1, 5)
+    assert [v for _, v, _, _ in first] == [b"kafka-python-now"]
+    assert {v for _, v, _, _ in watch(broker.bootstrap, topic_name, len(expected), 15)} == expected
+
+    # Other readers skip the control batches that held the records: no error, each once.
+    kc = KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                       consumer_timeout_ms=3000, isolation_level="read_committed")
+    assert sorted(m.value for m in kc) == sorted(expected)
+    kc.close()
+    if shutil.which("kcat"):
+        out = subprocess.run(["kcat", "-C", "-b", broker.bootstrap, "-t", topic_name, "-e", "-q"],
+                             capture_output=True, check=True, timeout=30).stdout
+        assert sorted(out.split()) == sorted(expected)
+
+    async def aio() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer
+        c = AIOKafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+                             isolation_level="read_committed")
+        await c.start()
+        try:
+            batches = await c.getmany(timeout_ms=3000)
+            return [m.value for msgs in batches.values() for m in msgs]
+        finally:
+            await c.stop()
+
+    import asyncio
+    assert sorted(asyncio.run(aio())) == sorted(expected)
+
+
+@pytest.mark.parametrize("value, message", [
+    (b"tomorrow", "not a whole number"),
+    (b"-1", "not a whole number"),
+    (str(3 * 86_400_000 + 1).encode(), "above delayed.delivery.max.ms"),
+])
+def test_bad_delay_headers_are_refused_with_a_clear_error(broker: BrokerProcess, topic_name: str,
+                                                          value: bytes, message: str) -> None:
+    create(broker.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0, "log_level": 0})
+    errors: list[Any] = []
+    p.produce(topic_name, value=b"x", headers=[("dmq-delay-ms", value)],
+              on_delivery=lambda err, msg: errors.append(err))
+    p.flush(10)
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].name() == "INVALID_RECORD"
+    assert message in broker.log_text()
+    assert watch(broker.bootstrap, topic_name, 1, 1.5) == []  # nothing was written
+
+
+def test_pending_records_survive_sigkill_and_are_delivered_once(fresh_broker: BrokerProcess,
+                                                                 topic_name: str) -> None:
+    b = fresh_broker.start()
+    create(b.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": b.bootstrap, "enable.idempotence": True, "linger.ms": 20})
+    due = now_ms() + 3000
+    for i in range(200):
+        p.produce(topic_name, value=b"r%03d" % i,
+                  headers=[("dmq-deliver-at", str(due + (199 - i) * 5).encode())])
+    assert p.flush(10) == 0
+    b.kill()  # SIGKILL, no snapshot
+    time.sleep(max(0.0, (due + 1200 - now_ms()) / 1000))  # down past the time of every record
+    b.start()
+    got = watch(b.bootstrap, topic_name, 200, 20)
+    values = [v for _, v, _, _ in got]
+    assert sorted(values) == [b"r%03d" % i for i in range(200)]  # each once
+    # Overdue after the outage: delivered at once, in deliver-time order (latest i first).
+    assert values == [b"r%03d" % i for i in reversed(range(200))]
+    assert len(watch(b.bootstrap, topic_name, 201, 2)) == 200
+
+
+def test_transactional_delayed_records_wait_for_the_commit(broker: BrokerProcess, topic_name: str) -> None:
+    create(broker.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic_name}",
+                  "log_level": 0})
+    p.init_transactions(15)
+    at = str(now_ms() + 1500).encode()
+    p.begin_transaction()
+    p.produce(topic_name, value=b"aborted", headers=[("dmq-deliver-at", at)])
+    p.abort_transaction(15)
+    p.begin_transaction()
+    p.produce(topic_name, value=b"committed", headers=[("dmq-deliver-at", at)])
+    p.produce(topic_name, value=b"committed-now")
+    p.commit_transaction(15)
+    got = watch(broker.bootstrap, topic_name, 3, 8, isolation="read_committed")
+    assert [v for _, v, _, _ in got] == [b"committed-now", b"committed"]
+
+
+def test_a_record_for_a_long_delay_is_not_delivered_early(broker: BrokerProcess, topic_name: str) -> None:
+    create(broker.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic_name, value=b"in an hour", headers=[("dmq-delay-ms", b"3600000")])
+    assert p.flush(10) == 0
+    assert watch(broker.bootstrap, topic_name, 1, 2) == []
