@@ -99,6 +99,38 @@ def _topic_ids(a: Any, names: list[str]) -> dict[str, str]:
         return {}
 
 
+def _delayed_records(md: Any, topic: str, parts: list[Any]) -> dict[int, str]:
+    """Records waiting for their delivery time per partition (DescribeDelayedRecords, asked of
+    each leader; "+N" for those waiting for their transaction to commit); a partition whose
+    leader does not answer is left out."""
+    from dmq.client.wire import WireClient
+    from dmq.protocol.codec import make, request_class, request_module
+    from dmq.protocol.extensions import DESCRIBE_DELAYED_KEY
+
+    by_leader: dict[int, list[int]] = {}
+    for p in parts:
+        if p.leader >= 0:
+            by_leader.setdefault(p.leader, []).append(p.id)
+    out: dict[int, str] = {}
+    module = request_module(DESCRIBE_DELAYED_KEY, 0)
+    for leader, ids in by_leader.items():
+        broker = md.brokers.get(leader)
+        if broker is None:
+            continue
+        try:
+            with WireClient(broker.host, broker.port, client_id="dmq-topics", timeout=5) as c:
+                resp = c.request(make(request_class(DESCRIBE_DELAYED_KEY, 0), topics=(
+                    make(module.DelayedTopicRequest, name=topic, partitions=tuple(ids)),)))
+        except (OSError, ValueError):
+            continue
+        for t in resp.topics:
+            for r in t.partitions:
+                if r.error_code == 0:
+                    awaiting = f" +{r.awaiting_commit}" if r.awaiting_commit else ""
+                    out[int(r.partition_index)] = f"{r.pending}{awaiting}"
+    return out
+
+
 @app.command()
 def describe(
     name: Annotated[str | None, typer.Argument(
@@ -111,7 +143,8 @@ def describe(
         "--exclude-internal", help="leave out internal topics when no topic is named")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
-    """Show each topic's id, replication factor, partitions (leader, replicas, ISR) and config overrides."""
+    """Show each topic's id, replication factor, partitions (leader, replicas, ISR, records
+    waiting for their delivery time) and config overrides."""
     a = admin_client(bootstrap_server)
     try:
         # Ask for all topics: a request naming one may auto-create it.
@@ -140,10 +173,13 @@ def describe(
         title = (f"{topic_name}  id {ids.get(topic_name, '-')}  {len(t.partitions)} partitions  "
                  f"replication factor {rf}")
         console.print(title, highlight=False)
-        table = make_table("partition", "leader", "replicas", "isr", numbers=("partition", "leader"))
+        delayed = _delayed_records(md, topic_name, parts)
+        table = make_table("partition", "leader", "replicas", "isr", "delayed",
+                           numbers=("partition", "leader", "delayed"))
         for p in parts:
             table.add_row(str(p.id), str(p.leader) if p.leader >= 0 else "none",
-                          ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)))
+                          ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)),
+                          delayed.get(p.id, "?"))
         console.print(table)
         if filtering:
             continue

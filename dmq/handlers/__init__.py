@@ -4,7 +4,7 @@ Each module defines ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async handle(services, ctx, request) -> response | None`` (None: no response,
 as for acks=0 Produce). ApiVersions advertises exactly this registry, except
 modules with ``ADVERTISED = False``: dmq's own extension APIs (only
-``dmq.client`` sends them), the share coordinator's inter-broker APIs (83-87, sent
+``dmq.client`` and the CLI send them), the share coordinator's inter-broker APIs (83-87, sent
 by brokers' share persisters only) and the share-group APIs until a share consumer can
 work end to end (``context.SHARE_GROUPS_ADVERTISED``).
 """
@@ -28,6 +28,7 @@ from dmq.handlers import (
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_delayed_records,
     describe_groups,
     describe_producers,
     describe_transactions,
@@ -73,7 +74,7 @@ HANDLERS: dict[int, ModuleType] = {
         delete_groups, offset_delete, offset_for_leader_epoch, alter_partition_reassignments,
         list_partition_reassignments, elect_leaders, list_transactions,
         add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
-        describe_transactions, describe_producers, check_transactions,
+        describe_transactions, describe_producers, check_transactions, describe_delayed_records,
         share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
         share_group_heartbeat, share_group_describe,
         initialize_share_group_state, read_share_group_state, write_share_group_state,

@@ -33,6 +33,25 @@ response header v1)::
         topics           [CheckedTopic]
           name           string
           partitions     [int32]
+
+DescribeDelayedRecords (key 10002), version 0, flexible: the delayed records
+(docs/delayed-delivery.md) of partitions, answered by their leader::
+
+    DescribeDelayedRecordsRequest
+      topics           [DelayedTopicRequest]
+        name           string
+        partitions     [int32]
+
+    DescribeDelayedRecordsResponse
+      throttle_time_ms int32
+      topics           [DelayedTopic]
+        name           string
+        partitions     [DelayedPartition]
+          partition_index  int32
+          error_code       int16   NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION
+          pending          int64   records waiting for their time
+          awaiting_commit  int64   records of open transactions, pending once committed
+          next_deliver_ms  int64   epoch ms of the earliest pending one, -1: none
 """
 
 
@@ -49,6 +68,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 CHECK_TRANSACTIONS_KEY = 10000
+DESCRIBE_DELAYED_KEY = 10002
 
 
 class Resolution(IntEnum):
@@ -124,6 +144,63 @@ class CheckTransactionsResponse:
     transactions: tuple[CheckedTransaction, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DelayedTopicRequest:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_DELAYED_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata={"kafka_type": "string"})
+    partitions: tuple[i32, ...] = field(metadata={"kafka_type": "int32"}, default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeDelayedRecordsRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_DELAYED_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    topics: tuple[DelayedTopicRequest, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DelayedPartition:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_DELAYED_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    pending: i64 = field(metadata={"kafka_type": "int64"})
+    awaiting_commit: i64 = field(metadata={"kafka_type": "int64"})
+    next_deliver_ms: i64 = field(metadata={"kafka_type": "int64"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DelayedTopic:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_DELAYED_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata={"kafka_type": "string"})
+    partitions: tuple[DelayedPartition, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeDelayedRecordsResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_DELAYED_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    topics: tuple[DelayedTopic, ...]
+
+
 def _module(name: str, *entities: type) -> ModuleType:
     module = ModuleType(name)
     for entity in entities:
@@ -137,5 +214,11 @@ EXTENSIONS: dict[int, dict[int, tuple[ModuleType, ModuleType]]] = {
         _module("check_transactions_v0_request", CheckTransactionsRequest, CheckAnswer),
         _module("check_transactions_v0_response", CheckTransactionsResponse, CheckedTransaction,
                 CheckedTopic),
+    )},
+    DESCRIBE_DELAYED_KEY: {0: (
+        _module("describe_delayed_records_v0_request", DescribeDelayedRecordsRequest,
+                DelayedTopicRequest),
+        _module("describe_delayed_records_v0_response", DescribeDelayedRecordsResponse,
+                DelayedTopic, DelayedPartition),
     )},
 }

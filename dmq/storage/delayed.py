@@ -119,6 +119,13 @@ class DelayedRecords:
             heapq.heappop(heap)
         return heap[0] * BUCKET_MS if heap else None
 
+    def earliest(self) -> int | None:
+        """The earliest deliver time of a pending entry (reads its whole bucket)."""
+        first = self.next_due()
+        if first is None:
+            return None
+        return min(self._buckets[first // BUCKET_MS][0::2])
+
     def due(self, now_ms: int, limit: int) -> list[tuple[int, int]]:
         """Up to ``limit`` pending (deliver_at, offset) with deliver_at <= ``now_ms``, in
         deliver-time order (then offset). They stay pending until their DELIVERED record

@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess
+from support.cli import run_dmq
 
 
 def now_ms() -> int:
@@ -166,9 +167,17 @@ def test_transactional_delayed_records_wait_for_the_commit(broker: BrokerProcess
     assert [v for _, v, _, _ in got] == [b"committed-now", b"committed"]
 
 
-def test_a_record_for_a_long_delay_is_not_delivered_early(broker: BrokerProcess, topic_name: str) -> None:
+def test_a_record_for_a_long_delay_waits_and_topics_describe_counts_it(
+        broker: BrokerProcess, topic_name: str) -> None:
     create(broker.bootstrap, topic_name)
     p = Producer({"bootstrap.servers": broker.bootstrap})
-    p.produce(topic_name, value=b"in an hour", headers=[("dmq-delay-ms", b"3600000")])
+    for _ in range(3):
+        p.produce(topic_name, value=b"in an hour", headers=[("dmq-delay-ms", b"3600000")])
+    p.produce(topic_name, value=b"now")
     assert p.flush(10) == 0
-    assert watch(broker.bootstrap, topic_name, 1, 2) == []
+    assert [v for _, v, _, _ in watch(broker.bootstrap, topic_name, 2, 2)] == [b"now"]
+    out = run_dmq(broker.bootstrap, "topics", "describe", topic_name).stdout
+    cells = [[c.strip() for c in line.strip("│┃ ").split("│" if "│" in line else "┃")]
+             for line in out.splitlines() if "│" in line or "┃" in line]
+    assert cells[0] == ["partition", "leader", "replicas", "isr", "delayed"], out
+    assert cells[1] == ["0", "0", "0", "0", "3"], out
