@@ -1,0 +1,89 @@
+"""DelayedDelivery on a leader: due records delivered once, in deliver-time order, never early;
+a delivery whose records were cut off after its DELIVERED marker is finished by the next
+leader; a record that cannot be read back is named and dropped, not retried forever."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dmq.config import BrokerConfig, LogConfig
+from dmq.record.batch import validate_batches
+from dmq.record.records import decode_batch, encode_batch
+from dmq.replication.delayed import DelayedDelivery
+from dmq.replication.partition import Partition
+from dmq.replication.replica_manager import ReplicaManager
+from dmq.storage.log_manager import LogManager
+
+T0 = 1_795_000_000_000
+
+
+def leader(path: Path) -> tuple[ReplicaManager, Partition]:
+    lm = LogManager(str(path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, p: "id")
+    rm = ReplicaManager(1, lm)
+    return rm, rm.become_leader("t", 0, "id", 0, replicas=[1], isr=[1])
+
+
+def produce(p: Partition, values_and_times: list[tuple[bytes, int]], now: int) -> None:
+    data = encode_batch([(None, v, [("dmq-deliver-at", str(at).encode())]) for v, at in values_and_times],
+                        timestamp=now)
+    p.log.append_as_leader(data, validate_batches(data, 1 << 20), 0, timestamp=now)
+
+
+def visible(p: Partition) -> list[bytes]:
+    return [r.value or b"" for seg, pos, h in p.log.batches_from(p.log.log_start_offset) if not h.is_control
+            for r in decode_batch(seg.read_batch(pos, h))[1]]
+
+
+def test_due_records_go_once_in_deliver_time_order_and_never_early(tmp_path: Path) -> None:
+    rm, p = leader(tmp_path)
+    produce(p, [(b"c", T0 + 300), (b"a", T0 + 100), (b"b", T0 + 200), (b"z", T0 + 5000)], T0)
+    delivery = DelayedDelivery(rm)
+    assert delivery.tick(T0 + 99) == 0 and visible(p) == []
+    assert delivery.tick(T0 + 250) == 2 and visible(p) == [b"a", b"b"]
+    assert delivery.tick(T0 + 250) == 0  # not again
+    assert delivery.tick(T0 + 4000) == 1 and visible(p) == [b"a", b"b", b"c"]
+    assert p.log.delayed.pending == 1
+
+
+def test_the_next_leader_finishes_a_delivery_cut_after_its_marker(tmp_path: Path) -> None:
+    rm, p = leader(tmp_path / "old")
+    produce(p, [(b"x", T0 + 10), (b"y", T0 + 20)], T0)
+    DelayedDelivery(rm).tick(T0 + 100)
+    assert visible(p) == [b"x", b"y"]
+    batches = p.log.batches_from(0)
+    marker = next(h for _, _, h in batches if h.is_control and h.base_offset > 0)
+    everything = p.log.read(0, 1 << 30, p.log.log_end_offset)
+    assert everything is not None
+    raw = everything.read()
+
+    for cut, expected in ((marker.last_offset + 1, [b"x", b"y"]), (p.log.log_end_offset, [b"x", b"y"])):
+        # A follower copied up to ``cut``: with the marker but without the records after it,
+        # or with both; then it becomes the leader.
+        base = tmp_path / f"follower-{cut}"
+        lm = LogManager(str(base), lambda t: LogConfig(BrokerConfig()))
+        lm.load_logs(lambda t, q: "id")
+        frm = ReplicaManager(2, lm)
+        fp = frm.become_follower("t", 0, "id", 1, 0, replicas=[1, 2], isr=[1, 2])[0]
+        end = next(pos + h.size for seg, pos, h in p.log.batches_from(0) if h.last_offset + 1 == cut)
+        fp.append_as_follower(raw[:end], 0)
+        assert fp.log.delayed.pending == 0  # the marker was copied: nothing left to deliver
+        frm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[2])
+        DelayedDelivery(frm).tick(T0 + 200)
+        assert visible(fp) == expected
+        DelayedDelivery(frm).tick(T0 + 300)  # a new epoch is checked once
+        assert visible(fp) == expected
+
+
+def test_a_record_that_cannot_be_read_back_is_dropped_with_an_error(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    rm, p = leader(tmp_path)
+    produce(p, [(b"gone", T0 + 10)], T0)
+    for _ in range(3):
+        plain = encode_batch([(None, b"p", [])], timestamp=T0)
+        p.log.append_as_leader(plain, validate_batches(plain, 1 << 20), 0, timestamp=T0)
+    p.log.roll()
+    p.log.delete_records_before(p.log.log_end_offset)  # DeleteRecords past the DELAYED record
+    delivery = DelayedDelivery(rm)
+    assert delivery.tick(T0 + 100) == 0
+    assert p.log.delayed.pending == 0
+    assert "cannot be read back" in caplog.text
