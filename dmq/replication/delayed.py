@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.delayed import (
@@ -49,27 +50,48 @@ log = logging.getLogger("dmq.delayed")
 
 TICK_MS = 100
 MAX_PER_APPEND = 500
+CACHED_BATCHES = 16  # decoded DELAYED control batches kept per partition led
+MAX_PER_TICK = 50_000  # a partition's backlog goes over several ticks, others' in between
 
 
-def read_delayed(lg: Log, offsets: list[int]) -> dict[int, DelayedRecord]:
+Decoded = dict[int, DelayedRecord]  # the DELAYED records of one control batch, by offset
+
+
+def read_delayed(lg: Log, offsets: list[int],
+                 cache: OrderedDict[int, Decoded] | None = None) -> dict[int, DelayedRecord]:
     """The DELAYED records at ``offsets`` that can be read (a missing or unreadable one is
-    left out); each control batch is read once."""
+    left out). Each control batch is decoded once; with ``cache`` (base offset -> its
+    records, least recently used first), once across calls: a producer's batch of
+    delayed records is delivered in several slices."""
     out: dict[int, DelayedRecord] = {}
-    wanted = set(offsets)
-    for offset in sorted(wanted):
+    for offset in sorted(set(offsets)):
         if offset in out or offset < lg.log_start_offset:
             continue
-        for segment, pos, header in lg.batches_from(offset)[:1]:
-            if not header.is_control or header.producer_id >= 0:
-                break
+        found = lg.batch_at(offset)
+        if found is None:
+            continue
+        segment, pos, header = found
+        if not header.is_control or header.producer_id >= 0:
+            continue
+        records = cache.get(header.base_offset) if cache is not None else None
+        if records is None:
+            records = {}
             try:
                 for delta, control_type, value in read_control_batch(segment.read_batch(pos, header)):
-                    record_offset = header.base_offset + delta
-                    if control_type == DELAYED_TYPE and record_offset in wanted:
-                        out[record_offset] = decode_delayed(value)
+                    if control_type == DELAYED_TYPE:
+                        records[header.base_offset + delta] = decode_delayed(value)
             except (InvalidRecordError, ValueError) as e:
                 log.error("%s: unreadable DELAYED control batch at offset %d: %s", lg.name,
                           header.base_offset, e)
+            if cache is not None:
+                cache[header.base_offset] = records
+                while len(cache) > CACHED_BATCHES:
+                    cache.popitem(last=False)
+        elif cache is not None:
+            cache.move_to_end(header.base_offset)
+        for wanted in offsets:
+            if wanted in records:
+                out[wanted] = records[wanted]
     return out
 
 
@@ -77,6 +99,7 @@ class DelayedDelivery:
     def __init__(self, replica_manager: ReplicaManager) -> None:
         self.replica_manager = replica_manager
         self._checked_epoch: dict[TopicPartition, int] = {}
+        self._decoded: dict[TopicPartition, OrderedDict[int, Decoded]] = {}
         self.delivered = 0  # records delivered by this broker since it started
 
     def tick(self, now_ms: int | None = None) -> int:
@@ -87,21 +110,21 @@ class DelayedDelivery:
         for key, partition in list(rm.partitions.items()):
             if not partition.is_leader:
                 self._checked_epoch.pop(key, None)
+                self._decoded.pop(key, None)
                 continue
             if self._checked_epoch.get(key) != partition.leader_epoch:
                 self._checked_epoch[key] = partition.leader_epoch
+                self._decoded[key] = OrderedDict()  # the log may differ under a new epoch
                 delivered += self._finish_torn(key, partition, now)
             lg = partition.log
             first = lg.delayed.next_due()
             if first is None or first > now:
                 continue
-            for _ in range(1000):  # bounded: at most 500,000 records a tick
-                due = lg.delayed.due(now, MAX_PER_APPEND)
-                if not due:
-                    break
-                count = self._deliver(key, partition, due, now)
+            due = lg.delayed.due(now, MAX_PER_TICK)
+            for i in range(0, len(due), MAX_PER_APPEND):
+                count = self._deliver(key, partition, due[i : i + MAX_PER_APPEND], now)
                 if count < 0:
-                    break  # not appended: try again next tick
+                    break  # not appended: the rest again next tick
                 delivered += count
         self.delivered += delivered
         return delivered
@@ -109,7 +132,7 @@ class DelayedDelivery:
     def _deliver(self, key: TopicPartition, partition: Partition, due: list[tuple[int, int]],
                  now: int) -> int:
         lg = partition.log
-        found = read_delayed(lg, [offset for _, offset in due])
+        found = read_delayed(lg, [offset for _, offset in due], self._decoded.get(key))
         entries = [(offset, found[offset]) for _, offset in due if offset in found]
         lost = [(offset, deliver_at) for deliver_at, offset in due if offset not in found]
         if lost:

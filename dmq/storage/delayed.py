@@ -61,6 +61,7 @@ class DelayedRecords:
         self.directory = directory
         self._buckets: dict[int, array[int]] = {}  # second -> deliver_at, offset, deliver_at, ...
         self._heap: list[int] = []  # bucket keys (possibly stale: empty buckets are skipped)
+        self._sorted: set[int] = set()  # buckets in (deliver_at, offset) order
         self.pending = 0
         self.awaiting: dict[int, list[tuple[int, int]]] = {}  # producer id -> (deliver_at, offset)
         self.scanned_to = 0
@@ -76,31 +77,50 @@ class DelayedRecords:
         if bucket is None:
             bucket = self._buckets[key] = array("q")
             heapq.heappush(self._heap, key)
+            self._sorted.add(key)
+        elif key in self._sorted and (deliver_at, offset) < (bucket[-2], bucket[-1]):
+            self._sorted.discard(key)
         bucket.append(deliver_at)
         bucket.append(offset)
         self.pending += 1
 
+    def _sorted_bucket(self, key: int) -> array[int]:
+        """Bucket ``key`` in (deliver_at, offset) order (sorted once, kept so by ``add``
+        while entries come in order, as they do)."""
+        bucket = self._buckets[key]
+        if key not in self._sorted:
+            pairs = sorted(zip(bucket[0::2], bucket[1::2], strict=True))
+            bucket = self._buckets[key] = array("q", [v for pair in pairs for v in pair])
+            self._sorted.add(key)
+        return bucket
+
     def remove(self, delivered: Iterable[tuple[int, int]]) -> int:
-        """Drop delivered (offset, deliver_at) entries; returns how many were pending. Each
-        bucket touched is filtered once, however many entries leave it."""
+        """Drop delivered (offset, deliver_at) entries; returns how many were pending.
+        Deliveries take a bucket's earliest entries, so the usual case removes a prefix
+        of the sorted bucket (one memmove); anything else filters the bucket once."""
         by_bucket: dict[int, set[int]] = {}
         for offset, deliver_at in delivered:
             by_bucket.setdefault(deliver_at // BUCKET_MS, set()).add(offset)
         removed = 0
         for key, offsets in by_bucket.items():
-            bucket = self._buckets.get(key)
-            if bucket is None:
+            if key not in self._buckets:
                 continue
-            kept = array("q")
-            for i in range(0, len(bucket), 2):
-                if bucket[i + 1] not in offsets:
-                    kept.append(bucket[i])
-                    kept.append(bucket[i + 1])
-            removed += (len(bucket) - len(kept)) // 2
-            if kept:
-                self._buckets[key] = kept
+            bucket = self._sorted_bucket(key)
+            k = len(offsets)
+            if set(bucket[1 : 2 * k : 2]) == offsets:
+                del bucket[: 2 * k]
+                removed += k
             else:
+                kept = array("q")
+                for i in range(0, len(bucket), 2):
+                    if bucket[i + 1] not in offsets:
+                        kept.append(bucket[i])
+                        kept.append(bucket[i + 1])
+                removed += (len(bucket) - len(kept)) // 2
+                self._buckets[key] = bucket = kept
+            if not bucket:
                 del self._buckets[key]
+                self._sorted.discard(key)
         self.pending -= removed
         return removed
 
@@ -120,11 +140,11 @@ class DelayedRecords:
         return heap[0] * BUCKET_MS if heap else None
 
     def earliest(self) -> int | None:
-        """The earliest deliver time of a pending entry (reads its whole bucket)."""
+        """The earliest deliver time of a pending entry."""
         first = self.next_due()
         if first is None:
             return None
-        return min(self._buckets[first // BUCKET_MS][0::2])
+        return self._sorted_bucket(first // BUCKET_MS)[0]
 
     def due(self, now_ms: int, limit: int) -> list[tuple[int, int]]:
         """Up to ``limit`` pending (deliver_at, offset) with deliver_at <= ``now_ms``, in
@@ -138,14 +158,14 @@ class DelayedRecords:
         last = now_ms // BUCKET_MS
         key = first // BUCKET_MS
         while key <= last and len(out) < limit:
-            bucket = buckets.get(key)
-            if bucket is not None:
-                found = [(bucket[i], bucket[i + 1]) for i in range(0, len(bucket), 2)
-                         if bucket[i] <= now_ms]
-                found.sort()
-                out += found
+            if key in buckets:
+                bucket = self._sorted_bucket(key)
+                for i in range(0, min(len(bucket), 2 * (limit - len(out))), 2):
+                    if bucket[i] > now_ms:
+                        break
+                    out.append((bucket[i], bucket[i + 1]))
             key += 1
-        return out[:limit]
+        return out
 
     def entries(self) -> Iterable[tuple[int, int, int]]:
         """(deliver_at, offset, producer id) of every entry; -1 for pending ones."""
@@ -167,6 +187,7 @@ class DelayedRecords:
     def clear(self, scanned_to: int = 0) -> None:
         self._buckets.clear()
         self._heap.clear()
+        self._sorted.clear()
         self.awaiting.clear()
         self.pending = 0
         self.scanned_to = scanned_to

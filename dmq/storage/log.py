@@ -687,6 +687,15 @@ class Log:
             return []
         return self.collect_aborted_transactions(offset, self.fetch_upper_bound_offset(data, max_offset))
 
+    def batch_at(self, offset: int) -> tuple[LogSegment, int, BatchHeader] | None:
+        """The batch holding ``offset`` (the first whose last offset is at or above it)."""
+        i = max(0, bisect_right(self.bases, offset) - 1)
+        for segment in self.segments[i:]:
+            found = segment.find_position(offset)
+            if found is not None:
+                return segment, found[0], found[1]
+        return None
+
     def batches_from(self, offset: int) -> list[tuple[LogSegment, int, BatchHeader]]:
         out = []
         i = max(0, bisect_right(self.bases, offset) - 1)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -18,6 +19,7 @@ from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.storage import log as log_module
+from dmq.storage.delayed import DelayedRecords
 from dmq.storage.log import Log
 from dmq.storage.log_manager import LogManager
 
@@ -191,3 +193,43 @@ def test_pending_records_survive_a_restart_and_hold_retention(tmp_path: Path) ->
     assert again.delayed.due(T0 + 9_999, 10) == []
     assert again.delayed.due(T0 + 10_000, 10) == [(T0 + 10_000, 0)]
     again.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("add"), st.integers(0, 5000), st.integers(-1, 2)),
+    st.tuples(st.just("remove"), st.lists(st.integers(0, 40), max_size=6), st.just(0)),
+    st.tuples(st.just("settle"), st.integers(0, 2), st.booleans()),
+    st.tuples(st.just("due"), st.integers(0, 6000), st.integers(1, 10))), max_size=60))
+def test_delayed_records_against_a_model(ops: list[tuple[Any, Any, Any]]) -> None:
+    """Buckets, the heap, sorted prefixes and the filter path: the same entries as a dict."""
+    d = DelayedRecords(tempfile.mkdtemp())
+    pending: dict[int, int] = {}  # offset -> deliver_at
+    awaiting: dict[int, list[tuple[int, int]]] = {}
+    offset = 0
+    for op, a, b in ops:
+        if op == "add":
+            d.add(offset, a, b)
+            if b >= 0:
+                awaiting.setdefault(b, []).append((a, offset))
+            else:
+                pending[offset] = a
+            offset += 1
+        elif op == "remove":
+            named = [(o, pending[o]) for o in set(a) if o in pending]
+            assert d.remove(named) == len(named)
+            for o, _ in named:
+                del pending[o]
+        elif op == "settle":
+            d.settle(a, b)
+            for at, o in awaiting.pop(a, []):
+                if b:
+                    pending[o] = at
+        else:
+            expected = sorted((at, o) for o, at in pending.items() if at <= a)[:b]
+            assert d.due(a, b) == expected
+        assert d.pending == len(pending)
+        assert sorted((at, o) for at, o, pid in d.entries() if pid < 0) == sorted(
+            (at, o) for o, at in pending.items())
+        assert d.earliest() == (min(pending.values()) if pending else None)
+        assert d.min_offset() == min([*pending, *(o for w in awaiting.values() for _, o in w)], default=None)
