@@ -156,7 +156,17 @@ def consume(
 
 
 def _register_subcommands() -> None:
-    from dmq.cli import bench, cluster, configs, groups, partitions, pipeline, topics, transactions
+    from dmq.cli import (
+        bench,
+        cluster,
+        configs,
+        groups,
+        partitions,
+        pipeline,
+        retry,
+        topics,
+        transactions,
+    )
 
     app.add_typer(topics.app, name="topics")
     app.add_typer(groups.app, name="groups")
@@ -166,6 +176,7 @@ def _register_subcommands() -> None:
     app.add_typer(cluster.app, name="cluster")
     app.add_typer(partitions.app, name="partitions")
     app.add_typer(transactions.app, name="transactions")
+    app.add_typer(retry.app, name="retry")
 
 
 _register_subcommands()

@@ -1,6 +1,8 @@
-"""Clients: a small Kafka wire client (the broker's followers use it) and
-``TransactionProducer`` for half messages with check-back (docs/half-messages.md)."""
+"""Clients: a small Kafka wire client (the broker's followers use it),
+``TransactionProducer`` for half messages with check-back (docs/half-messages.md) and
+``RetryingConsumer`` for retries and dead letters of a consumer group (docs/retries.md)."""
 
+from dmq.client.retrying import Record, RetryingConsumer
 from dmq.client.transactions import (
     HalfMessage,
     Transaction,
@@ -8,4 +10,5 @@ from dmq.client.transactions import (
     TransactionResolution,
 )
 
-__all__ = ["HalfMessage", "Transaction", "TransactionProducer", "TransactionResolution"]
+__all__ = ["HalfMessage", "Record", "RetryingConsumer", "Transaction", "TransactionProducer",
+           "TransactionResolution"]

@@ -1,0 +1,148 @@
+"""RetryingConsumer (issue 13 part 3) against a real broker: failed records come back after
+their backoff through the broker's delayed delivery, records failing max.retries times land
+in the dead-letter topic with their history, and `dmq retry redrive` sends them back."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from support.broker import BrokerProcess
+from support.cli import run_dmq
+
+from dmq.client import Record, RetryingConsumer
+from dmq.client.retrying import dead_letter_topic, retry_topic
+
+
+def setup(bootstrap: str, topic: str, n: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(15)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(n):
+        p.produce(topic, key=b"k%d" % i, value=b"%d" % i, headers=[("app", b"h%d" % i)])
+    assert p.flush(10) == 0
+
+
+def consume(c: RetryingConsumer, until: float, handle: object, done: object = lambda: False) -> None:
+    """Hand records to ``handle`` until ``done()`` (then one more second, for any extra one)
+    or ``until`` seconds."""
+    deadline = time.monotonic() + until
+    while time.monotonic() < deadline:
+        r = c.poll(0.1)
+        if r is not None:
+            handle(r)  # type: ignore[operator]
+        if done():  # type: ignore[operator]
+            deadline = min(deadline, time.monotonic() + 1)
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 5) -> list[object]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "log_level": 0})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            out.append(m)
+    c.close()
+    return out
+
+
+def test_failed_records_come_back_after_their_backoff(broker: BrokerProcess, topic_name: str) -> None:
+    setup(broker.bootstrap, topic_name, 20)
+    group = f"g-{topic_name[-30:]}"
+    c = RetryingConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                          "auto.offset.reset": "earliest", "retry.delays.ms": "800,1600",
+                          "max.retries": 3})
+    c.subscribe([topic_name])
+    seen: dict[bytes, list[tuple[float, int]]] = {}
+
+    def handle(r: Record) -> None:
+        seen.setdefault(r.value or b"", []).append((time.monotonic(), r.retries))
+        assert r.topic == topic_name and r.key == b"k%s" % r.value  # where it came from
+        assert r.headers == [("app", b"h%s" % r.value)]  # its own headers, not dmq's
+        if int(r.value or b"0") % 2 and r.retries < 2:
+            assert c.retry(r, f"attempt {r.retries + 1} failed") == c.retry_topic
+        else:
+            c.ack(r)
+
+    def finished() -> bool:
+        return len(seen) == 20 and all(len(a) == (3 if int(v) % 2 else 1) for v, a in seen.items())
+
+    try:
+        consume(c, 30, handle, finished)
+    finally:
+        c.close()
+    assert sorted(seen) == sorted(b"%d" % i for i in range(20))
+    for value, attempts in seen.items():
+        if int(value) % 2 == 0:
+            assert [n for _, n in attempts] == [0], value  # once, never retried
+            continue
+        assert [n for _, n in attempts] == [0, 1, 2], value
+        (t0, _), (t1, _), (t2, _) = attempts
+        assert t1 - t0 >= 0.8 - 0.05 and t2 - t1 >= 1.6 - 0.05, attempts  # not before the backoff
+        assert t1 - t0 < 0.8 + 2.5 and t2 - t1 < 1.6 + 2.5, attempts
+    # A consumer of the group starting over sees nothing left: every offset was committed.
+    again = RetryingConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                              "auto.offset.reset": "earliest"})
+    again.subscribe([topic_name])
+    leftover: list[Record] = []
+    try:
+        consume(again, 4, leftover.append)  # (the group's partitions are assigned within it)
+    finally:
+        again.close()
+    assert leftover == []
+
+
+def test_records_failing_every_time_land_in_the_dead_letter_topic_and_redrive(
+        broker: BrokerProcess, topic_name: str) -> None:
+    setup(broker.bootstrap, topic_name, 5)
+    group = f"d-{topic_name[-30:]}"
+    c = RetryingConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                          "auto.offset.reset": "earliest", "retry.delays.ms": "200", "max.retries": 2})
+    c.subscribe([topic_name])
+    targets: list[str] = []
+    try:
+        consume(c, 30, lambda r: targets.append(c.retry(r, "boom")),
+                lambda: targets.count(dead_letter_topic(group)) == 5)
+    finally:
+        c.close()
+    assert targets.count(retry_topic(group)) == 10 and targets.count(dead_letter_topic(group)) == 5
+    dead = read_topic(broker.bootstrap, dead_letter_topic(group))
+    assert sorted(m.value() for m in dead) == [b"%d" % i for i in range(5)]  # type: ignore[attr-defined]
+    for m in dead:
+        headers = m.headers()  # type: ignore[attr-defined]
+        h = dict(headers)
+        assert h["dmq-origin-topic"] == topic_name.encode()
+        assert h["dmq-origin-offset"] == m.value()  # type: ignore[attr-defined]
+        assert h["dmq-retry-count"] == b"3"
+        history = [v for k, v in headers if k == "dmq-retry-history"]
+        assert len(history) == 3 and all(v.endswith(b" boom") for v in history)
+        assert "dmq-delay-ms" not in h and h["app"] == b"h" + m.value()  # type: ignore[attr-defined]
+
+    dry = run_dmq(broker.bootstrap, "retry", "redrive", "--group", group, "--dry-run").stdout
+    assert "would re-drive 5 records" in dry
+    out = run_dmq(broker.bootstrap, "retry", "redrive", "--group", group).stdout
+    assert "re-drove 5 records" in out and topic_name in out
+    back = read_topic(broker.bootstrap, topic_name)
+    assert len(back) == 10  # the 5 originals and the 5 re-driven
+    redriven = back[5:]
+    assert sorted(m.value() for m in redriven) == [b"%d" % i for i in range(5)]  # type: ignore[attr-defined]
+    assert all(m.headers() == [("app", b"h" + m.value())] for m in redriven)  # type: ignore[attr-defined]
+    again = run_dmq(broker.bootstrap, "retry", "redrive", "--group", group).stdout
+    assert "No dead letters to re-drive" in again
+
+
+def test_bad_configs_and_a_missing_dead_letter_topic_are_one_clear_line(broker: BrokerProcess) -> None:
+    with pytest.raises(ValueError, match="group.id"):
+        RetryingConsumer({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(ValueError, match="retry.delays.ms"):
+        RetryingConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "x", "retry.delays.ms": "-1"})
+    res = run_dmq(broker.bootstrap, "retry", "redrive", "--topic", "no-such-dlq", check=False)
+    assert res.returncode == 1
+    assert res.stderr.strip().count("\n") == 0 and "no-such-dlq does not exist" in res.stderr
+    res = run_dmq(broker.bootstrap, "retry", "redrive", check=False)
+    assert res.returncode == 2 and "--group" in res.stderr
