@@ -232,10 +232,9 @@ class DelayedRecords:
         return os.path.join(self.directory, f"{offset:020d}{SUFFIX}")
 
     def take_snapshot(self, offset: int, fsync: bool = True) -> None:
-        """Write the state as of ``offset`` (= ``scanned_to``); keep the newest two. Nothing
-        is written for a partition that never had a delayed record."""
-        if not self.pending and not self.awaiting and not self.snapshot_offsets():
-            return
+        """Write the state as of ``offset`` (= ``scanned_to``); keep the newest two. Written
+        even when nothing is pending (a few dozen bytes), so that loading and truncation
+        read the log from the newest snapshot, not from its start."""
         entries = list(self.entries())
         out = bytearray(_HEAD.pack(_MAGIC, 0, offset, self.pending, len(entries) - self.pending))
         for deliver_at, entry_offset, producer_id in entries:

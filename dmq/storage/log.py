@@ -583,6 +583,7 @@ class Log:
         self.segments.append(segment)
         self.bases.append(base)
         self.producer_state.take_snapshot(base, fsync=False)
+        self.delayed.take_snapshot(base, fsync=False)
         if self.on_roll is not None:
             self.on_roll(self, base)
         else:
