@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigSource
-from support.broker import free_port
 from support.cluster import Cluster
+from support.ports import free_port, free_port_block
 from support.zookeeper import available
 from test_replication import BackgroundProducer, check_exactly_once_in_order, wait_acked_growth
 
@@ -96,9 +96,7 @@ def test_cluster_status_shows_controller_and_under_replicated(cluster: Cluster) 
 
 @pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
 def test_cluster_start_runs_a_local_cluster(tmp_path: Path) -> None:
-    base = free_port()
-    while any(_busy(base + i) for i in range(2)):
-        base = free_port()
+    base = free_port_block(2)
     proc = subprocess.Popen([sys.executable, "-m", "dmq", "cluster", "start", "--brokers", "2",
                              "--data-dir", str(tmp_path / "c"), "--base-port", str(base),
                              "--zookeeper-port", str(free_port()),
@@ -125,13 +123,6 @@ def test_cluster_start_runs_a_local_cluster(tmp_path: Path) -> None:
         rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 0, rest
     assert "cluster stopped" in rest
-
-
-def _busy(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> None:
