@@ -162,11 +162,15 @@ def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> No
 
     # The leader may drop the dead follower from the ISR (replica.lag.time.max.ms) before its
     # ZooKeeper session expires; the broker counts as down only once /brokers/ids/<id> is gone.
+    # Either change reaches the survivor's metadata on its own (the wait above read some
+    # broker's, not necessarily the survivor's): wait until it has both.
     def without_victim() -> Any:
         m = survivor_metadata()
-        return m if victim not in {b.node_id for b in m.brokers} else None
+        return m if (victim not in {b.node_id for b in m.brokers}
+                     and victim not in m.topics[0].partitions[0].isr_nodes) else None
 
-    md = cluster.wait_for(without_victim, "the survivor to see the victim's registration gone")
+    md = cluster.wait_for(without_victim, "the survivor to see the victim's registration gone "
+                          "and the victim out of the ISR")
     part = md.topics[0].partitions[0]
     assert list(part.offline_replicas) == [victim]
     assert victim in part.replica_nodes and victim not in part.isr_nodes
