@@ -21,7 +21,7 @@ fi
 echo "==> installing dmq with its test extras"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -i "warning" || true
-.venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis, importlinter"
+.venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis, importlinter, xdist"
 
 echo "==> ruff"
 .venv/bin/ruff check dmq tests bench
@@ -29,5 +29,9 @@ echo "==> mypy"
 .venv/bin/mypy dmq
 echo "==> import layering (lint-imports)"
 .venv/bin/lint-imports
-echo "==> pytest"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# The suite runs on pytest-xdist workers, module by module (tests/conftest.py says how,
+# and keeps timing-sensitive tests marked run_alone from running beside others); most
+# tests wait on servers and timeouts. DMQ_TEST_WORKERS=0 runs it in this process alone.
+WORKERS=${DMQ_TEST_WORKERS:-3}
+echo "==> pytest ($WORKERS workers)"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$WORKERS" --dist loadscope "$@"

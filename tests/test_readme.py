@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
 BLOCK = re.compile(r"<!-- quickstart(: background)? -->\s*\n```(\w+)\n(.*?)\n```", re.DOTALL)
-NS = f"dqrm{os.getpid() % 10000}"
+NS = f"dqrm{os.getpid()}"
 
 
 def quickstart_blocks() -> list[tuple[str, str, bool]]:

@@ -33,12 +33,16 @@ def run(bootstrap: str, topic: str, from_beginning: bool, partition: int | None,
         "group.id": "dmq-console", "enable.auto.commit": False, "enable.partition.eof": False,
         "fetch.wait.max.ms": 100}))
     try:
-        return _consume(consumer, topic, from_beginning, partition, offset, max_messages,
-                        print_key, print_headers, print_offset, key_separator, timeout_ms)
+        count = _consume(consumer, topic, from_beginning, partition, offset, max_messages,
+                         print_key, print_headers, print_offset, key_separator, timeout_ms)
     except BrokenPipeError:
         exit_on_broken_pipe()
     finally:
         consumer.close()
+    # After close(): librdkafka logs from its own threads until then (with --verbose, a
+    # broker gone away is retried during the close), and the summary is the last line.
+    print(f"Processed a total of {count} messages", file=sys.stderr)
+    return count
 
 
 def _consume(consumer: Consumer, topic: str, from_beginning: bool, partition: int | None,
@@ -102,5 +106,4 @@ def _consume(consumer: Consumer, topic: str, from_beginning: bool, partition: in
                 out.flush()
     except KeyboardInterrupt:
         pass
-    print(f"Processed a total of {count} messages", file=sys.stderr)
     return count

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -15,23 +16,28 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run_in_own_session(args: list[str], timeout: float = 240) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run compare.py as the leader of a new session; afterwards list what of that session
-    or of its brokers' own process groups is still alive (nothing should be)."""
+def _run_in_own_session(args: list[str], tmp: Path,
+                        timeout: float = 240) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run compare.py as the leader of a new session, its work directory in ``tmp``;
+    afterwards list what of that session or of its brokers' own process groups is still
+    alive (nothing should be). Brokers are told by their data directory in ``tmp``: other
+    benchmarks or tests running at the same time are not this run's."""
+    tmp.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "compare.py"), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, cwd=ROOT)
+                            start_new_session=True, cwd=ROOT, env={**os.environ, "TMPDIR": str(tmp)})
     out, err = proc.communicate(timeout=timeout)
     left = subprocess.run(["ps", "-ww", "-eo", "pid=,sid=,args="], capture_output=True, text=True).stdout
     leftovers = [line for line in left.splitlines()
-                 if line.split()[1] == str(proc.pid) or ("dmq-bench-" in line and "dmq server" in line)]
+                 if line.split()[1] == str(proc.pid)
+                 or (f"{tmp}/dmq-bench-" in line and "dmq server" in line)]
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), leftovers
 
 
 def test_compare_runs_from_the_repository_alone_and_cleans_up(tmp_path: Path) -> None:
     res, leftovers = _run_in_own_session([
         "--no-reference", "--repeats", "1", "--cases", "0", "--records", "20000",
-        "--latency-seconds", "2", "--out", str(tmp_path / "r.jsonl")])
+        "--latency-seconds", "2", "--out", str(tmp_path / "r.jsonl")], tmp_path / "tmp")
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     produce = rows[0]["kbench"]["produce"]
@@ -47,7 +53,7 @@ def test_compare_that_cannot_start_dmq_says_so_and_leaves_nothing(tmp_path: Path
         port = busy.getsockname()[1]
         res, leftovers = _run_in_own_session([
             "--no-reference", "--repeats", "1", "--cases", "0", "--records", "1000",
-            "--dmq-port", str(port), "--out", str(tmp_path / "r.jsonl")], timeout=120)
+            "--dmq-port", str(port), "--out", str(tmp_path / "r.jsonl")], tmp_path / "tmp", timeout=120)
     assert res.returncode == 1
     assert res.stderr.strip().splitlines()[-1].startswith("error: dmq did not start"), res.stderr
     assert leftovers == []
@@ -92,7 +98,7 @@ def test_compare_with_the_reference_broker_measures_both(tmp_path: Path) -> None
     comparison showed 'n/a' and ratio 'nan' for the reference in every case."""
     res, leftovers = _run_in_own_session([
         "--repeats", "1", "--cases", "0", "--records", "100000", "--latency-seconds", "1",
-        "--out", str(tmp_path / "r.jsonl")])
+        "--out", str(tmp_path / "r.jsonl")], tmp_path / "tmp")
     assert res.returncode == 0, res.stderr[-2000:]
     rows = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
     ref = next(r["kbench"] for r in rows if r["broker"] == "reference" and r["case"] == 0)

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from support.broker import BrokerProcess
-from support.netns import Network
+from support.netns import Network, process_prefix
 from support.zookeeper import ZooKeeperProcess
 
 from dmq.record.records import decode_batch
@@ -262,7 +262,7 @@ class ChaosRun:
         self.c = config
         self.base = config.base / f"seed-{config.seed}"
         shutil.rmtree(self.base, ignore_errors=True)  # a replayed seed starts from nothing
-        prefix = f"dq{os.getpid() % 10000:04d}"
+        prefix = process_prefix("q")
         self.names = [f"b{i}" for i in range(1, config.brokers + 1)]
         links = ([(b, "zk") for b in self.names] + [(b, "cl") for b in self.names]
                  + [(a, b) for i, a in enumerate(self.names) for b in self.names[i + 1:]])

@@ -21,6 +21,7 @@ from chaos.harness import ChaosConfig, ChaosRun, Fault
 
 pytestmark = [
     pytest.mark.chaos,
+    pytest.mark.run_alone,  # its write gap is bounded: under parallel runs, nothing runs beside it
     pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable())),
     pytest.mark.skipif(not zookeeper_available(), reason="Debian's zookeeper package is not installed"),
 ]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigSource
-from support.broker import free_port
 from support.cluster import Cluster
+from support.ports import free_port, free_port_block
 from support.zookeeper import available
 from test_replication import BackgroundProducer, check_exactly_once_in_order, wait_acked_growth
 
@@ -96,9 +96,7 @@ def test_cluster_status_shows_controller_and_under_replicated(cluster: Cluster) 
 
 @pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
 def test_cluster_start_runs_a_local_cluster(tmp_path: Path) -> None:
-    base = free_port()
-    while any(_busy(base + i) for i in range(2)):
-        base = free_port()
+    base = free_port_block(2)
     proc = subprocess.Popen([sys.executable, "-m", "dmq", "cluster", "start", "--brokers", "2",
                              "--data-dir", str(tmp_path / "c"), "--base-port", str(base),
                              "--zookeeper-port", str(free_port()),
@@ -125,13 +123,6 @@ def test_cluster_start_runs_a_local_cluster(tmp_path: Path) -> None:
         rest, _ = proc.communicate(timeout=90)
     assert proc.returncode == 0, rest
     assert "cluster stopped" in rest
-
-
-def _busy(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> None:
@@ -171,11 +162,15 @@ def test_delete_topic_and_add_partitions_on_every_broker(cluster: Cluster) -> No
 
     # The leader may drop the dead follower from the ISR (replica.lag.time.max.ms) before its
     # ZooKeeper session expires; the broker counts as down only once /brokers/ids/<id> is gone.
+    # Either change reaches the survivor's metadata on its own (the wait above read some
+    # broker's, not necessarily the survivor's): wait until it has both.
     def without_victim() -> Any:
         m = survivor_metadata()
-        return m if victim not in {b.node_id for b in m.brokers} else None
+        return m if (victim not in {b.node_id for b in m.brokers}
+                     and victim not in m.topics[0].partitions[0].isr_nodes) else None
 
-    md = cluster.wait_for(without_victim, "the survivor to see the victim's registration gone")
+    md = cluster.wait_for(without_victim, "the survivor to see the victim's registration gone "
+                          "and the victim out of the ISR")
     part = md.topics[0].partitions[0]
     assert list(part.offline_replicas) == [victim]
     assert victim in part.replica_nodes and victim not in part.isr_nodes

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 from support.broker import BrokerProcess
-from support.netns import Network
+from support.netns import Network, process_prefix
 from support.netns import available as netns_unavailable
 from support.zookeeper import ZooKeeperProcess
 from support.zookeeper import available as zookeeper_available
 
 pytestmark = [
+    pytest.mark.run_alone,  # back in the ISR within 5 s of healing: missed once beside other tests
     pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable())),
     pytest.mark.skipif(not zookeeper_available(), reason="Debian's zookeeper package is not installed"),
 ]
@@ -38,7 +39,7 @@ def _rejoins(text: str) -> list[str]:
 
 def test_a_follower_cut_off_mid_fetch_rejoins_the_isr_soon_after_the_link_heals(
         tmp_path: Path) -> None:
-    net = Network("dqlf", ["zk", "b1", "b2"], [("b1", "zk"), ("b2", "zk"), ("b1", "b2")])
+    net = Network(process_prefix("l"), ["zk", "b1", "b2"], [("b1", "zk"), ("b2", "zk"), ("b1", "b2")])
     zk = ZooKeeperProcess(tmp_path / "zk", port=2181, host=net.address("zk"),
                           command_prefix=net.exec_prefix("zk"))
     brokers = {

@@ -47,7 +47,9 @@ def test_sigterm_during_a_zookeeper_outage_exits_within_the_controlled_shutdown_
         c.stop()
 
 
-@pytest.mark.parametrize("first_session_ms", ["4000", "10000"])
+# With a 4 s session the restart must come within 4 s of the kill: beside other tests on a
+# loaded machine it once did not (the old session had expired), so that case runs alone.
+@pytest.mark.parametrize("first_session_ms", [pytest.param("4000", marks=pytest.mark.run_alone), "10000"])
 def test_broker_killed_and_restarted_at_once_waits_for_its_old_registration(
         tmp_path: Path, first_session_ms: str) -> None:
     """The restarted broker finds its id still registered by the crashed process's session

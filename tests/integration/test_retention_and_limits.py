@@ -37,7 +37,11 @@ def test_size_and_time_retention(fresh_broker: BrokerProcess) -> None:
     fresh_broker.overrides.update({"log.retention.check.interval.ms": "300"})
     fresh_broker.start()
     a = AdminClient({"bootstrap.servers": fresh_broker.bootstrap})
-    a.create_topics([NewTopic("by-size", 1, 1, config={"segment.bytes": "20000", "retention.bytes": "60000"}),
+    # by-size: 2000 records of about 210 bytes, 420 kB, in 20 kB segments. Retention keeps at
+    # least retention.bytes, 7 or more segments, whenever it runs during the fill (with
+    # 60 kB it kept 4 when the fill was slower than the checks every 300 ms).
+    segment, retention = 20000, 140000
+    a.create_topics([NewTopic("by-size", 1, 1, config={"segment.bytes": str(segment), "retention.bytes": str(retention)}),
                      NewTopic("by-time", 1, 1, config={"segment.bytes": "20000", "retention.ms": "1500"})])["by-size"].result(10)
     fill(fresh_broker, "by-size", 2000)
     fill(fresh_broker, "by-time", 500)
@@ -52,7 +56,7 @@ def test_size_and_time_retention(fresh_broker: BrokerProcess) -> None:
         time.sleep(0.3)
     assert hi_size == 2000 and 0 < lo_size < 2000
     kept_bytes = sum(p.stat().st_size for p in (fresh_broker.data_dir / "by-size-0").glob("*.log"))
-    assert kept_bytes <= 60000 + 20000
+    assert kept_bytes <= retention + segment
     assert (lo_time, hi_time) == (500, 500)  # every record expired; offsets continue
     fill(fresh_broker, "by-time", 1)
     assert watermarks(fresh_broker, "by-time") == (500, 501)

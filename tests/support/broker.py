@@ -5,19 +5,16 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from support.ports import free_port
+
+__all__ = ["BrokerProcess", "free_port"]
+
 LISTENING = re.compile(r"listening on ([\d.]+):(\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BrokerProcess:

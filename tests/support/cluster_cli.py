@@ -9,10 +9,8 @@ Every process the CLI starts has the cluster directory in its command line
 from __future__ import annotations
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,27 +20,8 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from support.broker import free_port
 from support.cluster import FAST
-
-
-def free_port_block(n: int) -> int:
-    """A base port such that base .. base + n - 1 are all free on loopback."""
-    for _ in range(200):
-        base = random.randrange(20000, 60000 - n)
-        socks: list[socket.socket] = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError(f"no {n} consecutive free ports")
+from support.ports import free_port, free_port_block
 
 
 def _cmdline(pid: int) -> str | None:

@@ -30,6 +30,18 @@ def available() -> str | None:
     return None
 
 
+def process_prefix(tag: str) -> str:
+    """A namespace prefix of its own for this process: ``tag`` (one character) and the pid
+    in base 36 (5 digits hold any pid), so that test sessions side by side, or xdist
+    workers, never create, cut or destroy each other's namespaces and links."""
+    assert len(tag) == 1
+    digits, pid = "", os.getpid()
+    while pid:
+        pid, d = divmod(pid, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[d] + digits
+    return tag + digits.rjust(5, "0")
+
+
 def _ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
     cmd = (["ip", "netns", "exec", ns, "ip"] if ns else ["ip"]) + list(args)
     return subprocess.run(cmd, capture_output=True, text=True, check=check)
