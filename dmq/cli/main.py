@@ -155,31 +155,35 @@ def consume(
         print_headers, print_offset, separator, timeout_ms)
 
 
-def _register_subcommands() -> None:
-    from dmq.cli import (
-        bench,
-        cluster,
-        configs,
-        groups,
-        partitions,
-        pipeline,
-        retry,
-        topics,
-        transactions,
-    )
-
-    app.add_typer(topics.app, name="topics")
-    app.add_typer(groups.app, name="groups")
-    app.add_typer(configs.app, name="configs")
-    app.add_typer(bench.app, name="bench")
-    app.add_typer(pipeline.app, name="pipeline")
-    app.add_typer(cluster.app, name="cluster")
-    app.add_typer(partitions.app, name="partitions")
-    app.add_typer(transactions.app, name="transactions")
-    app.add_typer(retry.app, name="retry")
+# Subcommand groups and their modules, imported only when needed: each pulls in kio, the
+# wire client or Spark's helpers, which cost a second of CPU per command together.
+SUBCOMMANDS = {
+    "topics": "dmq.cli.topics", "groups": "dmq.cli.groups", "configs": "dmq.cli.configs",
+    "bench": "dmq.cli.bench", "pipeline": "dmq.cli.pipeline", "cluster": "dmq.cli.cluster",
+    "partitions": "dmq.cli.partitions", "transactions": "dmq.cli.transactions",
+    "retry": "dmq.cli.retry",
+}
 
 
-_register_subcommands()
+def _register_subcommands(argv: list[str]) -> None:
+    """Add the subcommand groups: only the one named on the command line (the root takes
+    flags only, so it is the first word that is not one), none for a command of the root
+    (``dmq server``), every one otherwise (``dmq --help``, a test importing ``app``)."""
+    import importlib
+
+    word = next((a for a in argv[1:] if not a.startswith("-")), None)
+    own = {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
+    if word in SUBCOMMANDS:
+        names = [word]
+    elif word in own:
+        names = []
+    else:
+        names = list(SUBCOMMANDS)
+    for name in names:
+        app.add_typer(importlib.import_module(SUBCOMMANDS[name]).app, name=name)
+
+
+_register_subcommands(sys.argv if sys.argv and sys.argv[0].endswith(("dmq", "__main__.py")) else [])
 
 
 def _interrupted() -> NoReturn:
