@@ -110,3 +110,36 @@ def brute_force(log: Log, key: bytes | None, *, read_committed: bool = True, sta
            and (start_timestamp < 0 or r.timestamp >= start_timestamp)
            and (end_timestamp < 0 or r.timestamp < end_timestamp)]
     return sorted(out, reverse=key is not None)
+
+
+def consume_everything(bootstrap: str, topic: str, partitions: int, isolation: str = "read_committed",
+                       timeout: float = 60.0) -> list[tuple[int, int, int, bytes | None, bytes | None,
+                                                            list[tuple[str, bytes | None]]]]:
+    """The brute-force answer over the wire: every record a confluent-kafka consumer with
+    ``isolation`` reads from the beginning of each partition to its end, as
+    (partition, offset, timestamp, key, value, headers)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"brute-{topic}-{time.monotonic_ns()}",
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "enable.partition.eof": True, "log_level": 0})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        out = []
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"consumed {len(out)} records; partitions at their end: {at_end}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out.append((msg.partition(), msg.offset(), msg.timestamp()[1], msg.key(), msg.value(),
+                        list(msg.headers() or [])))
+        return out
+    finally:
+        consumer.close()
