@@ -95,7 +95,7 @@ class _Cluster:
         except TimeoutError:
             self._drop(address)
             raise QueryError(f"{what} at {address[0]}:{address[1]} did not answer within "
-                             f"{self.timeout:g} s") from None
+                             f"{self.timeout:g} s; is it overloaded or stopped?") from None
         except OSError as e:
             self._drop(address)
             raise QueryError(f"lost the connection to {what} at {address[0]}:{address[1]}: "
