@@ -16,7 +16,7 @@ Record layout (varints are zig-zag)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Container
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -116,10 +116,15 @@ def batch_body(batch: bytes | memoryview, header: BatchHeader) -> bytes:
 
 
 def _varint_at(body: bytes, pos: int) -> tuple[int, int]:
-    """``read_varint`` with the one-byte case inline (most lengths and deltas are small)."""
+    """``read_varint`` with the one- and two-byte cases inline (deltas and key lengths are
+    small, record lengths mostly below 8 KiB)."""
     b = body[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
+    b2 = body[pos + 1]
+    if b2 < 0x80:
+        v = (b & 0x7F) | (b2 << 7)
+        return (v >> 1) ^ -(v & 1), pos + 2
     return read_varint(body, pos)
 
 
@@ -154,21 +159,37 @@ def keyed_offsets(batch: bytes | memoryview) -> tuple[BatchHeader, list[tuple[in
 
 
 def find_records(batch: bytes | memoryview, key: bytes | None = None,
-                 offsets: Container[int] | None = None) -> tuple[BatchHeader, list[Record]]:
+                 offsets: Collection[int] | None = None) -> tuple[BatchHeader, list[Record]]:
     """Decode only the records of a whole batch with key ``key`` (when given) and an
-    offset in ``offsets`` (when given); the others are skipped by their length."""
+    offset in ``offsets`` (when given); the others are skipped by their length.
+
+    In a dense batch (as producers write them: offset deltas 0, 1, 2, ...) the i-th
+    record has delta i, so records before a wanted offset are skipped reading their
+    length alone, and none after the last wanted one is read."""
     header = parse_header(batch, 0)
+    base = header.base_offset
+    count = header.record_count
+    wanted: set[int] | None = None  # indexes of the wanted records, in a dense batch
+    if offsets is not None:
+        deltas = [o - base for o in offsets if 0 <= o - base <= header.last_offset_delta]
+        if not deltas:
+            return header, []
+        if count == header.last_offset_delta + 1:
+            wanted = set(deltas)
+            count = max(deltas) + 1
     body = batch_body(batch, header)
     log_append = bool(header.attributes & TIMESTAMP_TYPE_MASK)
-    base = header.base_offset
     out: list[Record] = []
     pos, size = 0, len(body)
     try:
-        for _ in range(header.record_count):
+        for i in range(count):
             length, pos = _varint_at(body, pos)
             end = pos + length
             if length < 0 or end > size:
                 raise ValueError("record extends past its batch")
+            if wanted is not None and i not in wanted:
+                pos = end
+                continue
             ts_delta, p = _varint_at(body, pos + 1)
             off_delta, p = _varint_at(body, p)
             pos, start = end, p

@@ -335,8 +335,9 @@ def find_by_key(snap: LogSnapshot, spec: QuerySpec, budget: Budget) -> Generator
             continue
         # Then the indexed part, through the entries of the key's hash, newest first.
         low = max(spec.start_offset - seg.base_offset, 0)
-        cached: tuple[int, int, dict[int, Record], bool] | None = None  # (base, last, records, aborted)
         while True:
+            # The batch read last, with the records of this page's candidates in it.
+            cached: tuple[int, int, dict[int, Record], bool] | None = None  # (base, last, records, aborted)
             below = min(upper, seg.next_offset) - seg.base_offset
             if below <= low:
                 break
@@ -364,7 +365,9 @@ def find_by_key(snap: LogSnapshot, spec: QuerySpec, budget: Budget) -> Generator
                     records: dict[int, Record] = {}
                     if not holder.is_control and not (aborted and spec.read_committed):
                         batch = os.pread(seg.fd, holder.size, position)
-                        records = {r.offset: r for r in _decode(holder, batch, key)}
+                        inside = {seg.base_offset + c for c in candidates
+                                  if holder.base_offset <= seg.base_offset + c <= holder.last_offset}
+                        records = {r.offset: r for r in _decode(holder, batch, key, inside)}
                     cached = (holder.base_offset, holder.last_offset, records, aborted)
                 taken = cached[2].get(offset)
                 if taken is not None and results.wanted(taken):
