@@ -12,6 +12,7 @@ again in fresh metadata. Failures raise ``QueryError`` with one line to show.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -163,7 +164,8 @@ def query_records(bootstrap: str, topic: str, *, key: bytes | None = None, parti
     """The records of ``topic`` (or of its ``partition``) with ``key``, newest first, or
     without a key those from ``start_offset``/``start_timestamp`` up to
     ``end_offset``/``end_timestamp`` (exclusive), oldest first: at most
-    ``max_records``. ``progress(requests, records)`` is called after each answer."""
+    ``max_records``. "First" is log order within a partition; partitions are
+    interleaved by timestamp. ``progress(requests, records)`` is called after each answer."""
     if max_records < 1:
         raise QueryError(f"max_records must be at least 1, got {max_records}")
     cluster = _Cluster(parse_bootstrap(bootstrap), timeout, client_id)
@@ -230,11 +232,13 @@ def query_records(bootstrap: str, topic: str, *, key: bytes | None = None, parti
                                      f"of {topic} within {retry_for:g} s")
                 time.sleep(0.2)
                 cluster.refresh(topic)
-        found = [r for p in parts.values() for r in p.found[:max_records]]
+        # Each partition's records stay in log order (newest or oldest first); partitions
+        # are interleaved by timestamp, lower partitions first at equal timestamps.
+        lists = [p.found[:max_records] for p in parts.values()]
         if key is not None:
-            found.sort(key=lambda r: (r.timestamp, r.offset, -r.partition), reverse=True)
-        elif len(parts) > 1:
-            found.sort(key=lambda r: (r.timestamp, r.partition, r.offset))
+            found = list(heapq.merge(*lists, key=lambda r: (r.timestamp, -r.partition), reverse=True))
+        else:
+            found = list(heapq.merge(*lists, key=lambda r: (r.timestamp, r.partition)))
         more = any(p.more for p in parts.values()) or len(found) > max_records
         return QueryResult(found[:max_records], more, unindexed, requests)
     finally:

@@ -25,7 +25,9 @@ KEYS = [b"order-%d" % i for i in range(30)]
 
 
 def expected(scan: list, key: bytes) -> list[tuple[int, int]]:  # type: ignore[type-arg]
-    rows = sorted((r for r in scan if r[3] == key), key=lambda r: (r[2], r[1], -r[0]), reverse=True)
+    """The key's records newest first: a key is in one partition, in log order."""
+    rows = sorted((r for r in scan if r[3] == key), key=lambda r: r[1], reverse=True)
+    assert len({r[0] for r in rows}) <= 1
     return [(r[0], r[1]) for r in rows]
 
 

@@ -6,6 +6,7 @@ after restarts, clean and SIGKILL; bad input answered with Kafka's errors."""
 
 from __future__ import annotations
 
+import heapq
 import os
 import shutil
 import subprocess
@@ -83,9 +84,15 @@ def newest_first(found: QueryResult) -> list[tuple[int, int, bytes | None]]:
 
 
 def expected_newest_first(scan: list, key: bytes) -> list[tuple[int, int, bytes | None]]:  # type: ignore[type-arg]
-    rows = [r for r in scan if r[3] == key]
-    rows.sort(key=lambda r: (r[2], r[1], -r[0]), reverse=True)
-    return [(r[0], r[1], r[4]) for r in rows]
+    """Each partition's records with the key, newest offset first, partitions interleaved
+    by timestamp (lower partitions first at equal timestamps)."""
+    by_partition: dict[int, list] = {}  # type: ignore[type-arg]
+    for r in scan:
+        if r[3] == key:
+            by_partition.setdefault(r[0], []).append(r)
+    lists = [sorted(rows, key=lambda r: r[1], reverse=True) for _, rows in sorted(by_partition.items())]
+    merged = heapq.merge(*lists, key=lambda r: (r[2], -r[0]), reverse=True)
+    return [(r[0], r[1], r[4]) for r in merged]
 
 
 def wait_indexed(bootstrap: str, topic: str, timeout: float = 90.0) -> None:
@@ -143,7 +150,8 @@ def test_time_and_offset_queries_match_a_consumer_scan(filled: BrokerProcess) ->
     committed = consume_everything(filled.bootstrap, "orders", PARTITIONS, "read_committed")
     start, end = T0 + 700, T0 + 2300
     found = query_records(filled.bootstrap, "orders", start_timestamp=start, end_timestamp=end, max_records=10_000)
-    want = sorted((r for r in committed if start <= r[2] < end), key=lambda r: (r[2], r[0], r[1]))
+    want = list(heapq.merge(*([r for r in committed if r[0] == p and start <= r[2] < end] for p in range(PARTITIONS)),
+                            key=lambda r: (r[2], r[0])))
     assert [(r.partition, r.offset) for r in found.records] == [(r[0], r[1]) for r in want]
     found = query_records(filled.bootstrap, "orders", key=KEYS[2], start_timestamp=start, end_timestamp=end,
                           max_records=10_000)
@@ -258,3 +266,19 @@ def test_the_wire_round_trip_of_every_field(broker: BrokerProcess, topic_name: s
     assert [(x.offset, x.timestamp, x.key, x.value, x.headers, x.aborted) for x in r] == [
         (0, T0, b"\x00k", None, (("a", b"1"), ("b", None), ("", b"")), False)]
     assert timedelta(0) == ask(broker, topics=()).throttle_time  # type: ignore[attr-defined]
+
+
+def test_a_delayed_record_is_found_once_delivered(broker: BrokerProcess, topic_name: str) -> None:
+    """While it waits a delayed record is in a control batch that consumers and queries
+    skip; once delivered it is found at the offset of its delivery."""
+    create(broker, topic_name, 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    p.produce(topic_name, key=b"late", value=b"v", headers=[("dmq-delay-ms", b"1500")])
+    p.produce(topic_name, key=b"late", value=b"now")
+    assert p.flush(10) == 0
+    assert [r.value for r in query_records(broker.bootstrap, topic_name, key=b"late").records] == [b"now"]
+    deadline = time.monotonic() + 30
+    while len(found := query_records(broker.bootstrap, topic_name, key=b"late").records) < 2:
+        assert time.monotonic() < deadline, "the delayed record was not delivered"
+        time.sleep(0.2)
+    assert [r.value for r in found] == [b"v", b"now"] and found[0].offset > found[1].offset
