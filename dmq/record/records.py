@@ -135,12 +135,19 @@ def keyed_offsets(batch: bytes | memoryview) -> tuple[BatchHeader, list[tuple[in
     records do not parse (or UnsupportedCodecError for an unknown codec).
     """
     header = parse_header(batch, 0)
-    body = batch_body(batch, header)
-    base = header.base_offset
+    out, _ = record_keys(batch_body(batch, header), header.base_offset, header.record_count)
+    return header, out
+
+
+def record_keys(body: bytes, base_offset: int, count: int,
+                pos: int = 0) -> tuple[list[tuple[int, bytes]], int]:
+    """``keyed_offsets`` of ``count`` records of a batch body (``batch_body``) from ``pos``:
+    (offset, key) of those with a key, and the position after them, so a long batch can
+    be read a piece at a time."""
     out: list[tuple[int, bytes]] = []
-    pos, size = 0, len(body)
+    size = len(body)
     try:
-        for _ in range(header.record_count):
+        for _ in range(count):
             length, pos = _varint_at(body, pos)
             end = pos + length
             if length < 0 or end > size:
@@ -151,11 +158,11 @@ def keyed_offsets(batch: bytes | memoryview) -> tuple[BatchHeader, list[tuple[in
             if key_length >= 0:
                 if p + key_length > end:
                     raise ValueError("record key extends past its record")
-                out.append((base + off_delta, body[p : p + key_length]))
+                out.append((base_offset + off_delta, body[p : p + key_length]))
             pos = end
     except IndexError:
         raise ValueError("truncated record") from None
-    return header, out
+    return out, pos
 
 
 def find_records(batch: bytes | memoryview, key: bytes | None = None,

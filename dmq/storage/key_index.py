@@ -21,17 +21,21 @@ record an entry points to is read and its key compared: a hash collision costs
 a read, never a wrong answer.
 
 A segment's index covers its log bytes ``[0, indexed_position)``: the file
-(written once the segment is sealed, covering all of it) and, before that,
-sorted in-memory runs of the same entries that the background indexer
-(``key_indexer.py``) adds as it reads the log. A query scans the bytes past
+(covering all of a sealed segment, or the first bytes of one whose in-memory
+runs grew past a bound) and sorted in-memory runs of the same entries for the
+bytes after it, that the background indexer (``key_indexer.py``) adds as it
+reads the log. A query scans the bytes past
 ``indexed_position`` itself, and scans a whole segment whose index is missing,
 stale, corrupt or ``unindexable`` (an offset too far from the base offset for
 32 bits): an index is a cache of the log, and never the reason a record is
 missed.
 
-A file is trusted once its header matches the segment (base offset, size, next
-offset) and its entries match their CRC (``verify``); a stale or corrupt file is
-deleted and rebuilt. Files are written to ``.keyindex.tmp`` and renamed, without
+A file is trusted once its header matches the segment (base offset, and its
+size and next offset, or for a file of its first bytes a batch of the segment
+ending where the file ends, with the file's last offset) and its entries match
+their CRC (``verify``); a stale or corrupt file is deleted and rebuilt. The Log
+loads the headers when it opens, before anything is appended, so the bytes a
+file describes are those it was written from. Files are written to ``.keyindex.tmp`` and renamed, without
 fsync: a crash can lose one, never leave one that passes these checks wrongly.
 
 Plain synchronous file code; the thread that owns the Log calls it.
@@ -46,7 +50,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -131,9 +135,6 @@ class KeyIndexFile:
         if size != found.file_size:
             raise CorruptIndexError(f"{path}: {size} bytes, its header says {found.file_size}")
         return found
-
-    def matches(self, base_offset: int, log_size: int, next_offset: int) -> bool:
-        return (self.base_offset, self.log_size, self.next_offset) == (base_offset, log_size, next_offset)
 
     def verify_steps(self, chunk_entries: int = 1 << 19) -> Iterator[None]:
         """Check the entries against their CRC and collect the fences, a chunk per step;
@@ -287,9 +288,34 @@ class SegmentKeyIndex:
     file: KeyIndexFile | None = None
     runs: list[array[int]] = field(default_factory=list)
     indexed_position: int = 0
-    loaded: bool = False  # the file on disk was looked at (KeyIndexer.load)
+    indexed_next_offset: int = -1  # one past the last offset below indexed_position (-1: none yet)
+    loaded: bool = False  # the file on disk was looked at (``load``)
     unindexable: bool = False  # an offset does not fit 32 bits: queries scan this segment
     generation: int = 0  # bumped by reset: work started before it is discarded
+
+    def load(self, size: int, next_offset: int, ends_batch_at: Callable[[int, int], bool]) -> str | None:
+        """Take the file on disk if it describes the segment as it is now: all of it (its
+        size and next offset), or its first bytes, ending where a batch with the file's
+        last offset ends (a file written while the segment was active). Otherwise the
+        file is deleted; returns why (None: taken, or there was none)."""
+        self.loaded = True
+        try:
+            found = KeyIndexFile.read_header(self.path)
+        except FileNotFoundError:
+            return None
+        except (CorruptIndexError, OSError) as e:
+            self.delete()
+            return f"unreadable ({e})"
+        whole = found.log_size == size and found.next_offset == next_offset
+        prefix = 0 < found.log_size < size and ends_batch_at(found.log_size, found.next_offset - 1)
+        if found.base_offset != self.base_offset or not (whole or prefix):
+            self.delete()
+            return "stale"
+        self.file = found
+        self.runs = []
+        self.indexed_position = found.log_size
+        self.indexed_next_offset = found.next_offset
+        return None
 
     def view(self) -> KeyIndexView:
         if self.unindexable:
@@ -302,6 +328,7 @@ class SegmentKeyIndex:
         self.file = None
         self.runs = []
         self.indexed_position = 0
+        self.indexed_next_offset = -1
         self.unindexable = False
         self.loaded = True
         self.generation += 1

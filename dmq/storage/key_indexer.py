@@ -9,16 +9,22 @@ spaces the slices so indexing takes a bounded share of its event loop.
 
 Work for one segment, in this order:
 
-1. load: a ``.keyindex`` left by an earlier run is taken when its header
-   matches the segment (base offset, size, next offset), else deleted;
+1. load: the Log loads a segment's ``.keyindex`` header when it opens (before
+   any append); the indexer loads those of segments the Log did not open (the
+   cleaner's copies), with the same rule (``SegmentKeyIndex.load``);
 2. verify: a loaded file's entries are checked against their CRC;
 3. extract: the log bytes past ``indexed_position`` are read batch by batch
    (decompressed; control batches skipped) and each keyed record becomes an
    entry; the entries become a sorted in-memory run every ``RUN_ENTRIES``
    entries and whenever the indexer reaches the segment's end, and runs of
-   similar sizes are merged up to ``MAX_MERGED``;
+   similar sizes are merged up to ``MAX_MERGED``; a long batch is read
+   ``RECORDS_PER_STEP`` records at a time; once a segment's runs hold
+   ``MEMORY_ENTRIES`` entries they are written to its file with it (a file of
+   the segment's first bytes), so memory stays bounded however big an active
+   segment grows;
 4. seal: once the segment is no longer the active one and is fully indexed,
-   its file and runs are merged into a new ``.keyindex`` and the runs dropped.
+   its file and runs are merged into a new ``.keyindex`` covering all of it,
+   and the runs dropped.
 
 Active segments come first, so queries on recent data scan little.
 """
@@ -35,11 +41,10 @@ from collections.abc import Generator, Iterator, Sequence
 
 from dmq.record.batch import HEADER_SIZE, MIN_BATCH_LENGTH, parse_header
 from dmq.record.compression import UnsupportedCodecError
-from dmq.record.records import keyed_offsets
+from dmq.record.records import batch_body, record_keys
 from dmq.storage.index import CorruptIndexError
 from dmq.storage.key_index import (
     MAX_RELATIVE_OFFSET,
-    KeyIndexFile,
     SegmentKeyIndex,
     key_hash,
     merge_runs,
@@ -51,8 +56,10 @@ from dmq.storage.segment import LogSegment
 log = logging.getLogger("dmq.storage")
 
 READ_CHUNK = 1 << 20  # log bytes read at once
+RECORDS_PER_STEP = 1024  # records of a batch read in one step
 RUN_ENTRIES = 1 << 15  # entries gathered before they become a run
 MAX_MERGED = 1 << 16  # runs are merged up to this many entries (a merge is one step)
+MEMORY_ENTRIES = 1 << 22  # entries a segment keeps in runs (8 bytes each) before they go to its file
 
 
 def segment_alive(lg: Log, segment: LogSegment) -> bool:
@@ -149,8 +156,11 @@ class KeyIndexer:
 
     def _work(self, lg: Log, segment: LogSegment) -> Generator[None, None, None]:
         ki = segment.key_index
-        if not ki.loaded:
-            self._load(lg, segment)
+        if not ki.loaded:  # a segment the Log did not open itself (the cleaner's copy)
+            why = ki.load(segment.size, segment.next_offset if segment.size else segment.base_offset,
+                          segment.ends_batch_at)
+            if why is not None:
+                log.info("%s: key index of segment %d is %s; rebuilding it", lg.name, segment.base_offset, why)
         if ki.file is not None and not ki.file.verified:
             try:
                 yield from ki.file.verify_steps()
@@ -163,26 +173,7 @@ class KeyIndexer:
             yield from self._extract(lg, segment)
         if not ki.unindexable and ki.indexed_position == segment.size and segment is not lg.segments[-1] \
                 and (ki.runs or ki.file is None):
-            yield from self._seal(segment)
-
-    @staticmethod
-    def _load(lg: Log, segment: LogSegment) -> None:
-        ki = segment.key_index
-        ki.loaded = True
-        try:
-            found = KeyIndexFile.read_header(ki.path)
-        except FileNotFoundError:
-            return
-        except (CorruptIndexError, OSError) as e:
-            log.warning("%s: deleting unreadable key index of segment %d: %s", lg.name, segment.base_offset, e)
-            ki.delete()
-            return
-        if not found.matches(segment.base_offset, segment.size, segment.next_offset):
-            log.info("%s: key index of segment %d is stale; rebuilding it", lg.name, segment.base_offset)
-            ki.delete()
-            return
-        ki.file = found
-        ki.indexed_position = found.log_size
+            yield from self._write_file(segment)
 
     def _extract(self, lg: Log, segment: LogSegment) -> Generator[None, None, None]:
         ki = segment.key_index
@@ -206,26 +197,35 @@ class KeyIndexer:
                     batch = memoryview(buf)[at: at + header.size]
                 if not header.is_control:
                     try:
-                        _, keyed = keyed_offsets(batch)
+                        body = batch_body(batch, header)
+                        left, record_at = header.record_count, 0
+                        while left:  # a long batch a piece per step
+                            keyed, record_at = record_keys(body, header.base_offset, min(left, RECORDS_PER_STEP),
+                                                           record_at)
+                            left -= min(left, RECORDS_PER_STEP)
+                            for offset, key in keyed:
+                                relative = offset - base
+                                if not 0 <= relative <= MAX_RELATIVE_OFFSET:
+                                    self._unindexable(lg, segment, f"offset {offset} is too far from the base offset")
+                                    return
+                                pending.append(key_hash(key) << 32 | relative)
+                            self.records_indexed += len(keyed)
+                            if left:
+                                yield
                     except (ValueError, UnsupportedCodecError) as e:
                         if not warned:
                             log.warning("%s: cannot read the keys of the batch at offset %d: %s",
                                         lg.name, header.base_offset, e)
                             warned = True
-                        keyed = []
-                    for offset, key in keyed:
-                        relative = offset - base
-                        if not 0 <= relative <= MAX_RELATIVE_OFFSET:
-                            self._unindexable(lg, segment, f"offset {offset} is too far from the base offset")
-                            return
-                        pending.append(key_hash(key) << 32 | relative)
-                    self.records_indexed += len(keyed)
                 position += header.size
                 at += header.size
                 if len(pending) >= RUN_ENTRIES or position >= segment.size:
                     add_run(ki, pending)
                     pending = []
                     ki.indexed_position = position
+                    ki.indexed_next_offset = header.last_offset + 1
+                    if sum(len(run) for run in ki.runs) >= MEMORY_ENTRIES:
+                        yield from self._write_file(segment)  # the runs so far to disk
                 yield
             if at == 0 and len(buf) < HEADER_SIZE:
                 self._unindexable(lg, segment, f"a torn batch header at position {position}")
@@ -240,16 +240,20 @@ class KeyIndexer:
         ki.file = None
         ki.runs = []
         ki.indexed_position = 0
+        ki.indexed_next_offset = -1
         ki.unindexable = True
 
-    def _seal(self, segment: LogSegment) -> Generator[None, None, None]:
+    def _write_file(self, segment: LogSegment) -> Generator[None, None, None]:
+        """The file and the runs merged into a new file covering ``indexed_position`` bytes:
+        all of a sealed segment, or what the runs of an active one have covered so far."""
         ki = segment.key_index
         sources: list[Iterator[int]] = [iter(run) for run in ki.runs]
         if ki.file is not None:
             sources.insert(0, ki.file.iter_entries())
         if not sources:
             sources = [iter(())]
-        for step in write_steps(ki.path, segment.base_offset, segment.size, segment.next_offset, sources):
+        next_offset = ki.indexed_next_offset if ki.indexed_next_offset >= 0 else segment.base_offset
+        for step in write_steps(ki.path, segment.base_offset, ki.indexed_position, next_offset, sources):
             if step is None:
                 yield
             else:

@@ -257,6 +257,11 @@ class Log:
                 segment.delete()
             del self.segments[truncated_at + 1:]
             self.bases = [s.base_offset for s in self.segments]
+        for segment in self.segments:  # before any append: a file describes the bytes it was written from
+            why = segment.key_index.load(segment.size, segment.next_offset if segment.size else segment.base_offset,
+                                         segment.ends_batch_at)
+            if why is not None:
+                log.info("%s: key index of segment %d is %s; it is rebuilt", self.name, segment.base_offset, why)
         last = self.segments[-1]
         self.log_end_offset = last.next_offset if last.size else last.base_offset
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)

@@ -208,6 +208,14 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def ends_batch_at(self, position: int, last_offset: int) -> bool:
+        """Whether a batch whose last offset is ``last_offset`` ends at ``position``."""
+        _, start = self.offset_index.lookup(last_offset)
+        for pos, header in self.batches(start if start < position else 0):
+            if pos + header.size >= position:
+                return pos + header.size == position and header.last_offset == last_offset
+        return False
+
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
         return os.pread(self.fd, header.size, position)
 

@@ -10,9 +10,12 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import validate_batches
 from dmq.record.records import encode_batch
+from dmq.storage import key_indexer
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.key_indexer import KeyIndexer
 from dmq.storage.log import Log
@@ -166,5 +169,56 @@ def test_the_work_comes_in_short_slices(tmp_path: Path) -> None:
             break
     assert slices > 10
     assert longest < 0.25  # a slice ends after the step that crossed its deadline (the machine is shared)
+    assert_queries_exact(log)
+    log.close()
+
+
+def test_an_active_segments_entries_go_to_a_file_past_a_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """However big the active segment grows, its runs stay under MEMORY_ENTRIES: the
+    rest is in a file of its first bytes, which a restart takes again."""
+    monkeypatch.setattr(key_indexer, "MEMORY_ENTRIES", 100)
+    monkeypatch.setattr(key_indexer, "RUN_ENTRIES", 30)
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": "10000000"})
+    fill(log, 300)
+    indexer = KeyIndexer()
+    index_fully(indexer, log)
+    ki = log.segments[0].key_index
+    assert len(log.segments) == 1 and ki.file is not None and 0 < ki.file.log_size <= log.segments[0].size
+    assert sum(len(r) for r in ki.runs) < 100 and indexer.files_written >= 2
+    assert_queries_exact(log)
+    covered = ki.file.log_size
+    log.flush()
+    log.close()
+
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": "10000000"})
+    ki = log.segments[0].key_index
+    assert ki.file is not None and ki.file.log_size == covered  # taken again, before any append
+    fill(log, 50, seed=3, ts=9000)
+    indexer = KeyIndexer()
+    index_fully(indexer, log)
+    assert indexer.records_indexed < log.log_end_offset  # only what the file did not cover
+    assert_queries_exact(log)
+    log.close()
+
+
+def test_a_file_of_first_bytes_that_recovery_cut_into_is_not_taken(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash lost the unflushed end of the active segment after its runs went to a file:
+    recovery cuts the log below the file's end, so the file is stale before anything is
+    appended again at those offsets, and the records written there later are found."""
+    monkeypatch.setattr(key_indexer, "MEMORY_ENTRIES", 100)
+    log = open_log(tmp_path / "t-0", **{"segment.bytes": "10000000"})
+    fill(log, 300)
+    index_fully(KeyIndexer(), log)
+    covered = log.segments[0].key_index.file.log_size  # type: ignore[union-attr]
+    path = log.segments[0].log_path
+    log.close()
+    with open(path, "r+b") as f:  # the last 40 % of the bytes the file covers were never written
+        f.truncate(int(covered * 0.6))
+    log = Log(str(tmp_path / "t-0"), "t", 0, LogConfig(BrokerConfig(), {"segment.bytes": "10000000",
+              "index.interval.bytes": "500"}), clean_shutdown=False, recovery_point=0)
+    assert log.segments[0].key_index.file is None and key_index_files(tmp_path / "t-0") == []
+    fill(log, 200, seed=5, ts=7000)  # the same offsets again, other keys
+    index_fully(KeyIndexer(), log)
     assert_queries_exact(log)
     log.close()

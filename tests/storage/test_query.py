@@ -40,6 +40,8 @@ def small_pieces() -> Iterator[None]:
         mp.setattr(key_indexer, "READ_CHUNK", 700)
         mp.setattr(key_indexer, "RUN_ENTRIES", 5)
         mp.setattr(key_indexer, "MAX_MERGED", 12)
+        mp.setattr(key_indexer, "MEMORY_ENTRIES", 20)  # runs to a file of the segment's first bytes
+        mp.setattr(key_indexer, "RECORDS_PER_STEP", 2)
         mp.setattr(key_index, "FENCE_EVERY", 3)
         mp.setattr(query, "SCAN_CHUNK", 400)
         mp.setattr(query, "CANDIDATES_PAGE", 3)
