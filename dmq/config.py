@@ -164,7 +164,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5", "Dirty ratio that triggers cleaning.", _ratio),
     ConfigDef("log.key.index.enable", ConfigType.BOOLEAN, "true", "Build key indexes for message query in the background (dmq's own)."),
     ConfigDef("log.key.index.interval.ms", ConfigType.LONG, "1000", "How often an idle key indexer looks for new records (dmq's own).", _at_least(1)),
-    ConfigDef("log.key.index.max.loop.share", ConfigType.DOUBLE, "0.25", "Share of the broker's event loop the key indexer may take while it is behind (dmq's own).", _ratio),
+    ConfigDef("log.key.index.max.loop.share", ConfigType.DOUBLE, "0.5", "Share of the broker's event loop the key indexer may take while it is behind and the loop is otherwise idle; a tenth of it under load (dmq's own).", _ratio),
     ConfigDef("log.segment.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0)),
     ConfigDef("min.insync.replicas", ConfigType.INT, "1", "Minimum ISR size for acks=all.", _at_least(1)),
     ConfigDef("delayed.delivery.enable", ConfigType.BOOLEAN, "true", "Honour the dmq-delay-ms and dmq-deliver-at record headers."),

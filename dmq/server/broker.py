@@ -83,6 +83,7 @@ log = logging.getLogger("dmq.broker")
 # How long a shutdown waits for the ZooKeeper session to close.
 ZK_CLOSE_TIMEOUT_S = 5.0
 KEY_INDEX_SLICE_S = 0.002  # one slice of the key indexer on the event loop
+KEY_INDEX_LATE_S = 0.002  # a pause that ends this late: the loop had other work waiting
 
 
 def parse_host_port(text: str, default_port: int = 9092) -> tuple[str, int]:
@@ -499,16 +500,21 @@ class Broker:
 
     async def _index_keys(self) -> None:
         """The key indexer (message query) in slices of KEY_INDEX_SLICE_S on the event loop,
-        paused between them so it takes at most log.key.index.max.loop.share of the loop
-        while it is behind, and looking for new records every log.key.index.interval.ms."""
-        share = float(self.config["log.key.index.max.loop.share"])
+        looking for new records every log.key.index.interval.ms once it has caught up.
+
+        While it is behind it pauses between slices to take a share of the loop: up to
+        log.key.index.max.loop.share while the loop is otherwise idle, halved (down to a
+        tenth of it) each time a pause ends late because other work was waiting, as under
+        a produce or fetch load, and grown back by a quarter after each pause on time."""
+        most = float(self.config["log.key.index.max.loop.share"])
         idle = int(self.config["log.key.index.interval.ms"]) / 1000.0
+        share = most
         indexer = KeyIndexer()
         try:
             while not self.stopping.is_set():
                 started = time.monotonic()
                 busy = False
-                if share > 0:
+                if most > 0:
                     try:
                         busy = indexer.run(list(self.log_manager.logs.values()), started + KEY_INDEX_SLICE_S)
                     except Exception:
@@ -516,7 +522,11 @@ class Broker:
                         indexer.close()
                         indexer = KeyIndexer()
                 spent = time.monotonic() - started
-                await asyncio.sleep(max(spent * (1 - share) / share, 0.001) if busy else idle)
+                pause = max(spent * (1 - share) / share, 0.001) if busy else idle
+                await asyncio.sleep(pause)
+                if busy:
+                    late = time.monotonic() - started - spent - pause
+                    share = max(share / 2, most / 10) if late > KEY_INDEX_LATE_S else min(share * 1.25, most)
         finally:
             indexer.close()
 
