@@ -20,8 +20,8 @@ real ones do, not to nothing). Then:
    (the runs of the active segments: 8 bytes an entry), next to the log's size;
 4. offline rebuild: the broker stopped, every .keyindex deleted, the same
    KeyIndexer run in this process over the logs with no pause: CPU time per record;
-5. with ``--without-index N``: the broker restarted with log.key.index.enable=false
-   and N lookups timed, each scanning the whole topic;
+5. with ``--without-index N``: the .keyindex files deleted, the broker restarted with
+   log.key.index.enable=false and N lookups timed, each scanning the whole topic;
 6. with ``--impact N``: what the background indexer costs produce and consume:
    ``bench/throughput.py`` (N records of 100 B, 6 partitions, acks=1) against a fresh
    broker with the key index on and one with it off, alternating, three times each.
@@ -254,6 +254,8 @@ def main() -> None:
 
         if args.without_index:
             procs.stop_all()
+            for f in data.glob(f"{TOPIC}-*/*.keyindex"):  # a broker without them and not building them
+                f.unlink()
             procs = Processes()
             b = procs.start(broker(work, 0, None, [*overrides, "log.key.index.enable=false"]))
             bootstrap = f"127.0.0.1:{b.port}"

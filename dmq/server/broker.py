@@ -83,7 +83,7 @@ log = logging.getLogger("dmq.broker")
 # How long a shutdown waits for the ZooKeeper session to close.
 ZK_CLOSE_TIMEOUT_S = 5.0
 KEY_INDEX_SLICE_S = 0.002  # one slice of the key indexer on the event loop
-KEY_INDEX_LATE_S = 0.002  # a pause that ends this late: the loop had other work waiting
+KEY_INDEX_BUSY = 0.5  # the broker's CPU time over a pause above this share of it: other work is running
 
 
 def parse_host_port(text: str, default_port: int = 9092) -> tuple[str, int]:
@@ -503,9 +503,10 @@ class Broker:
         looking for new records every log.key.index.interval.ms once it has caught up.
 
         While it is behind it pauses between slices to take a share of the loop: up to
-        log.key.index.max.loop.share while the loop is otherwise idle, halved (down to a
-        tenth of it) each time a pause ends late because other work was waiting, as under
-        a produce or fetch load, and grown back by a quarter after each pause on time."""
+        log.key.index.max.loop.share while the broker has nothing else to do, halved (down
+        to a tenth of it) after each pause in which the broker itself kept the CPU busy
+        more than half the time (produce, fetch: its process time, not the machine's), and
+        grown back by a quarter after each pause it did not."""
         most = float(self.config["log.key.index.max.loop.share"])
         idle = int(self.config["log.key.index.interval.ms"]) / 1000.0
         share = most
@@ -523,10 +524,12 @@ class Broker:
                         indexer = KeyIndexer()
                 spent = time.monotonic() - started
                 pause = max(spent * (1 - share) / share, 0.001) if busy else idle
+                cpu = time.process_time()
                 await asyncio.sleep(pause)
                 if busy:
-                    late = time.monotonic() - started - spent - pause
-                    share = max(share / 2, most / 10) if late > KEY_INDEX_LATE_S else min(share * 1.25, most)
+                    paused = time.monotonic() - started - spent
+                    loaded = time.process_time() - cpu > paused * KEY_INDEX_BUSY
+                    share = max(share / 2, most / 10) if loaded else min(share * 1.25, most)
         finally:
             indexer.close()
 
