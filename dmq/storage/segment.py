@@ -16,8 +16,9 @@ Invariants:
   up to ``size``; truncation and recovery forget them;
 - ``recover()`` rebuilds the offset and time indexes only: the transaction
   index needs the producer state as of the segment's base offset, so the Log
-  resets and rebuilds it; the key indexer finds a key index stale by its header
-  (size, next offset) and rebuilds it, and truncation resets it.
+  resets and rebuilds it; the Log checks a key index's header against the
+  recovered segment (``SegmentKeyIndex.load``) before anything is appended, and
+  truncation resets it.
 
 Plain synchronous file code; only the owning Log calls it.
 """
