@@ -158,10 +158,10 @@ def consume(
 # Subcommand groups and their modules, imported only when needed: each pulls in kio, the
 # wire client or Spark's helpers, which cost a second of CPU per command together.
 SUBCOMMANDS = {
-    "topics": "dmq.cli.topics", "groups": "dmq.cli.groups", "configs": "dmq.cli.configs",
-    "bench": "dmq.cli.bench", "pipeline": "dmq.cli.pipeline", "cluster": "dmq.cli.cluster",
-    "partitions": "dmq.cli.partitions", "transactions": "dmq.cli.transactions",
-    "retry": "dmq.cli.retry",
+    "topics": "dmq.cli.topics", "groups": "dmq.cli.groups", "messages": "dmq.cli.messages",
+    "configs": "dmq.cli.configs", "bench": "dmq.cli.bench", "pipeline": "dmq.cli.pipeline",
+    "cluster": "dmq.cli.cluster", "partitions": "dmq.cli.partitions",
+    "transactions": "dmq.cli.transactions", "retry": "dmq.cli.retry",
 }
 
 

@@ -3,9 +3,9 @@
 Each module defines ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async handle(services, ctx, request) -> response | None`` (None: no response,
 as for acks=0 Produce). ApiVersions advertises exactly this registry, except
-modules with ``ADVERTISED = False``: dmq's own extension APIs (only
-``dmq.client`` and the CLI send them), the share coordinator's inter-broker APIs (83-87, sent
-by brokers' share persisters only) and the share-group APIs until a share consumer can
+modules with ``ADVERTISED = False``: dmq's own extension APIs (only ``dmq.client`` and
+the CLI send them), the share coordinator's inter-broker APIs (83-87, sent by brokers'
+share persisters only) and the share-group APIs until a share consumer can
 work end to end (``context.SHARE_GROUPS_ADVERTISED``).
 """
 
@@ -52,6 +52,7 @@ from dmq.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    query_records,
     read_share_group_state,
     read_share_group_state_summary,
     share_acknowledge,
@@ -75,6 +76,7 @@ HANDLERS: dict[int, ModuleType] = {
         list_partition_reassignments, elect_leaders, list_transactions,
         add_partitions_to_txn, add_offsets_to_txn, end_txn, txn_offset_commit, write_txn_markers,
         describe_transactions, describe_producers, check_transactions, describe_delayed_records,
+        query_records,
         share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
         share_group_heartbeat, share_group_describe,
         initialize_share_group_state, read_share_group_state, write_share_group_state,

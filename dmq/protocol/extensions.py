@@ -2,8 +2,8 @@
 
 Kafka's API keys are small numbers; dmq's extensions take keys from 10000 up,
 far from any Kafka API. They are not listed in ApiVersions (Kafka clients
-never send them); only ``dmq.client`` does. docs/half-messages.md is the
-specification.
+never send them); only ``dmq.client`` and the CLI do. docs/half-messages.md,
+docs/message-query.md and docs/delayed-delivery.md are their specifications.
 
 CheckTransactions (key 10000), version 0, flexible (request header v2,
 response header v1)::
@@ -33,6 +33,52 @@ response header v1)::
         topics           [CheckedTopic]
           name           string
           partitions     [int32]
+
+QueryRecords (key 10001), version 0, flexible: message query (docs/message-query.md),
+answered by each partition's leader::
+
+    QueryRecordsRequest
+      isolation_level  int8     0 read_uncommitted (aborted records returned, marked),
+                                1 read_committed (below the last stable offset, no aborted records)
+      key              bytes    nullable; null: every record of the window, oldest first;
+                                else the records with this key, newest first
+      start_timestamp  int64    records with timestamp >= this (-1: no bound)
+      end_timestamp    int64    records with timestamp < this (-1: no bound)
+      max_records      int32    per partition (the broker takes at most 10000)
+      max_bytes        int32    per partition, about (at least one record is returned)
+      topics           [QueryTopic]
+        name           string
+        partitions     [QueryPartition]
+          partition_index int32
+          start_offset    int64   window start (-1: the log start offset)
+          end_offset      int64   window end, exclusive (-1: the high watermark,
+                                  or the last stable offset for read_committed)
+
+    QueryRecordsResponse
+      throttle_time_ms int32
+      error_code       int16    INVALID_REQUEST for a malformed query (then no topics)
+      error_message    string   nullable
+      topics           [QueryTopicResult]
+        name           string
+        partitions     [QueryPartitionResult]
+          partition_index  int32
+          error_code       int16   UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+                                   OFFSET_OUT_OF_RANGE (a scan's start_offset outside the log)
+          error_message    string  nullable
+          log_start_offset int64
+          high_watermark   int64
+          resume_offset    int64   -1: the window was searched whole; else ask again with
+                                   end_offset (key) or start_offset (scan) set to it
+          unindexed_bytes  int64   log bytes a key query scanned for want of a key index
+          records          [QueriedRecord]
+            offset         int64
+            timestamp      int64
+            key            bytes   nullable
+            value          bytes   nullable
+            headers        [QueriedHeader]
+              key          string
+              value        bytes   nullable
+            aborted        bool    in a transaction that was aborted
 
 DescribeDelayedRecords (key 10002), version 0, flexible: the delayed records
 (docs/delayed-delivery.md) of partitions, answered by their leader::
@@ -68,6 +114,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 CHECK_TRANSACTIONS_KEY = 10000
+QUERY_RECORDS_KEY = 10001
 DESCRIBE_DELAYED_KEY = 10002
 
 
@@ -201,6 +248,112 @@ class DescribeDelayedRecordsResponse:
     topics: tuple[DelayedTopic, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryPartition:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    start_offset: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    end_offset: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryTopic:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    name: str = field(metadata={"kafka_type": "string"})
+    partitions: tuple[QueryPartition, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryRecordsRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    isolation_level: i8 = field(metadata={"kafka_type": "int8"}, default=i8(1))
+    key: bytes | None = field(metadata={"kafka_type": "bytes"}, default=None)
+    start_timestamp: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    end_timestamp: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    max_records: i32 = field(metadata={"kafka_type": "int32"})
+    max_bytes: i32 = field(metadata={"kafka_type": "int32"})
+    topics: tuple[QueryTopic, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueriedHeader:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    key: str = field(metadata={"kafka_type": "string"})
+    value: bytes | None = field(metadata={"kafka_type": "bytes"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueriedRecord:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    offset: i64 = field(metadata={"kafka_type": "int64"})
+    timestamp: i64 = field(metadata={"kafka_type": "int64"})
+    key: bytes | None = field(metadata={"kafka_type": "bytes"})
+    value: bytes | None = field(metadata={"kafka_type": "bytes"})
+    headers: tuple[QueriedHeader, ...]
+    aborted: bool = field(metadata={"kafka_type": "bool"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryPartitionResult:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    log_start_offset: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    high_watermark: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    resume_offset: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    unindexed_bytes: i64 = field(metadata={"kafka_type": "int64"}, default=i64(0))
+    records: tuple[QueriedRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryTopicResult:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    name: str = field(metadata={"kafka_type": "string"})
+    partitions: tuple[QueryPartitionResult, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueryRecordsResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(QUERY_RECORDS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    error_message: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    topics: tuple[QueryTopicResult, ...]
+
+
 def _module(name: str, *entities: type) -> ModuleType:
     module = ModuleType(name)
     for entity in entities:
@@ -220,5 +373,10 @@ EXTENSIONS: dict[int, dict[int, tuple[ModuleType, ModuleType]]] = {
                 DelayedTopicRequest),
         _module("describe_delayed_records_v0_response", DescribeDelayedRecordsResponse,
                 DelayedTopic, DelayedPartition),
+    )},
+    QUERY_RECORDS_KEY: {0: (
+        _module("query_records_v0_request", QueryRecordsRequest, QueryTopic, QueryPartition),
+        _module("query_records_v0_response", QueryRecordsResponse, QueryTopicResult,
+                QueryPartitionResult, QueriedRecord, QueriedHeader),
     )},
 }

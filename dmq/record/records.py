@@ -2,8 +2,9 @@
 
 The broker's hot path never calls this module: produce and fetch move batches
 as opaque bytes. It is used where a feature must look inside a batch (offset
-of the first record at or after a timestamp, offset of the max timestamp) and
-by tests and tools that build batches by hand.
+of the first record at or after a timestamp, offset of the max timestamp, the
+keys the background key indexer reads, the records a query returns) and by
+tests and tools that build batches by hand.
 
 Record layout (varints are zig-zag)::
 
@@ -15,6 +16,7 @@ Record layout (varints are zig-zag)::
 from __future__ import annotations
 
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -103,6 +105,122 @@ def decode_batch(batch: bytes | memoryview) -> tuple[BatchHeader, list[Record]]:
         ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
         records.append(Record(header.base_offset + off_delta, ts, key, value, headers))
     return header, records
+
+
+def batch_body(batch: bytes | memoryview, header: BatchHeader) -> bytes:
+    """The records of a whole batch as plain bytes, decompressed when the batch is compressed."""
+    body = memoryview(batch)[HEADER_SIZE : header.size]
+    if header.compression:
+        return compression.decompress(header.compression, bytes(body))
+    return bytes(body)
+
+
+def _varint_at(body: bytes, pos: int) -> tuple[int, int]:
+    """``read_varint`` with the one- and two-byte cases inline (deltas and key lengths are
+    small, record lengths mostly below 8 KiB)."""
+    b = body[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    b2 = body[pos + 1]
+    if b2 < 0x80:
+        v = (b & 0x7F) | (b2 << 7)
+        return (v >> 1) ^ -(v & 1), pos + 2
+    return read_varint(body, pos)
+
+
+def keyed_offsets(batch: bytes | memoryview) -> tuple[BatchHeader, list[tuple[int, bytes]]]:
+    """(offset, key) of every record of a whole batch that has a key, in offset order.
+
+    Values and headers are skipped, not decoded. Raises ValueError when the
+    records do not parse (or UnsupportedCodecError for an unknown codec).
+    """
+    header = parse_header(batch, 0)
+    out, _ = record_keys(batch_body(batch, header), header.base_offset, header.record_count)
+    return header, out
+
+
+def record_keys(body: bytes, base_offset: int, count: int,
+                pos: int = 0) -> tuple[list[tuple[int, bytes]], int]:
+    """``keyed_offsets`` of ``count`` records of a batch body (``batch_body``) from ``pos``:
+    (offset, key) of those with a key, and the position after them, so a long batch can
+    be read a piece at a time."""
+    out: list[tuple[int, bytes]] = []
+    size = len(body)
+    try:
+        for _ in range(count):
+            length, pos = _varint_at(body, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise ValueError("record extends past its batch")
+            _ts_delta, p = _varint_at(body, pos + 1)  # after the attributes byte
+            off_delta, p = _varint_at(body, p)
+            key_length, p = _varint_at(body, p)
+            if key_length >= 0:
+                if p + key_length > end:
+                    raise ValueError("record key extends past its record")
+                out.append((base_offset + off_delta, body[p : p + key_length]))
+            pos = end
+    except IndexError:
+        raise ValueError("truncated record") from None
+    return out, pos
+
+
+def find_records(batch: bytes | memoryview, key: bytes | None = None,
+                 offsets: Collection[int] | None = None) -> tuple[BatchHeader, list[Record]]:
+    """Decode only the records of a whole batch with key ``key`` (when given) and an
+    offset in ``offsets`` (when given); the others are skipped by their length.
+
+    In a dense batch (as producers write them: offset deltas 0, 1, 2, ...) the i-th
+    record has delta i, so records before a wanted offset are skipped reading their
+    length alone, and none after the last wanted one is read."""
+    header = parse_header(batch, 0)
+    base = header.base_offset
+    count = header.record_count
+    wanted: set[int] | None = None  # indexes of the wanted records, in a dense batch
+    if offsets is not None:
+        deltas = [o - base for o in offsets if 0 <= o - base <= header.last_offset_delta]
+        if not deltas:
+            return header, []
+        if count == header.last_offset_delta + 1:
+            wanted = set(deltas)
+            count = max(deltas) + 1
+    body = batch_body(batch, header)
+    log_append = bool(header.attributes & TIMESTAMP_TYPE_MASK)
+    out: list[Record] = []
+    pos, size = 0, len(body)
+    try:
+        for i in range(count):
+            length, pos = _varint_at(body, pos)
+            end = pos + length
+            if length < 0 or end > size:
+                raise ValueError("record extends past its batch")
+            if wanted is not None and i not in wanted:
+                pos = end
+                continue
+            ts_delta, p = _varint_at(body, pos + 1)
+            off_delta, p = _varint_at(body, p)
+            pos, start = end, p
+            if offsets is not None and base + off_delta not in offsets:
+                continue
+            if key is not None:
+                key_length, p = _varint_at(body, p)
+                if key_length != len(key) or not body.startswith(key, p):
+                    continue
+            record_key, p = _read_bytes(body, start)
+            value, p = _read_bytes(body, p)
+            n_headers, p = read_varint(body, p)
+            headers: list[tuple[str, bytes | None]] = []
+            for _h in range(n_headers):
+                hk, p = _read_bytes(body, p)
+                hv, p = _read_bytes(body, p)
+                headers.append(((hk or b"").decode("utf-8", "replace"), hv))
+            if p > end:
+                raise ValueError("record extends past its length")
+            ts = header.max_timestamp if log_append else header.base_timestamp + ts_delta
+            out.append(Record(base + off_delta, ts, record_key, value, headers))
+    except IndexError:
+        raise ValueError("truncated record") from None
+    return header, out
 
 
 def encode_batch(

@@ -72,6 +72,7 @@ from dmq.share.partition import SharePartitionConfig
 from dmq.share.service import ShareService
 from dmq.share.session import ShareSessionCache
 from dmq.storage.cleaner import LogCleaner
+from dmq.storage.key_indexer import KeyIndexer
 from dmq.storage.log_manager import LogManager
 from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from dmq.transaction.markers import TransactionMarkerSender
@@ -81,6 +82,8 @@ log = logging.getLogger("dmq.broker")
 
 # How long a shutdown waits for the ZooKeeper session to close.
 ZK_CLOSE_TIMEOUT_S = 5.0
+KEY_INDEX_SLICE_S = 0.002  # one slice of the key indexer on the event loop
+KEY_INDEX_BUSY = 0.5  # the broker's CPU time over a pause above this share of it: other work is running
 
 
 def parse_host_port(text: str, default_port: int = 9092) -> tuple[str, int]:
@@ -324,6 +327,8 @@ class Broker:
                                 self._expire_producers))
         if self.config["log.cleaner.enable"]:
             self._spawn(self._every(int(self.config["log.cleaner.backoff.ms"]), self._clean_logs))
+        if self.config["log.key.index.enable"]:
+            self._spawn(self._index_keys())
         self._spawn(self._every(int(self.config["offsets.retention.check.interval.ms"]),
                                 self._expire_offsets))
         self.delayed_delivery = DelayedDelivery(self.replica_manager)
@@ -492,6 +497,41 @@ class Broker:
         if plan is not None:
             result = await asyncio.to_thread(self.cleaner.clean, plan)
             self.cleaner.swap(result)
+
+    async def _index_keys(self) -> None:
+        """The key indexer (message query) in slices of KEY_INDEX_SLICE_S on the event loop,
+        looking for new records every log.key.index.interval.ms once it has caught up.
+
+        While it is behind it pauses between slices to take a share of the loop: up to
+        log.key.index.max.loop.share while the broker has nothing else to do, halved (down
+        to a tenth of it) after each pause in which the broker itself kept the CPU busy
+        more than half the time (produce, fetch: its process time, not the machine's), and
+        grown back by a quarter after each pause it did not."""
+        most = float(self.config["log.key.index.max.loop.share"])
+        idle = int(self.config["log.key.index.interval.ms"]) / 1000.0
+        share = most
+        indexer = KeyIndexer()
+        try:
+            while not self.stopping.is_set():
+                started = time.monotonic()
+                busy = False
+                if most > 0:
+                    try:
+                        busy = indexer.run(list(self.log_manager.logs.values()), started + KEY_INDEX_SLICE_S)
+                    except Exception:
+                        log.exception("key indexer failed; it starts again")
+                        indexer.close()
+                        indexer = KeyIndexer()
+                spent = time.monotonic() - started
+                pause = max(spent * (1 - share) / share, 0.001) if busy else idle
+                cpu = time.process_time()
+                await asyncio.sleep(pause)
+                if busy:
+                    paused = time.monotonic() - started - spent
+                    loaded = time.process_time() - cpu > paused * KEY_INDEX_BUSY
+                    share = max(share / 2, most / 10) if loaded else min(share * 1.25, most)
+        finally:
+            indexer.close()
 
     def _expire_producers(self) -> None:
         removed = self.log_manager.expire_producers(int(self.config["producer.id.expiration.ms"]))

@@ -334,6 +334,7 @@ class LogCleaner:
                 continue
             old = lg.segments[idx]
             old.close()
+            old.key_index.delete()  # it describes the old file: the key indexer builds one for the new
             # The index first: an entry is only dropped once its records are gone from
             # the old file too, so the old log with the new index is consistent.
             if cleaned_index is not None:

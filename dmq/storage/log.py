@@ -1,8 +1,9 @@
 """Log: the segmented, append-only log of one partition (Kafka's UnifiedLog, local part).
 
 Directory ``<data-dir>/<topic>-<partition>/`` holds segments
-``<20-digit base offset>.log`` with ``.index``, ``.timeindex`` and, once a
-transaction was aborted in them, ``.txnindex``; producer snapshots
+``<20-digit base offset>.log`` with ``.index``, ``.timeindex``, once a
+transaction was aborted in them ``.txnindex``, and once sealed and indexed by
+the key indexer ``.keyindex``; producer snapshots
 ``<offset>.snapshot`` and ``partition.metadata`` (topic id).
 
 Invariants:
@@ -84,6 +85,7 @@ from dmq.record.control import (
 )
 from dmq.record.delayed import split as split_delayed
 from dmq.storage.delayed import DelayedRecords
+from dmq.storage.key_index import SUFFIX as KEY_INDEX_SUFFIX
 from dmq.storage.leader_epoch import LeaderEpochFileCache
 from dmq.storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
 from dmq.storage.segment import FileSlice, LogSegment
@@ -197,6 +199,7 @@ class Log:
 
     def _load(self, clean_shutdown: bool) -> None:
         bases = []
+        key_indexes = []
         for name in os.listdir(self.directory):
             path = os.path.join(self.directory, name)
             if name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
@@ -207,6 +210,11 @@ class Log:
                     bases.append(int(name[:-4]))
                 except ValueError:
                     continue
+            elif name.endswith(KEY_INDEX_SUFFIX):
+                key_indexes.append(name)
+        for name in key_indexes:  # a key index whose segment is gone
+            if not name[: -len(KEY_INDEX_SUFFIX)].isdigit() or int(name[: -len(KEY_INDEX_SUFFIX)]) not in bases:
+                os.unlink(os.path.join(self.directory, name))
         for base in sorted(bases):
             self.segments.append(LogSegment(self.directory, base, self.config.index_interval_bytes))
         # Orphan index files of a deleted segment are rebuilt or removed on load.
@@ -249,6 +257,11 @@ class Log:
                 segment.delete()
             del self.segments[truncated_at + 1:]
             self.bases = [s.base_offset for s in self.segments]
+        for segment in self.segments:  # before any append: a file describes the bytes it was written from
+            why = segment.key_index.load(segment.size, segment.next_offset if segment.size else segment.base_offset,
+                                         segment.ends_batch_at)
+            if why is not None:
+                log.info("%s: key index of segment %d is %s; it is rebuilt", self.name, segment.base_offset, why)
         last = self.segments[-1]
         self.log_end_offset = last.next_offset if last.size else last.base_offset
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)

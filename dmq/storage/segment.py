@@ -2,7 +2,9 @@
 
 The offset index ``.index`` and time index ``.timeindex`` always exist; the
 transaction index ``.txnindex`` (aborted transactions whose ABORT marker is in
-this segment) only once it has an entry.
+this segment) only once it has an entry; the key index ``.keyindex``
+(``key_index.py``) once the background key indexer has written it for the
+sealed segment.
 
 Invariants:
 - the file holds whole v2 batches back to back; ``size`` is the end of the
@@ -14,7 +16,9 @@ Invariants:
   up to ``size``; truncation and recovery forget them;
 - ``recover()`` rebuilds the offset and time indexes only: the transaction
   index needs the producer state as of the segment's base offset, so the Log
-  resets and rebuilds it.
+  resets and rebuilds it; the Log checks a key index's header against the
+  recovered segment (``SegmentKeyIndex.load``) before anything is appended, and
+  truncation resets it.
 
 Plain synchronous file code; only the owning Log calls it.
 """
@@ -38,6 +42,8 @@ from dmq.record.batch import (
     parse_header,
 )
 from dmq.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
+from dmq.storage.key_index import SUFFIX as KEY_INDEX_SUFFIX
+from dmq.storage.key_index import SegmentKeyIndex
 from dmq.storage.txn_index import SUFFIX as TXN_INDEX_SUFFIX
 from dmq.storage.txn_index import AbortedTxn, TransactionIndex
 
@@ -78,6 +84,8 @@ class LogSegment:
         self.txn_index = TransactionIndex(
             os.path.join(directory, segment_name(base_offset, TXN_INDEX_SUFFIX)), base_offset
         )
+        self.key_index = SegmentKeyIndex(os.path.join(directory, segment_name(base_offset, KEY_INDEX_SUFFIX)),
+                                         base_offset)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         for index_path in (self.offset_index.path, self.time_index.path):
             if not os.path.exists(index_path):
@@ -201,6 +209,14 @@ class LogSegment:
             yield position, header
             position += header.size
 
+    def ends_batch_at(self, position: int, last_offset: int) -> bool:
+        """Whether a batch whose last offset is ``last_offset`` ends at ``position``."""
+        _, start = self.offset_index.lookup(last_offset)
+        for pos, header in self.batches(start if start < position else 0):
+            if pos + header.size >= position:
+                return pos + header.size == position and header.last_offset == last_offset
+        return False
+
     def read_batch(self, position: int, header: BatchHeader) -> bytes:
         return os.pread(self.fd, header.size, position)
 
@@ -309,6 +325,7 @@ class LogSegment:
         os.ftruncate(self.fd, position)
         self.size = position
         self._forget_recent()
+        self.key_index.reset()
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.txn_index.truncate_to(offset)
@@ -333,6 +350,7 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
+        self.key_index.delete()
         for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:
                 os.unlink(path)

@@ -38,6 +38,15 @@ USAGE_ERRORS = [
      "when every in-sync replica has it"),
     (("partitions", "elect-leaders", "--partition", "0"), "error: --partition needs --topic"),
     (("bench", "consume", "--timeout", "0"), "error: --timeout must be positive"),
+    (("messages", "query", "-t", "T"), "error: give --key KEY, --from/--to DATETIME, or --partition with --offset"),
+    (("messages", "query", "-t", "T", "-o", "3"), "error: --offset needs --partition: offsets are per partition"),
+    (("messages", "query", "-t", "T", "-p", "0", "-o", "3", "-k", "x"),
+     "error: --offset reads from an offset on: leave out --key, --from and --to"),
+    (("messages", "query", "-t", "T", "--from", "yesterday"),
+     "error: cannot parse --from 'yesterday': use ISO 8601 like 2026-11-22T10:00 (local time) or "
+     "2026-11-22T10:00:00Z"),
+    (("messages", "query", "-t", "T", "--from", "2026-11-22T10:00Z", "--to", "2026-11-22T09:00Z"),
+     "error: --to 2026-11-22T09:00Z is before --from 2026-11-22T10:00Z"),
 ]
 
 # Rejected by the option's declared range: click's usage message, exit 2.
@@ -46,6 +55,8 @@ RANGE_ERRORS = [
     ("produce", "T", "--partition", "-1"),
     ("bench", "consume", "--messages", "0"),
     ("bench", "produce", "--num-records", "0"),
+    ("messages", "query", "-t", "T", "-k", "1", "-n", "0"),
+    ("messages", "query", "-t", "T", "-p", "-1", "-o", "1"),
 ]
 
 

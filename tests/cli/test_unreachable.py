@@ -17,7 +17,8 @@ from support.cli import closed_port, dmq_env, run_dmq
     (("topics", "list"), None),
     (("produce", "unreachable-t"), b"one\ntwo\n"),
     (("consume", "unreachable-t"), None),
-], ids=["topics-list", "produce", "consume"])
+    (("messages", "query", "-t", "unreachable-t", "-k", "1"), None),
+], ids=["topics-list", "produce", "consume", "messages-query"])
 def test_unreachable_broker_is_one_line(args: tuple[str, ...], stdin: bytes | None) -> None:
     bootstrap = f"127.0.0.1:{closed_port()}"
     started = time.monotonic()
