@@ -25,25 +25,38 @@ def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
 
 
+class Watcher:
+    """A consumer of partition 0 from offset 0, timing each record as poll() returns it.
+    Started before the records are produced, so its own start-up is not counted."""
+
+    def __init__(self, bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{time.monotonic_ns()}",
+                                  "enable.auto.commit": False, "isolation.level": isolation,
+                                  "fetch.wait.max.ms": 50, "log_level": 0})
+        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self.got: list[tuple[float, bytes, bytes | None, list[Any]]] = []
+        self._poll(0.5)  # connected and fetching (before anything is produced, where it matters)
+
+    def _poll(self, timeout: float) -> None:
+        m = self.consumer.poll(timeout)
+        if m is not None and not m.error():
+            self.got.append((time.time() * 1000, m.value(), m.key(), m.headers() or []))
+
+    def collect(self, count: int, timeout: float) -> list[tuple[float, bytes, bytes | None, list[Any]]]:
+        """(arrival epoch ms, value, key, headers) of the records up to ``count``."""
+        deadline = time.monotonic() + timeout
+        try:
+            while len(self.got) < count and time.monotonic() < deadline:
+                self._poll(0.05)
+        finally:
+            self.consumer.close()
+        return self.got
+
+
 def watch(bootstrap: str, topic: str, count: int, timeout: float,
           isolation: str = "read_uncommitted") -> list[tuple[float, bytes, bytes | None, list[Any]]]:
-    """(arrival epoch ms, value, key, headers) of the first ``count`` records, each timed
-    as poll() returns it."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"w-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "isolation.level": isolation,
-                  "fetch.wait.max.ms": 50, "log_level": 0})
-    c.assign([TopicPartition(topic, 0, 0)])
-    out: list[tuple[float, bytes, bytes | None, list[Any]]] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < count and time.monotonic() < deadline:
-            m = c.poll(0.05)
-            if m is None or m.error():
-                continue
-            out.append((time.time() * 1000, m.value(), m.key(), m.headers() or []))
-    finally:
-        c.close()
-    return out
+    """What a consumer started now reads: the first ``count`` records, timed."""
+    return Watcher(bootstrap, topic, isolation).collect(count, timeout)
 
 
 def test_delayed_records_arrive_on_time_never_early_and_others_untouched(
@@ -51,6 +64,7 @@ def test_delayed_records_arrive_on_time_never_early_and_others_untouched(
     create(broker.bootstrap, topic_name)
     p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
                   "compression.type": "zstd", "linger.ms": 5})
+    watcher = Watcher(broker.bootstrap, topic_name)
     start = now_ms()
     plan = {b"plain": start, b"soon": start + 1500, b"later": start + 3000}
     p.produce(topic_name, key=b"1", value=b"later",
@@ -58,11 +72,12 @@ def test_delayed_records_arrive_on_time_never_early_and_others_untouched(
     p.produce(topic_name, key=b"2", value=b"plain")
     p.produce(topic_name, key=b"3", value=b"soon", headers=[("dmq-deliver-at", str(plan[b"soon"]).encode())])
     assert p.flush(10) == 0
-    got = watch(broker.bootstrap, topic_name, 3, 15)
+    got = watcher.collect(3, 15)
     assert [v for _, v, _, _ in got] == [b"plain", b"soon", b"later"]
-    for arrived, value, _, _ in got:
+    for arrived, value, _, _ in got[1:]:  # the delayed ones: on time, never early
         assert arrived >= plan[value], f"{value!r} came {plan[value] - arrived:.0f} ms early"
         assert arrived <= plan[value] + 1000, f"{value!r} came {arrived - plan[value]:.0f} ms late"
+    assert got[0][0] < plan[b"soon"]  # the plain one did not wait
     later = got[2]
     assert later[2] == b"1" and later[3] == [("trace", b"t1")]  # the delay header is gone
 
