@@ -12,10 +12,11 @@ writes are (ZooKeeper, or an fsync off the loop), and raise MetadataError
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from dmq.cluster.metadata import (
     DEFAULT_BROKER_ENTITY,
+    INTERNAL_TOPICS,
     MetadataError,
     MetadataStore,
     TopicMetadata,
@@ -41,6 +42,23 @@ class AdminManager:
         self.on_topic_delete = on_topic_delete
         self.on_config_change = on_config_change
         self.on_broker_config_change = on_broker_config_change
+        # name -> creates that internal topic as its coordinator does (partitions, replication
+        # factor, configs); registered by the broker. Answers whether it exists afterwards.
+        self.internal_topic_creators: dict[str, Callable[[], Awaitable[bool]]] = {}
+
+    async def auto_create_topic(self, name: str) -> TopicMetadata:
+        """A topic a client asked for (Metadata with auto-creation allowed): an internal topic
+        is created by its coordinator's rules (Kafka's AutoTopicCreationManager), any
+        other with the broker's defaults."""
+        if name in INTERNAL_TOPICS:
+            creator = self.internal_topic_creators.get(name)
+            if creator is None or not await creator():
+                raise MetadataError("leader_not_available", f"{name} is not available yet")
+            topic = self.store.topic(name)
+            if topic is None:
+                raise MetadataError("leader_not_available", f"{name} is being created")
+            return topic
+        return await self.create_topic(name, -1, -1, {})
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      configs: dict[str, str | None],

@@ -1,7 +1,7 @@
 """Metadata (3): brokers, controller, topics with partitions, leaders, replicas and ISR.
 
 Unknown topics are created when both the request (v4+) and
-``auto.create.topics.enable`` allow it. A topic another broker created a moment
+``auto.create.topics.enable`` allow it; an internal topic as its coordinator creates it. A topic another broker created a moment
 before (ZooKeeper has it, this broker's watch-fed cache not yet) answers
 LEADER_NOT_AVAILABLE, as Kafka does for a topic being created: the client retries.
 """
@@ -81,7 +81,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     topics.append(_error_entry(schema, name, None, ErrorCode.unknown_topic_or_partition))
                     continue
                 try:
-                    topic = await services.admin_manager.create_topic(name, -1, -1, {})
+                    topic = await services.admin_manager.auto_create_topic(name)
                     log.info("auto-created topic %s for client %s", name, ctx.client_id)
                 except MetadataError as e:
                     if e.error != "topic_already_exists":

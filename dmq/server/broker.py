@@ -257,6 +257,8 @@ class Broker:
             share_config, self.share_state_topic, self.store, self._share_partition_exists,
             int(self.config["offsets.commit.timeout.ms"]))
         self.share_persister = BrokerSharePersister(self.broker_id, self.store, self.share_coordinator)
+        for internal in (self.offsets_topic, self.transaction_topic, self.share_state_topic):
+            self.admin_manager.internal_topic_creators[internal.name] = internal.ensure_exists
 
         def on_internal_leadership(topic: str, led: dict[int, int]) -> None:
             if topic == OFFSETS_TOPIC:

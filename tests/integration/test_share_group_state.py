@@ -142,3 +142,28 @@ def test_find_coordinator_v6_finds_a_share_partitions_state_coordinator(broker: 
         assert ErrorCode(bad_id.error_code) == ErrorCode.invalid_request
         old = c.request(make(request_class(10, 5), key_type=2, coordinator_keys=(key,)))
         assert ErrorCode(old.coordinators[0].error_code) == ErrorCode.invalid_request  # SHARE needs v6
+
+
+def test_metadata_for_an_internal_topic_creates_it_as_the_coordinator_would(broker: BrokerProcess) -> None:
+    """A client asking for ``__share_group_state`` (or another internal topic) before its
+    coordinator used it gets the internal topic, created with its coordinator's partition
+    count and configs, not an ordinary topic with the broker's defaults (Kafka's
+    AutoTopicCreationManager): an ordinary one-partition topic would hold every state
+    in one partition, and one created with a replication factor below its
+    min.insync.replicas could never be written."""
+    from kio.schema.describe_configs.v4 import request as dc_req
+    from kio.schema.metadata.v12 import request as md_req
+
+    with WireClient("127.0.0.1", broker.port) as c:
+        resp = c.request(make(md_req.MetadataRequest, topics=(
+            make(md_req.MetadataRequestTopic, name="__share_group_state", topic_id=None),),
+            allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        (topic,) = resp.topics
+        assert topic.error_code == ErrorCode.none and topic.is_internal
+        assert len(topic.partitions) == NUM_STATE_PARTITIONS
+        configs = c.request(make(dc_req.DescribeConfigsRequest, include_synonyms=False,
+                                 include_documentation=False, resources=(make(
+                                     dc_req.DescribeConfigsResource, resource_type=2,
+                                     resource_name="__share_group_state",
+                                     configuration_keys=("cleanup.policy",)),))).results[0].configs
+        assert [(e.name, e.value) for e in configs] == [("cleanup.policy", "compact")]
