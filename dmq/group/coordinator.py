@@ -14,6 +14,7 @@ Event-loop thread only.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
@@ -24,6 +25,7 @@ from dmq.group.metadata import GroupMetadata, OffsetAndMetadata
 from dmq.group.shard import GroupConfig, GroupShard, JoinResult, ListedGroup, SyncResult
 from dmq.group.share_group import (
     DescribedShareGroup,
+    InitializedTopic,
     ShareConfig,
     ShareGroup,
     ShareHeartbeatResult,
@@ -33,8 +35,8 @@ from dmq.group.share_group import (
     validate_heartbeat,
 )
 
-__all__ = ["GroupConfig", "GroupCoordinator", "JoinResult", "ListedGroup", "ShareConfig", "ShareTopic",
-           "SyncResult"]
+__all__ = ["GroupConfig", "GroupCoordinator", "InitializedTopic", "JoinResult", "ListedGroup", "ShareConfig",
+           "ShareTopic", "SyncResult"]
 
 
 class GroupCoordinator:
@@ -278,3 +280,30 @@ class GroupCoordinator:
         None if another broker coordinates the group."""
         shard = self.runtime.shard(self.partition_for(group_id))
         return shard.share_initialized_partitions(group_id) if shard is not None else None
+
+    def share_offsets_target(self, group_id: str) -> tuple[ErrorCode, dict[uuid.UUID, tuple[str, frozenset[int]]]]:
+        """A share group's initialized partitions, ``{topic id: (name, partitions)}`` (what
+        DescribeShareGroupOffsets describes when no topics are named): NOT_COORDINATOR if
+        coordinated elsewhere, GROUP_ID_NOT_FOUND for no share group of that id."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}
+        result = self.runtime.read(self.partition_for(group_id),
+                                   lambda shard: shard.share_offsets_target(group_id),
+                                   lambda error: (error, {}))
+        assert isinstance(result, tuple)
+        error, topics = result
+        return error, {t: (v.name, v.partitions) for t, v in topics.items()}
+
+    async def share_offsets_changed(self, group_id: str, add: dict[uuid.UUID, tuple[str, frozenset[int]]],
+                                    remove: frozenset[uuid.UUID] = frozenset()) -> ErrorCode:
+        """Alter/DeleteShareGroupOffsets on the group: only an empty share group; its
+        initialized partitions gain ``add`` and lose the topics in ``remove`` (record 15)."""
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        added = {t: InitializedTopic(name, partitions) for t, (name, partitions) in add.items()}
+        result = await self.runtime.write(
+            self.partition_for(group_id),
+            lambda shard, now: shard.share_offsets_changed(group_id, added, remove, now),
+            lambda error: error)
+        assert isinstance(result, ErrorCode)
+        return result

@@ -44,6 +44,7 @@ from dmq.group.metadata import GroupMetadata, GroupState, MemberMetadata, Offset
 from dmq.group.share_group import (
     SESSION_TIMER,
     DescribedShareGroup,
+    InitializedTopic,
     ShareConfig,
     ShareGroup,
     ShareGroups,
@@ -821,6 +822,20 @@ class GroupShard:
             else:
                 described.append(self.share.describe(group_id))
         return described
+
+    def share_offsets_target(self, group_id: str) -> tuple[ErrorCode, dict[uuid.UUID, InitializedTopic]]:
+        """The share group's initialized partitions (DescribeShareGroupOffsets of all);
+        GROUP_ID_NOT_FOUND for an unknown id or a classic group."""
+        if group_id in self.groups:
+            return ErrorCode.group_id_not_found, {}
+        return self.share.offsets_target(group_id)
+
+    def share_offsets_changed(self, group_id: str, add: dict[uuid.UUID, InitializedTopic],
+                              remove: frozenset[uuid.UUID], now_ms: int) -> CoordinatorResult:
+        """Alter/DeleteShareGroupOffsets' part on the group (``ShareGroups.offsets_changed``)."""
+        if group_id in self.groups:
+            return CoordinatorResult(ErrorCode.group_id_not_found)
+        return self.share.offsets_changed(group_id, add, remove)
 
     def share_group(self, group_id: str) -> ShareGroup | None:
         """The live share group (read only: it changes only through this shard's operations)."""

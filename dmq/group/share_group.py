@@ -467,6 +467,38 @@ class ShareGroups:
         return DescribedShareGroup(group_id, ErrorCode.none, None, group.state, group.group_epoch,
                                    group.assignment_epoch, ASSIGNOR_NAME, members)
 
+    def offsets_target(self, group_id: str) -> tuple[ErrorCode, dict[uuid.UUID, InitializedTopic]]:
+        """DescribeShareGroupOffsets of all the group's partitions: the initialized ones."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        return ErrorCode.none, dict(group.initialized)
+
+    def offsets_changed(self, group_id: str, add: dict[uuid.UUID, InitializedTopic],
+                        remove: frozenset[uuid.UUID] = frozenset()) -> CoordinatorResult:
+        """AlterShareGroupOffsets (``add``: the partitions whose state is reset, initialized
+        from now on) and DeleteShareGroupOffsets (``remove``: topics whose state is
+        deleted): only on a group without members (NON_EMPTY_GROUP otherwise), answered with
+        an ErrorCode once record 15 is written. Nothing to change writes nothing."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return CoordinatorResult(ErrorCode.group_id_not_found)
+        if group.members:
+            return CoordinatorResult(ErrorCode.non_empty_group)
+        initialized = {t: v for t, v in group.initialized.items() if t not in remove}
+        for topic_id, topic in add.items():
+            have = initialized.get(topic_id)
+            initialized[topic_id] = InitializedTopic(topic.name, topic.partitions | (
+                have.partitions if have is not None and have.name == topic.name else frozenset()))
+        if initialized == group.initialized:
+            return CoordinatorResult(ErrorCode.none)
+        before = group.copy()
+        group.initialized = initialized
+        group.version += 1
+        records = [_record(rec.ShareKey(rec.SHARE_STATE_PARTITION_METADATA, group_id),
+                           _partition_metadata(initialized, group))]
+        return self._undone_if_lost(group_id, before, CoordinatorResult(ErrorCode.none, records))
+
     def delete(self, group_id: str) -> CoordinatorResult:
         """DeleteGroups of a share group: only an empty one; tombstones for all its records."""
         group = self.groups[group_id]

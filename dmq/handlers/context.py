@@ -13,6 +13,7 @@ from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.share.admin import ShareGroupAdmin
 from dmq.share.coordinator import ShareCoordinator
 from dmq.share.service import ShareService
 from dmq.storage.log_manager import LogManager
@@ -57,6 +58,9 @@ class BrokerServices:
     share: ShareService | None = None
     # The share coordinator (``__share_group_state``); None where a test builds services without one.
     share_coordinator: ShareCoordinator | None = None
+    # Share groups' offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets,
+    # DeleteShareGroupOffsets); None where a test builds services without one.
+    share_admin: ShareGroupAdmin | None = None
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.client.channels import BrokerChannels
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.backend import ClusterBackend
 from dmq.cluster.controller import Controller, ControllerEvent
@@ -65,6 +66,7 @@ from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, Listener
+from dmq.share.admin import LatestOffsetReader, ShareGroupAdmin
 from dmq.share.broker_persister import BrokerSharePersister
 from dmq.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, ShareCoordinatorConfig
 from dmq.share.manager import SharePartitionManager
@@ -269,12 +271,17 @@ class Broker:
                 self.share_coordinator.set_led(led)
 
         backend.attach(self.replica_manager, self.fetchers, on_internal_leadership)
+        self.share_channels = BrokerChannels(f"dmq-share-{self.broker_id}", self._broker_address)
+        share_admin = ShareGroupAdmin(
+            self.group_coordinator, self.share_persister, self.store,
+            LatestOffsetReader(self.store, self._local_high_watermark, self.share_channels))
         self.services = BrokerServices(
             broker_id=self.broker_id, config=self.config, metadata=self.store,
             admin_manager=self.admin_manager, replica_manager=self.replica_manager,
             log_manager=self.log_manager, producer_ids=self.producer_ids,
             coordinators=self.coordinators, transactions=self.transaction_coordinator,
             supported_apis=supported_apis(), share_coordinator=self.share_coordinator,
+            share_admin=share_admin,
             share=ShareService(
                 ShareSessionCache(int(self.config["group.share.max.share.sessions"])),
                 SharePartitionManager(
@@ -381,6 +388,14 @@ class Broker:
         """A topic's id and partition count, for the share groups' assignor."""
         meta = self.store.topic(name)
         return ShareTopic(meta.uuid, len(meta.partitions)) if meta is not None else None
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        return next(((b.host, b.port) for b in self.store.brokers() if b.broker_id == broker_id), None)
+
+    def _local_high_watermark(self, topic: str, index: int) -> int | None:
+        """The high watermark of a partition this broker leads; None if it does not."""
+        p = self.replica_manager.get_partition(topic, index)
+        return p.high_watermark if p is not None and p.is_leader else None
 
     def _topic_name(self, topic_id: uuid.UUID) -> str | None:
         meta = self.store.topic_by_id(topic_id)
@@ -613,6 +628,7 @@ class Broker:
         if self.services.share is not None:
             self.services.share.close()
         self.share_persister.close()
+        self.share_channels.close()
         await self.share_coordinator.close()
         for task in self._tasks:
             task.cancel()

@@ -278,7 +278,8 @@ class SharePartitionManager:
                              partitions: Sequence[TopicIdPartition]) -> None:
         """The member's share session closed: its records on ``partitions`` loaded here
         are available again (archived at the delivery limit), and the state written
-        (a failed write is not undone, as for an expired lock)."""
+        (a failed write is not undone, as for an expired lock). A share-partition left
+        with no acquired records is unloaded once its state is written."""
         await asyncio.gather(*(self._release_one(group_id, member_id, tp) for tp in partitions))
 
     async def _release_one(self, group_id: str, member_id: str, tp: TopicIdPartition) -> None:
@@ -289,9 +290,13 @@ class SharePartitionManager:
             if entry.dropped:
                 return
             change = entry.sp.release_member(member_id)
-            if change.persist:
-                await self._write(entry)
+            written = await self._write(entry) if change.persist else ErrorCode.none
             self._records_changed(entry)
+            if written is ErrorCode.none and not entry.dropped and entry.sp.acquired_records == 0:
+                # Nobody holds a record: the next fetch reads the state again, which an
+                # AlterShareGroupOffsets or DeleteShareGroupOffsets of the (then empty)
+                # group may have changed meanwhile.
+                self._drop(entry)
 
     def partition_changed(self, topic: str, index: int) -> None:
         """This broker stopped leading ``topic``-``index`` (or it moved to a new epoch, or

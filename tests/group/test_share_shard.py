@@ -15,7 +15,13 @@ from support.coordinator import ShardDriver, replay_into
 from dmq.group import records as rec
 from dmq.group.shard import GroupConfig, GroupShard, JoinResult
 from dmq.group.share_assignor import sharing
-from dmq.group.share_group import ShareConfig, ShareHeartbeatResult, ShareTopic, session_key
+from dmq.group.share_group import (
+    InitializedTopic,
+    ShareConfig,
+    ShareHeartbeatResult,
+    ShareTopic,
+    session_key,
+)
 
 ONE = ShareTopic(uuid.UUID(int=1), 1)
 FOUR = ShareTopic(uuid.UUID(int=4), 4)
@@ -302,6 +308,33 @@ def test_delete_groups_only_when_empty() -> None:
     assert d.run(d.shard.delete_group, "sg") == ErrorCode.group_id_not_found
     # The id is free again, for a group of either kind.
     assert d.run(d.shard.commit_offsets, "sg", -1, "", None, [("one", 0, 5, -1, None)]) == [ErrorCode.none]
+
+
+def test_offsets_changed_only_on_an_empty_share_group_and_kept_by_replay() -> None:
+    """Alter/DeleteShareGroupOffsets' part on the group: record 15 gains the altered
+    partitions and loses the deleted topics; a group with members, a classic group and
+    an unknown id are refused."""
+    d = ShardDriver(shard())
+    seven = uuid.UUID(int=7)
+    assert d.run(d.shard.share_offsets_changed, "sg", {}, frozenset()) == ErrorCode.group_id_not_found
+    join(d, "a", ["one"])
+    add = {FOUR.topic_id: InitializedTopic("four", frozenset({2}))}
+    assert d.run(d.shard.share_offsets_changed, "sg", add, frozenset()) == ErrorCode.non_empty_group
+    hb(d, "a", -1)
+    since = len(d.log)
+    assert d.run(d.shard.share_offsets_changed, "sg", add, frozenset()) == ErrorCode.none
+    assert record_types(d, since) == [rec.SHARE_STATE_PARTITION_METADATA]
+    assert d.shard.share_initialized_partitions("sg") == {("one", 0), ("four", 2)}
+    since = len(d.log)
+    assert d.run(d.shard.share_offsets_changed, "sg", add, frozenset()) == ErrorCode.none
+    assert len(d.log) == since, "nothing new: nothing written"
+    assert d.run(d.shard.share_offsets_changed, "sg", {}, frozenset({ONE.topic_id, seven})) == ErrorCode.none
+    assert d.shard.share_offsets_target("sg") == (ErrorCode.none, {FOUR.topic_id: InitializedTopic(
+        "four", frozenset({2}))})
+    assert reloaded(d).share_initialized_partitions("sg") == {("four", 2)}
+    d.run(d.shard.commit_offsets, "classic", -1, "", None, [("one", 0, 5, -1, None)])
+    assert d.run(d.shard.share_offsets_changed, "classic", add, frozenset()) == ErrorCode.group_id_not_found
+    assert d.shard.share_offsets_target("classic")[0] == ErrorCode.group_id_not_found
 
 
 # ------------------------------------------------------------------ failover

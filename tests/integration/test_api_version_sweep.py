@@ -197,10 +197,46 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
     if api_key == 78:
         return [resp.error_code] + [e for t in resp.responses for p in t.partitions
                                     for e in (p.error_code, p.acknowledge_error_code)]
+    if api_key == 90:
+        return [e for g in resp.groups for e in [g.error_code] + [p.error_code for t in g.topics
+                                                                   for p in t.partitions]]
+    if api_key == 91:
+        return [resp.error_code] + [p.error_code for t in resp.responses for p in t.partitions]
+    if api_key == 92:
+        return [resp.error_code] + [t.error_code for t in resp.responses]
     raise AssertionError(api_key)
 
 
 SHARE_APIS = (76, 77, 78, 79)
+SHARE_OFFSET_APIS = (90, 91, 92)
+
+
+def share_offsets(c: WireClient, api_key: int, version: int, topic: str) -> Any:
+    """A share group whose member joined (initializing the topic's partition for the group),
+    then, for Alter and Delete, left (they need an empty group); then the API under test."""
+    group, member = f"share-{topic}", f"sweep-member-{api_key}-{version}"
+    joined = c.request(make(request_class(76, 1), group_id=group, member_id=member, member_epoch=0,
+                            rack_id=None, subscribed_topic_names=(topic,)))
+    assert joined.error_code == ErrorCode.none, joined
+    R = request_class(api_key, version)
+    mod = load_entity_module(R.__module__.split(".")[2], version, EntityType.request)
+    if api_key == 90:
+        resp = c.request(make(R, groups=(
+            make(mod.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=None),
+            make(mod.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=(
+                make(mod.DescribeShareGroupOffsetsRequestTopic, topic_name=topic, partitions=(0,)),)))))
+        assert [[(t.topic_name, [p.partition_index for p in t.partitions]) for t in g.topics]
+                for g in resp.groups] == [[(topic, [0])]] * 2, resp
+        return resp
+    left = c.request(make(request_class(76, 1), group_id=group, member_id=member, member_epoch=-1,
+                          rack_id=None, subscribed_topic_names=None))
+    assert left.error_code == ErrorCode.none, left
+    if api_key == 91:
+        return c.request(make(R, group_id=group, topics=(make(mod.AlterShareGroupOffsetsRequestTopic, topic_name=topic,
+                         partitions=(make(mod.AlterShareGroupOffsetsRequestPartition, partition_index=0,
+                                          start_offset=0),)),)))
+    return c.request(make(R, group_id=group, topics=(
+        make(mod.DeleteShareGroupOffsetsRequestTopic, topic_name=topic),)))
 
 
 def share_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
@@ -353,6 +389,8 @@ def test_every_advertised_version(broker: BrokerProcess, api_key: int, version: 
             resp = group_session(c, api_key, version, topic)
         elif api_key in SHARE_APIS:
             resp = share_session(c, api_key, version, topic)
+        elif api_key in SHARE_OFFSET_APIS:
+            resp = share_offsets(c, api_key, version, topic)
         elif api_key in TXN_APIS:
             resp = txn_session(c, api_key, version, topic)
         else:

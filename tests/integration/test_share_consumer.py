@@ -29,6 +29,7 @@ from kio.schema.share_group_describe.v1.request import ShareGroupDescribeRequest
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class, request_module
 
 LOCK_MS = 3000  # group.share.record.lock.duration.ms for these brokers (Kafka's minimum is 1000)
 
@@ -233,3 +234,81 @@ def test_accepted_records_are_not_redelivered_after_a_broker_restart(tmp_path: P
             c.close()
     finally:
         b.close()
+
+
+def share_offsets(bootstrap: str, group: str, topics: tuple[tuple[str, tuple[int, ...]], ...] | None = None,
+                  version: int = 1) -> Any:
+    """DescribeShareGroupOffsets of one group (this broker coordinates every group)."""
+    R = request_class(90, version)
+    mod = request_module(90, version)
+    host, port = bootstrap.split(":")
+    with WireClient(host, int(port)) as w:
+        (g,) = w.request(make(R, groups=(make(mod.DescribeShareGroupOffsetsRequestGroup, group_id=group, topics=(
+            None if topics is None else tuple(
+                make(mod.DescribeShareGroupOffsetsRequestTopic, topic_name=t, partitions=ps) for t, ps in topics))),))
+        ).groups
+    return g
+
+
+def offsets_of(g: Any) -> dict[tuple[str, int], tuple[int, int]]:
+    return {(t.topic_name, p.partition_index): (p.start_offset, getattr(p, "lag", -1))
+            for t in g.topics for p in t.partitions}
+
+
+def test_share_group_offsets_are_described_altered_and_deleted(share_broker: BrokerProcess) -> None:
+    """DescribeShareGroupOffsets shows where the group is and its lag; AlterShareGroupOffsets
+    moves an empty group back (its records come again) and DeleteShareGroupOffsets forgets
+    a topic; neither touches a group with members."""
+    bootstrap = share_broker.bootstrap
+    host, port = bootstrap.split(":")
+    create_topic(bootstrap, "audit")
+    c = consumer(bootstrap, "auditors")
+    c.subscribe(["audit"])
+    ready(bootstrap, "auditors", [c])
+    produce(bootstrap, "audit", 100)
+    assert len(drain([c], 100)[0]) == 100
+    assert c.commit_sync(10) is not None
+    produce(bootstrap, "audit", 20)
+    deadline = time.monotonic() + 10
+    while offsets_of(share_offsets(bootstrap, "auditors")) != {("audit", 0): (100, 20)}:
+        assert time.monotonic() < deadline, share_offsets(bootstrap, "auditors")
+        time.sleep(0.2)
+    v0 = share_offsets(bootstrap, "auditors", (("audit", (0,)), ("absent", (0,))), version=0)
+    assert offsets_of(v0) == {("audit", 0): (100, -1), ("absent", 0): (-1, -1)}
+
+    with WireClient(host, int(port)) as w:
+        def alter(start: int) -> Any:
+            mod = request_module(91, 0)
+            return w.request(make(request_class(91, 0), group_id="auditors", topics=(
+                make(mod.AlterShareGroupOffsetsRequestTopic, topic_name="audit", partitions=(
+                    make(mod.AlterShareGroupOffsetsRequestPartition, partition_index=0, start_offset=start),)),)))
+
+        def delete() -> Any:
+            mod = request_module(92, 0)
+            return w.request(make(request_class(92, 0), group_id="auditors", topics=(
+                make(mod.DeleteShareGroupOffsetsRequestTopic, topic_name="audit"),)))
+
+        assert alter(50).error_code == ErrorCode.non_empty_group  # a member is still in the group
+        assert delete().error_code == ErrorCode.non_empty_group
+        c.close()
+        resp = alter(50)
+        assert (resp.error_code, [p.error_code for t in resp.responses for p in t.partitions]) == \
+            (ErrorCode.none, [ErrorCode.none])
+        assert offsets_of(share_offsets(bootstrap, "auditors"))[("audit", 0)] == (50, -1)
+        again = consumer(bootstrap, "auditors")
+        try:
+            again.subscribe(["audit"])
+            got = drain([again], 70)[0]
+            # offsets 50-99 hold r50-r99, 100-119 the second batch's r0-r19
+            expected = [f"r{i}" for i in range(50, 100)] + [f"r{i}" for i in range(20)]
+            assert sorted(v for v, _ in got) == sorted(expected), "from offset 50 on, once each"
+            assert {count for _, count in got} == {1}
+            again.commit_sync(10)
+        finally:
+            again.close()
+        resp = delete()
+        assert (resp.error_code, [t.error_code for t in resp.responses]) == (ErrorCode.none, [ErrorCode.none])
+    assert offsets_of(share_offsets(bootstrap, "auditors")) == {}  # no topic initialized any more
+    assert offsets_of(share_offsets(bootstrap, "auditors", (("audit", (0,)),))) == {("audit", 0): (-1, -1)}
+    unknown = share_offsets(bootstrap, "nobody")
+    assert unknown.error_code == ErrorCode.group_id_not_found
