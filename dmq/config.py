@@ -9,6 +9,7 @@ message that names the key and what is allowed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -45,6 +46,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("group.share.record.lock.duration.ms", ConfigType.INT, "30000", "Share groups: how long a delivered record stays acquired by its member.", _between(1000, 3_600_000)),
     ConfigDef("group.share.delivery.count.limit", ConfigType.INT, "5", "Share groups: deliveries of a record before it is archived.", _between(2, 10)),
     ConfigDef("group.share.partition.max.record.locks", ConfigType.INT, "2000", "Share groups: most records in flight (acquired) per share partition.", _between(100, 10_000)),
+    ConfigDef("group.share.min.session.timeout.ms", ConfigType.INT, "45000", "Share groups: smallest share.session.timeout.ms a group may set.", _at_least(1)),
+    ConfigDef("group.share.max.session.timeout.ms", ConfigType.INT, "60000", "Share groups: largest share.session.timeout.ms a group may set.", _at_least(1)),
+    ConfigDef("group.share.min.heartbeat.interval.ms", ConfigType.INT, "5000", "Share groups: smallest share.heartbeat.interval.ms a group may set.", _at_least(1)),
+    ConfigDef("group.share.max.heartbeat.interval.ms", ConfigType.INT, "15000", "Share groups: largest share.heartbeat.interval.ms a group may set.", _at_least(1)),
+    ConfigDef("group.share.min.record.lock.duration.ms", ConfigType.INT, "15000", "Share groups: smallest share.record.lock.duration.ms a group may set.", _between(1000, 30_000)),
+    ConfigDef("group.share.max.record.lock.duration.ms", ConfigType.INT, "60000", "Share groups: largest share.record.lock.duration.ms a group may set.", _between(30_000, 3_600_000)),
+    ConfigDef("group.share.min.delivery.count.limit", ConfigType.INT, "2", "Share groups: smallest share.delivery.count.limit a group may set.", _between(2, 5)),
+    ConfigDef("group.share.max.delivery.count.limit", ConfigType.INT, "10", "Share groups: largest share.delivery.count.limit a group may set.", _between(5, 25)),
     ConfigDef("group.share.max.share.sessions", ConfigType.INT, "2000", "Share groups: most share sessions a broker keeps.", _at_least(1)),
     ConfigDef("producer.id.expiration.ms", ConfigType.INT, "86400000", "Idle time before a producer id's state expires.", _at_least(1)),
     ConfigDef("producer.id.expiration.check.interval.ms", ConfigType.INT, "600000", "How often idle producer state is removed.", _at_least(1)),
@@ -254,6 +264,68 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("segment.ms", ConfigType.LONG, "604800000", "Roll a segment after this long.", _at_least(1), (("log.roll.ms", 1), ("log.roll.hours", _H))),
     ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, "false", "Allow out-of-ISR leaders.", None, (("unclean.leader.election.enable", 1),)),
 )
+
+
+_ISO_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:[.,]\d{1,9})?)S)?)?",
+    re.IGNORECASE)
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+BY_DURATION = "by_duration:"
+
+
+def iso_duration_ms(text: str) -> int:
+    """Milliseconds of an ISO-8601 duration as Java's ``Duration.parse`` reads it
+    (``PnDTnHnMn.nS``, no sign: a negative duration is refused); ValueError otherwise."""
+    m = _ISO_DURATION.fullmatch(text.strip())
+    if m is None or text.strip().upper() in ("P", "PT") or not any(m.groupdict().values()):
+        raise ValueError(f"{text!r} is not an ISO-8601 duration (PnDTnHnMn.nS)")
+    days, hours, minutes = (int(m.group(k) or 0) for k in "dhm")
+    seconds = float((m.group("s") or "0").replace(",", "."))
+    return ((days * 24 + hours) * 60 + minutes) * 60_000 + int(round(seconds * 1000))
+
+
+def _reset_strategy(v: Any) -> None:
+    """share.auto.offset.reset: latest, earliest or by_duration:<ISO-8601 duration>."""
+    if v in ("latest", "earliest"):
+        return
+    if isinstance(v, str) and v.startswith(BY_DURATION):
+        try:
+            iso_duration_ms(v[len(BY_DURATION):])
+            return
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    raise ConfigError("must be latest, earliest or by_duration:<ISO-8601 duration>")
+
+
+def _dead_letter_topic(v: Any) -> None:
+    if v == "":
+        return
+    if not _LEGAL_TOPIC.fullmatch(v) or v in (".", ".."):
+        raise ConfigError("must be a legal topic name (ASCII alphanumerics, '.', '_' and '-', at most 249)")
+    if v.startswith("__"):
+        raise ConfigError("must not be an internal topic")
+
+
+# Group configs (IncrementalAlterConfigs/DescribeConfigs of a GROUP resource), Kafka's
+# names: a group without an override takes the broker config named in the synonym (its
+# ``group.share.*``). share.dead.letter.topic is dmq's (docs/share-groups.md).
+GROUP_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("share.session.timeout.ms", ConfigType.INT, None, "The timeout to detect client failures when using the share group protocol.", _at_least(1), (("group.share.session.timeout.ms", 1),)),
+    ConfigDef("share.heartbeat.interval.ms", ConfigType.INT, None, "The heartbeat interval given to the members of a share group.", _at_least(1), (("group.share.heartbeat.interval.ms", 1),)),
+    ConfigDef("share.record.lock.duration.ms", ConfigType.INT, None, "The record acquisition lock duration in milliseconds for share groups.", _at_least(1000), (("group.share.record.lock.duration.ms", 1),)),
+    ConfigDef("share.delivery.count.limit", ConfigType.INT, None, "The maximum number of delivery attempts for a record delivered to a share group.", _at_least(2), (("group.share.delivery.count.limit", 1),)),
+    ConfigDef("share.auto.offset.reset", ConfigType.STRING, "latest", "The strategy to initialize the share-partition start offset: earliest, latest, or by_duration:<ISO-8601 duration> (the first record at or after now less the duration).", _reset_strategy),
+    ConfigDef("share.isolation.level", ConfigType.STRING, "read_uncommitted", "read_committed: deliver only records of committed transactions; read_uncommitted: every record.", _one_of("read_committed", "read_uncommitted")),
+    ConfigDef("share.dead.letter.topic", ConfigType.STRING, "", "dmq: the topic records a REJECT archives, or that reach the delivery count limit, are written to (created if missing; empty: none).", _dead_letter_topic),
+)
+
+# group config -> (broker config of its smallest value, of its largest)
+_GROUP_CONFIG_BOUNDS = {
+    "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
+    "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
+    "share.record.lock.duration.ms": ("group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
+    "share.delivery.count.limit": ("group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
+}
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -489,3 +561,86 @@ class LogConfig:
                 yield name, raw, ConfigSource.DYNAMIC_TOPIC_CONFIG, synonyms
             else:
                 yield name, format_value(value), source, synonyms
+
+
+def validate_group_configs(configs: Mapping[str, str | None], broker: BrokerConfig) -> dict[str, Any]:
+    """Validate a group's config overrides as Kafka's GroupConfig does: known names, values
+    of their type, each within the broker's ``group.share.min.*``/``max.*`` bounds, and a
+    session timeout above the heartbeat interval (with the broker's values for the one not
+    set). Raises ConfigError naming the config."""
+    out: dict[str, Any] = {}
+    for key, raw in configs.items():
+        cdef = GROUP_CONFIGS.get(key)
+        if cdef is None:
+            raise ConfigError(f"Unknown group config name: {key}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for group config {key}")
+        out[key] = parse_value(cdef, raw)
+        bounds = _GROUP_CONFIG_BOUNDS.get(key)
+        if bounds is not None:
+            low, high = bounds
+            if out[key] < broker[low]:
+                raise ConfigError(f"{key} must be greater than or equal to {low} ({broker[low]})")
+            if out[key] > broker[high]:
+                raise ConfigError(f"{key} must be less than or equal to {high} ({broker[high]})")
+    session = out.get("share.session.timeout.ms", broker["group.share.session.timeout.ms"])
+    heartbeat = out.get("share.heartbeat.interval.ms", broker["group.share.heartbeat.interval.ms"])
+    if ("share.session.timeout.ms" in out or "share.heartbeat.interval.ms" in out) and session <= heartbeat:
+        raise ConfigError("share.session.timeout.ms must be greater than share.heartbeat.interval.ms")
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupSettings:
+    """A share group's effective configs: its overrides over the broker's ``group.share.*``."""
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 5_000
+    record_lock_duration_ms: int = 30_000
+    delivery_count_limit: int = 5
+    auto_offset_reset: str = "latest"  # latest, earliest or by_duration:<ISO-8601 duration>
+    read_committed: bool = False
+    dead_letter_topic: str | None = None
+
+    @property
+    def reset_by_duration_ms(self) -> int | None:
+        """by_duration's duration in milliseconds; None for latest and earliest."""
+        if self.auto_offset_reset.startswith(BY_DURATION):
+            return iso_duration_ms(self.auto_offset_reset[len(BY_DURATION):])
+        return None
+
+
+def group_config_values(broker: BrokerConfig, overrides: Mapping[str, str]
+                        ) -> dict[str, tuple[Any, ConfigSource, list[tuple[str, str, ConfigSource]]]]:
+    """Every group config: (value, source, synonyms), as DescribeConfigs shows them. An
+    override that no longer validates (the broker's bounds changed) is reported and used
+    as it parses; one that does not parse falls back to the default."""
+    out: dict[str, tuple[Any, ConfigSource, list[tuple[str, str, ConfigSource]]]] = {}
+    for name, cdef in GROUP_CONFIGS.items():
+        broker_synonyms = [(syn, broker.explicit.get(syn, format_value(broker[syn])), broker.source(syn))
+                           for syn, _ in cdef.synonyms]
+        default: Any = broker[cdef.synonyms[0][0]] if cdef.synonyms else parse_value(cdef, cdef.default or "")
+        raw = overrides.get(name)
+        if raw is not None:
+            try:
+                value = parse_value(cdef, raw)
+            except ConfigError:
+                value = None
+            if value is not None:
+                out[name] = (value, ConfigSource.GROUP_CONFIG,
+                             [(name, format_value(value), ConfigSource.GROUP_CONFIG), *broker_synonyms])
+                continue
+        out[name] = (default, ConfigSource.DEFAULT_CONFIG,
+                     [(name, format_value(default), ConfigSource.DEFAULT_CONFIG), *broker_synonyms])
+    return out
+
+
+def share_group_settings(broker: BrokerConfig, overrides: Mapping[str, str]) -> ShareGroupSettings:
+    values = {name: v[0] for name, v in group_config_values(broker, overrides).items()}
+    return ShareGroupSettings(
+        session_timeout_ms=int(values["share.session.timeout.ms"]),
+        heartbeat_interval_ms=int(values["share.heartbeat.interval.ms"]),
+        record_lock_duration_ms=int(values["share.record.lock.duration.ms"]),
+        delivery_count_limit=int(values["share.delivery.count.limit"]),
+        auto_offset_reset=str(values["share.auto.offset.reset"]),
+        read_committed=values["share.isolation.level"] == "read_committed",
+        dead_letter_topic=str(values["share.dead.letter.topic"]) or None)

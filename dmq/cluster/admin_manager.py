@@ -26,6 +26,7 @@ from dmq.config import (
     BrokerConfig,
     ConfigError,
     validate_dynamic_broker_configs,
+    validate_group_configs,
     validate_topic_configs,
 )
 
@@ -235,3 +236,17 @@ class AdminManager:
             return
         await self.store.set_topic_configs(name, configs)
         self.on_config_change(name)
+
+    async def alter_group_configs(self, group_id: str, configs: dict[str, str],
+                                  validate_only: bool = False) -> None:
+        """Replace a group's config overrides (Kafka's GROUP resource; the group need not
+        exist). Validated as Kafka's GroupConfig does (``validate_group_configs``)."""
+        if not group_id:
+            raise MetadataError("invalid_request", "Group name must not be empty")
+        try:
+            validate_group_configs(configs, self.config)
+        except ConfigError as e:
+            raise MetadataError("invalid_config", str(e)) from None
+        if validate_only:
+            return
+        await self.store.set_group_configs(group_id, configs)

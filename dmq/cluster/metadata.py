@@ -160,6 +160,15 @@ class MetadataStore(ABC):
     async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
         """Replace the dynamic overrides of ``entity``; every broker it concerns applies them."""
 
+    @abstractmethod
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """A group's config overrides (IncrementalAlterConfigs of a GROUP resource), as
+        every broker sees them (share-partition leaders read them too)."""
+
+    @abstractmethod
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        """Replace a group's config overrides (none: the group has no overrides)."""
+
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
 
@@ -189,6 +198,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}
         self._write_lock = asyncio.Lock()
         os.makedirs(data_dir, exist_ok=True)
         if os.path.exists(self.path):
@@ -197,6 +207,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self.cluster_id = raw["cluster_id"]
             self._next_producer_id = int(raw.get("next_producer_id", 0))
             self._broker_configs = {str(k): dict(v) for k, v in raw.get("broker_configs", {}).items()}
+            self._group_configs = {str(k): dict(v) for k, v in raw.get("group_configs", {}).items()}
             for t in raw["topics"]:
                 parts = {int(p): PartitionState(**s) for p, s in t["partitions"].items()}
                 self._topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], parts, t["configs"])
@@ -206,13 +217,15 @@ class EmbeddedMetadataStore(MetadataStore):
 
     def _snapshot(self, topics: dict[str, TopicMetadata] | None = None,
                   broker_configs: dict[str, dict[str, str]] | None = None,
-                  next_producer_id: int | None = None) -> dict[str, object]:
+                  next_producer_id: int | None = None,
+                  group_configs: dict[str, dict[str, str]] | None = None) -> dict[str, object]:
         """The file's content: the current state with the given parts replaced."""
         return {
             "version": 1,
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id if next_producer_id is None else next_producer_id,
             "broker_configs": self._broker_configs if broker_configs is None else broker_configs,
+            "group_configs": self._group_configs if group_configs is None else group_configs,
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
                  "partitions": {str(p): asdict(s) for p, s in t.partitions.items()}}
@@ -318,6 +331,19 @@ class EmbeddedMetadataStore(MetadataStore):
                 new.pop(entity, None)
             await self._persist(self._snapshot(broker_configs=new),
                                 lambda: setattr(self, "_broker_configs", new))
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        return dict(self._group_configs.get(group_id, {}))
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        async with self._write_lock:
+            new = dict(self._group_configs)
+            if configs:
+                new[group_id] = dict(configs)
+            else:
+                new.pop(group_id, None)
+            await self._persist(self._snapshot(group_configs=new),
+                                lambda: setattr(self, "_group_configs", new))
 
     async def allocate_producer_ids(self, count: int) -> int:
         async with self._write_lock:

@@ -8,6 +8,7 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
     /brokers/topics/<topic>/partitions/<p>/state  {"controller_epoch","leader","leader_epoch","isr","version":1}
     /config/topics/<topic>                        {"version":1,"config":{...}}
     /config/brokers/<id> and /config/brokers/<default>   dynamic broker configs, same shape
+    /config/groups/<group>                        group configs (dmq's: Kafka keeps them in KRaft), same shape
     /controller                       ephemeral   {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                             "<epoch>"
     /latest_producer_id_block                     {"version":1,"broker","block_start","block_end"}
@@ -98,6 +99,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.session_lost = False
         self.shutting_down: set[int] = set()
         self._broker_configs: dict[str, dict[str, str]] = {}
+        self._group_configs: dict[str, dict[str, str]] = {}
+        self._group_config_watches: set[str] = set()
         self._refreshes: asyncio.Queue[tuple[str, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
@@ -132,6 +135,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         for entity in (DEFAULT_BROKER_ENTITY, str(self.broker_id)):
             await self.client.watch_data_forever(paths.broker_config(entity),
                                                  self._broker_config_watch(entity))
+        await self.client.watch_children(paths.CONFIG_GROUPS, lambda c: self._enqueue("group_configs", c))
         await self.synced()
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -166,6 +170,22 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._notify("configs")
         return changed
 
+    def _group_config_watch(self, group_id: str) -> Callable[[bytes | None, Stat | None], None]:
+        def changed(data: bytes | None, stat: Stat | None) -> None:
+            if data is None:
+                self._group_configs.pop(group_id, None)
+            else:
+                self._group_configs[group_id] = codecs.decode_config(data)
+        return changed
+
+    async def _watch_group_configs(self, children: list[str]) -> None:
+        """Every group with configs is watched (for good: a group's znode may come back)."""
+        for group_id in children:
+            if group_id not in self._group_config_watches:
+                await self.client.watch_data_forever(paths.group_config(group_id),
+                                                     self._group_config_watch(group_id))
+                self._group_config_watches.add(group_id)
+
     def _shutdown_requests_changed(self, children: list[str]) -> None:
         self.shutting_down = {int(c) for c in children if c.isdigit()}
         self._notify("admin")
@@ -195,6 +215,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                     await self._load_topics(arg)
                 elif kind == "topic":
                     await self.refresh_topic(arg)
+                elif kind == "group_configs":
+                    await self._watch_group_configs(arg)
             except MetadataError as e:
                 log.warning("refreshing %s from ZooKeeper failed (%s); retrying", kind, e)
                 asyncio.get_running_loop().call_later(REFRESH_RETRY_S, self._enqueue, kind, arg)
@@ -720,6 +742,24 @@ class ZooKeeperMetadataStore(MetadataStore):
             await self.client.create(path, codecs.encode_config(configs), makepath=True)
         if entity in self._broker_configs:  # watched: what the watch will bring
             self._broker_configs[entity] = dict(configs)
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        return dict(self._group_configs.get(group_id, {}))
+
+    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+        path = paths.group_config(group_id)
+        if not configs:
+            try:
+                await self.client.delete(path)
+            except NoNodeError:
+                pass
+            self._group_configs.pop(group_id, None)
+            return
+        try:
+            await self.client.set(path, codecs.encode_config(configs))
+        except NoNodeError:
+            await self.client.create(path, codecs.encode_config(configs), makepath=True)
+        self._group_configs[group_id] = dict(configs)  # what the watch will bring
 
     async def allocate_producer_ids(self, count: int) -> int:
         path = paths.PRODUCER_ID_BLOCK

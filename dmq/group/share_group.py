@@ -31,7 +31,8 @@ heartbeat, so a client resumes where it was instead of rejoining (and is
 never told GROUP_ID_NOT_FOUND).
 
 Timers: ``("share-session", group, member)``, the member's session
-(``group.share.session.timeout.ms``); on expiry it is fenced as if it had left.
+(the group's ``share.session.timeout.ms``, else ``group.share.session.timeout.ms``); on
+expiry it is fenced as if it had left.
 """
 
 from __future__ import annotations
@@ -58,10 +59,19 @@ SESSION_TIMER = "share-session"
 
 @dataclass(frozen=True, slots=True)
 class ShareConfig:
-    """Broker settings of share groups (``group.share.*``)."""
+    """Broker settings of share groups (``group.share.*``). ``per_group(group_id)``, when
+    given, is a group's (share.session.timeout.ms, share.heartbeat.interval.ms): its
+    group configs over these."""
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 5_000
     max_size: int = 200
+    per_group: Callable[[str], tuple[int, int]] | None = None
+
+    def session_timeout(self, group_id: str) -> int:
+        return self.per_group(group_id)[0] if self.per_group is not None else self.session_timeout_ms
+
+    def heartbeat_interval(self, group_id: str) -> int:
+        return self.per_group(group_id)[1] if self.per_group is not None else self.heartbeat_interval_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,10 +329,11 @@ class ShareGroups:
             group.version += 1
         tell = member_epoch == 0 or subscribed_topic_names is not None or updated.assigned != member.assigned
         response = ShareHeartbeatResult(
-            ErrorCode.none, None, member_id, updated.member_epoch, self.config.heartbeat_interval_ms,
+            ErrorCode.none, None, member_id, updated.member_epoch, self.config.heartbeat_interval(group_id),
             {t: tuple(sorted(ps)) for t, ps in sorted(updated.assigned.items())} if tell else None)
         return self._undone_if_lost(group_id, before, CoordinatorResult(
-            response, records, timers=[Schedule(session_key(group_id, member_id), self.config.session_timeout_ms)]))
+            response, records, timers=[Schedule(session_key(group_id, member_id),
+                                                self.config.session_timeout(group_id))]))
 
     def _undone_if_lost(self, group_id: str, before: ShareGroup | None,
                         result: CoordinatorResult) -> CoordinatorResult:
@@ -346,7 +357,7 @@ class ShareGroups:
                 return CoordinatorResult()
             self.groups[group_id] = before
             # Members put back get a session again (a fenced member's timer was cancelled).
-            return CoordinatorResult(timers=[Schedule(session_key(group_id, m), self.config.session_timeout_ms)
+            return CoordinatorResult(timers=[Schedule(session_key(group_id, m), self.config.session_timeout(group_id))
                                              for m in before.members])
 
         result.failed = failed
@@ -449,7 +460,7 @@ class ShareGroups:
 
     def on_loaded(self) -> list[Schedule]:
         """Loaded members get a full session to heartbeat to their new coordinator."""
-        return [Schedule(session_key(g.group_id, m), self.config.session_timeout_ms)
+        return [Schedule(session_key(g.group_id, m), self.config.session_timeout(g.group_id))
                 for g in self.groups.values() for m in g.members]
 
     # ---------------------------------------------------------------- admin

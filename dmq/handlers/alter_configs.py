@@ -16,11 +16,12 @@ MAX_VERSION = 2
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32  # Kafka's ConfigResource.Type.GROUP
 
 
 def unsupported_resource(resource_type: int) -> str:
-    return (f"Resource type {resource_type} cannot be altered: dmq alters topics (2) and the "
-            f"dynamic configs of brokers (4).")
+    return (f"Resource type {resource_type} cannot be altered: dmq alters topics (2), the "
+            f"dynamic configs of brokers (4) and, with IncrementalAlterConfigs, groups (32).")
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:

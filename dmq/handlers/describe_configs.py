@@ -1,4 +1,4 @@
-"""DescribeConfigs (32): topic and broker configs with their source and synonyms."""
+"""DescribeConfigs (32): topic, broker and group configs with their source and synonyms."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from kio.schema.errors import ErrorCode
 from dmq.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
+    GROUP_CONFIGS,
     TOPIC_CONFIGS,
     ConfigSource,
     LogConfig,
     format_value,
+    group_config_values,
 )
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
@@ -23,6 +25,7 @@ MAX_VERSION = 4
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32
 
 
 def _entry(schema: Any, request: Any, name: str, value: str | None, source: ConfigSource,
@@ -68,6 +71,23 @@ def describe_broker(services: BrokerServices, schema: Any, request: Any, name: s
     return ErrorCode.none, None, out
 
 
+def describe_group(services: BrokerServices, schema: Any, request: Any, name: str,
+                   keys: set[str] | None) -> tuple[ErrorCode, str | None, list[Any]]:
+    """A group's configs (whether or not the group exists, as Kafka): each override, or the
+    broker's ``group.share.*`` value it falls back to."""
+    if not name:
+        return ErrorCode.invalid_request, "Group name must not be empty", []
+    out = []
+    for cname, (value, source, synonyms) in group_config_values(services.config,
+                                                                  services.metadata.group_configs(name)).items():
+        if keys is not None and cname not in keys:
+            continue
+        cdef = GROUP_CONFIGS[cname]
+        out.append(_entry(schema, request, cname, format_value(value), source, False, synonyms,
+                          int(cdef.type), cdef.doc))
+    return ErrorCode.none, None, out
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     results = []
@@ -77,6 +97,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             error, message, configs = describe_topic(services, schema, request, res.resource_name, keys)
         elif res.resource_type == RESOURCE_BROKER:
             error, message, configs = describe_broker(services, schema, request, res.resource_name, keys)
+        elif res.resource_type == RESOURCE_GROUP:
+            error, message, configs = describe_group(services, schema, request, res.resource_name, keys)
         else:
             error, message, configs = (ErrorCode.invalid_request,
                                        f"Unsupported resource type {res.resource_type}", [])

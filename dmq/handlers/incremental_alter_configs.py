@@ -1,5 +1,5 @@
-"""IncrementalAlterConfigs (44): SET, DELETE, APPEND, SUBTRACT on a topic's config overrides
-or a broker's dynamic configs."""
+"""IncrementalAlterConfigs (44): SET, DELETE, APPEND, SUBTRACT on a topic's config overrides,
+a broker's dynamic configs or a group's configs (Kafka's GROUP resource, 32: share.*)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
-from dmq.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigDef, ConfigType, LogConfig
-from dmq.handlers.alter_configs import RESOURCE_BROKER, unsupported_resource
+from dmq.config import (
+    BROKER_CONFIGS,
+    GROUP_CONFIGS,
+    TOPIC_CONFIGS,
+    ConfigDef,
+    ConfigType,
+    LogConfig,
+    group_config_values,
+)
+from dmq.handlers.alter_configs import RESOURCE_BROKER, RESOURCE_GROUP, unsupported_resource
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -73,6 +81,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 configs = apply_operations(topic.configs, effective, res.configs)
                 await services.admin_manager.alter_topic_configs(res.resource_name, configs,
                                                         request.validate_only)
+            elif res.resource_type == RESOURCE_GROUP:
+                current = services.metadata.group_configs(res.resource_name)
+                in_force = {n: v[0] for n, v in group_config_values(services.config, current).items()}
+                configs = apply_operations(current, in_force, res.configs, GROUP_CONFIGS, "group")
+                await services.admin_manager.alter_group_configs(res.resource_name, configs,
+                                                                 request.validate_only)
             elif res.resource_type == RESOURCE_BROKER:
                 entity = services.admin_manager.broker_config_entity(res.resource_name)
                 configs = apply_operations(await services.metadata.current_broker_configs(entity),

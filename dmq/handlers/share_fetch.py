@@ -67,7 +67,7 @@ def node_endpoints(services: BrokerServices, schema: Any, leaders: set[int]) -> 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     share = services.share
-    lock_timeout = timedelta(milliseconds=share.lock_duration_ms if share is not None else 0)
+    lock_timeout = timedelta(milliseconds=share.lock_duration_ms(request.group_id or "") if share is not None else 0)
     if share is None:
         outcome = ShareOutcome(ErrorCode.unsupported_version)
     else:

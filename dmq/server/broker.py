@@ -47,7 +47,7 @@ from dmq.cluster.metadata import (
 from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.cluster.zk.client import ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
-from dmq.config import LONG_MAX, BrokerConfig, LogConfig
+from dmq.config import LONG_MAX, BrokerConfig, LogConfig, ShareGroupSettings, share_group_settings
 from dmq.coordinator.internal_topic import InternalTopic
 from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
 from dmq.group.offsets_topic import Coordinators
@@ -142,6 +142,7 @@ class Broker:
         self.fetchers: ReplicaFetcherManager | None = None
         self.controller: Controller | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._share_settings_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ShareGroupSettings] = {}
 
     # ----------------------------------------------------------------- startup
 
@@ -211,6 +212,7 @@ class Broker:
                 session_timeout_ms=int(self.config["group.share.session.timeout.ms"]),
                 heartbeat_interval_ms=int(self.config["group.share.heartbeat.interval.ms"]),
                 max_size=int(self.config["group.share.max.size"]),
+                per_group=self._share_timeouts,
             ),
         )
         self.offsets_topic = InternalTopic(OFFSETS_TOPIC, self.replica_manager, self.admin_manager,
@@ -289,7 +291,8 @@ class Broker:
                     config=SharePartitionConfig(
                         max_in_flight_records=int(self.config["group.share.partition.max.record.locks"]),
                         delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
-                        lock_duration_ms=int(self.config["group.share.record.lock.duration.ms"])))),
+                        lock_duration_ms=int(self.config["group.share.record.lock.duration.ms"])),
+                    group_settings=self._share_settings)),
         )
         self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services)
         self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)
@@ -388,6 +391,22 @@ class Broker:
         """A topic's id and partition count, for the share groups' assignor."""
         meta = self.store.topic(name)
         return ShareTopic(meta.uuid, len(meta.partitions)) if meta is not None else None
+
+    def _share_settings(self, group_id: str) -> ShareGroupSettings:
+        """A share group's configs (its overrides in the metadata over group.share.*),
+        remembered per set of overrides."""
+        overrides = self.store.group_configs(group_id)
+        key = (group_id, tuple(sorted(overrides.items())))
+        found = self._share_settings_cache.get(key)
+        if found is None:
+            if len(self._share_settings_cache) > 10_000:
+                self._share_settings_cache.clear()
+            found = self._share_settings_cache[key] = share_group_settings(self.config, overrides)
+        return found
+
+    def _share_timeouts(self, group_id: str) -> tuple[int, int]:
+        s = self._share_settings(group_id)
+        return s.session_timeout_ms, s.heartbeat_interval_ms
 
     def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
         return next(((b.host, b.port) for b in self.store.brokers() if b.broker_id == broker_id), None)

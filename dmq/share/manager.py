@@ -4,11 +4,15 @@ A share-partition (share group x topic-partition) lives on the topic-partition's
 as a ``SharePartition`` (dmq/share/partition.py), created lazily by the first fetch or
 acknowledgement that names it: its state is read through the ``SharePersister``; a
 state without a start offset starts where the group's ``share.auto.offset.reset`` says
-(latest: the high watermark; earliest: the log start).
+(latest: the high watermark; earliest: the log start; by_duration: the first record that
+young). The group's configs (``group_settings``: its overrides over the broker's) also
+give the lock duration of each acquisition, the isolation level of each read, and, when
+the share-partition is loaded, its delivery count limit.
 
 Operations on one share-partition are serialised by its ``asyncio.Lock``: acquiring
-(read the log from ``next_fetch_offset`` up to the high watermark, read_uncommitted,
-and acquire whole batches), acknowledging (apply, write the new state through the
+(read the log from ``next_fetch_offset`` up to the high watermark, or for
+``share.isolation.level=read_committed`` up to the last stable offset with the batches of
+aborted transactions archived, and acquire whole batches), acknowledging (apply, write the new state through the
 persister, answer only then; a failed write is undone with ``checkpoint``/``restore``),
 releasing a member's records (its session closed) and expiring locks (a
 ``loop.call_later`` timer on ``next_lock_deadline``). Every write is the whole window
@@ -41,6 +45,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from dmq.config import ShareGroupSettings
 from dmq.record.batch import iter_headers
 from dmq.replication.partition import Partition, PartitionError
 from dmq.replication.replica_manager import ReplicaManager
@@ -51,6 +56,7 @@ from dmq.share.partition import (
     PersistedState,
     SharePartition,
     SharePartitionConfig,
+    aborted_as_control,
 )
 from dmq.share.persister import SharePartitionKey, SharePersister
 from dmq.share.session import TopicIdPartition
@@ -109,28 +115,36 @@ class SharePartitionManager:
     touched while its lock is held (the lock is held across the persister's awaits, so
     a write's outcome is applied before anyone else looks); an entry's timer, when set,
     fires at its earliest lock deadline. ``topic_name`` resolves a topic id to its name
-    in the cluster's metadata (None: unknown); ``auto_offset_reset(group_id)`` is the
-    group's ``share.auto.offset.reset`` ("latest" or "earliest").
+    in the cluster's metadata (None: unknown); ``group_settings(group_id)`` the group's
+    configs (without it, every group has the broker's).
     """
 
     def __init__(self, replica_manager: ReplicaManager, persister: SharePersister,
                  topic_name: Callable[[uuid.UUID], str | None], *,
                  config: SharePartitionConfig | None = None,
-                 auto_offset_reset: Callable[[str], str] = lambda group_id: LATEST,
+                 group_settings: Callable[[str], ShareGroupSettings] | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.replica_manager = replica_manager
         self.persister = persister
         self.topic_name = topic_name
         self.config = config or SharePartitionConfig()
-        self.auto_offset_reset = auto_offset_reset
+        defaults = ShareGroupSettings(record_lock_duration_ms=self.config.lock_duration_ms,
+                                      delivery_count_limit=self.config.delivery_count_limit)
+        self.group_settings = group_settings or (lambda group_id: defaults)
         self.now_ms = now_ms
         self._entries: dict[tuple[str, uuid.UUID, int], _Entry] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    @property
-    def lock_duration_ms(self) -> int:
-        """ShareFetch's AcquisitionLockTimeoutMs."""
-        return self.config.lock_duration_ms
+    def lock_duration_ms(self, group_id: str) -> int:
+        """ShareFetch's AcquisitionLockTimeoutMs: the group's share.record.lock.duration.ms."""
+        return self.group_settings(group_id).record_lock_duration_ms
+
+    def _partition_config(self, group_id: str) -> SharePartitionConfig:
+        """A share-partition's limits when it is loaded: the group's delivery count limit
+        and lock duration over the broker's (a change applies from the next load)."""
+        s = self.group_settings(group_id)
+        return SharePartitionConfig(self.config.max_in_flight_records, s.delivery_count_limit,
+                                    s.record_lock_duration_ms)
 
     def share_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartition | None:
         """The loaded share-partition (for tests and describe paths); None if not loaded."""
@@ -176,7 +190,8 @@ class SharePartitionManager:
                 results[tp] = PartitionFetch(error)
                 continue
             try:
-                result = self._acquire(entry, member_id, bytes_left, records_left, batch_size)
+                result = self._acquire(entry, member_id, bytes_left, records_left, batch_size,
+                                       self.group_settings(group_id))
             finally:
                 entry.lock.release()
             results[tp] = result
@@ -185,7 +200,7 @@ class SharePartitionManager:
         return results
 
     def _acquire(self, entry: _Entry, member_id: str, max_bytes: int, max_records: int,
-                 batch_size: int) -> PartitionFetch:
+                 batch_size: int, settings: ShareGroupSettings) -> PartitionFetch:
         sp, partition = entry.sp, entry.partition
         log_start = partition.log.log_start_offset
         if log_start > sp.start_offset:
@@ -193,7 +208,7 @@ class SharePartitionManager:
         offset = sp.next_fetch_offset()
         if offset > partition.log.log_end_offset:
             return PartitionFetch()  # the log was truncated below the window: nothing to read yet
-        res = partition.read(offset, max_bytes, min_one_batch=True)
+        res = partition.read(offset, max_bytes, min_one_batch=True, read_committed=settings.read_committed)
         if res.error is ErrorCode.offset_out_of_range:
             sp.log_start_moved(res.log_start_offset)  # Kafka: empty, error NONE
             return PartitionFetch()
@@ -204,7 +219,11 @@ class SharePartitionManager:
         data = res.data.read()
         headers = iter_headers(data)
         batches = [LogBatch(h.base_offset, h.last_offset, h.is_control) for _, h in headers]
-        acquired = sp.acquire(member_id, offset, batches, max_records, batch_size, self.now_ms()).ranges
+        if res.aborted:  # read_committed: aborted transactions' batches are archived, never delivered
+            batches = aborted_as_control([(b, h.producer_id, h.is_transactional)
+                                          for b, (_, h) in zip(batches, headers, strict=True)], res.aborted)
+        acquired = sp.acquire(member_id, offset, batches, max_records, batch_size, self.now_ms(),
+                              lock_duration_ms=settings.record_lock_duration_ms).ranges
         if not acquired:
             return PartitionFetch()
         self._schedule(entry)
@@ -333,7 +352,7 @@ class SharePartitionManager:
                 entry = None
             if entry is None:
                 entry = _Entry(SharePartitionKey(group_id, topic_id, index), topic, index, partition,
-                               partition.leader_epoch, SharePartition(self.config))
+                               partition.leader_epoch, SharePartition(self._partition_config(group_id)))
                 self._entries[key] = entry
             await entry.lock.acquire()
             if entry.dropped:
@@ -360,8 +379,7 @@ class SharePartitionManager:
         log_start = entry.partition.log.log_start_offset
         reset = log_start
         if result.start_offset < 0:
-            policy = self.auto_offset_reset(entry.key.group_id)
-            reset = entry.partition.high_watermark if policy != EARLIEST else log_start
+            reset = self._reset_offset(entry.partition, self.group_settings(entry.key.group_id))
         try:
             change = entry.sp.initialize(PersistedState(result.start_offset, result.state_batches), reset)
         except ValueError as e:
@@ -389,6 +407,20 @@ class SharePartitionManager:
             if written in _FENCED:
                 return client_error(written)
         return ErrorCode.none
+
+    def _reset_offset(self, partition: Partition, settings: ShareGroupSettings) -> int:
+        """Where a share-partition without a start offset starts (share.auto.offset.reset):
+        latest, the high watermark; earliest, the log start; by_duration, the first record
+        whose timestamp is at least now less the duration (the high watermark if none)."""
+        log_start = partition.log.log_start_offset
+        if settings.auto_offset_reset == EARLIEST:
+            return log_start
+        duration = settings.reset_by_duration_ms
+        if duration is not None:
+            found = partition.log.offset_for_timestamp(self.now_ms() - duration)
+            if found is not None and found[0] < partition.high_watermark:
+                return max(found[0], log_start)
+        return partition.high_watermark
 
     async def _write(self, entry: _Entry) -> ErrorCode:
         """Write the whole window; a fenced answer drops the share-partition."""

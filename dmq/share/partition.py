@@ -155,6 +155,35 @@ class LogBatch(NamedTuple):
     is_control: bool = False
 
 
+def aborted_as_control(batches: Sequence[tuple[LogBatch, int, bool]],
+                       aborted: Sequence[tuple[int, int]]) -> list[LogBatch]:
+    """read_committed: ``batches`` (a log batch, its producer id, whether it is
+    transactional) as ``acquire`` takes them, every batch of an aborted transaction made a
+    control batch (archived, never delivered), as Kafka's share-partition does.
+    ``aborted``: the read's aborted transactions, (producer id, first offset), as a
+    read_committed fetch returns them. A producer's batches are aborted from its
+    transaction's first offset until its ABORT marker (Kafka's consumer-side rule)."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    aborting: set[int] = set()
+    k = 0
+    out: list[LogBatch] = []
+    for batch, producer_id, transactional in batches:
+        if not transactional:
+            out.append(batch)
+            continue
+        while k < len(pending) and pending[k][1] <= batch.last_offset:
+            aborting.add(pending[k][0])
+            k += 1
+        if batch.is_control:
+            aborting.discard(producer_id)  # its marker ends the transaction, whatever its kind
+            out.append(batch)
+        elif producer_id in aborting:
+            out.append(batch._replace(is_control=True))
+        else:
+            out.append(batch)
+    return out
+
+
 class AckBatch(NamedTuple):
     """An AcknowledgementBatch: one type for the whole range, or one per offset."""
     first: int

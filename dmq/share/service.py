@@ -17,7 +17,7 @@ Wiring (the broker's part): ``BrokerServices.share = ShareService(ShareSessionCa
 group.share.max.share.sessions), SharePartitionManager(replica_manager, persister,
 topic_name, config=SharePartitionConfig(group.share.partition.max.record.locks,
 group.share.delivery.count.limit, group.share.record.lock.duration.ms),
-auto_offset_reset=<the group's share.auto.offset.reset>))``; the Listener's
+group_settings=<a group's configs over the broker's>))``; the Listener's
 ``on_close`` calls ``connection_closed``; leadership changes may call
 ``partitions.partition_changed(topic, index)`` (each operation checks leadership
 anyway); appends and high-watermark moves need nothing (the fetch purgatory carries
@@ -75,9 +75,8 @@ class ShareService:
         self.partitions = partitions
         self._tasks: set[asyncio.Task[None]] = set()
 
-    @property
-    def lock_duration_ms(self) -> int:
-        return self.partitions.lock_duration_ms
+    def lock_duration_ms(self, group_id: str) -> int:
+        return self.partitions.lock_duration_ms(group_id)
 
     async def share_fetch(self, group_id: str | None, member_id: str | None, epoch: int,
                           entries: Sequence[PartitionEntry], forgotten: Iterable[TopicIdPartition],

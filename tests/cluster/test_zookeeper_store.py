@@ -216,3 +216,32 @@ def test_assignment_is_even() -> None:
     assert sorted(r[0] for r in a.values()) == [1, 1, 2, 2, 3, 3]
     with pytest.raises(MetadataError):
         assign_replicas([1, 2], 1, 3)
+
+
+def test_group_configs_are_seen_by_every_broker_and_kept(zookeeper: ZooKeeperProcess) -> None:
+    """Group configs (Kafka's GROUP resource) live in /config/groups/<group>, in the shape of
+    topic configs: a write through one broker reaches the others' caches by the watch, an
+    empty one removes the znode, and a broker starting later reads them."""
+    async def body() -> None:
+        a, b = await store(zookeeper, 1), await store(zookeeper, 2)
+        try:
+            await a.set_group_configs("workers", {"share.auto.offset.reset": "earliest"})
+            assert a.group_configs("workers") == {"share.auto.offset.reset": "earliest"}
+            await wait_for(lambda: b.group_configs("workers") == {"share.auto.offset.reset": "earliest"})
+            await b.set_group_configs("workers", {"share.isolation.level": "read_committed"})
+            await wait_for(lambda: a.group_configs("workers") == {"share.isolation.level": "read_committed"})
+            await a.set_group_configs("other", {"share.delivery.count.limit": "3"})
+            c = await store(zookeeper, 3)
+            try:
+                assert c.group_configs("other") == {"share.delivery.count.limit": "3"}
+                await a.set_group_configs("other", {})
+                await wait_for(lambda: c.group_configs("other") == {} and b.group_configs("other") == {})
+                assert await a.client.exists("/config/groups/other") is None
+                await a.set_group_configs("other", {"share.delivery.count.limit": "4"})  # back again
+                await wait_for(lambda: c.group_configs("other") == {"share.delivery.count.limit": "4"})
+            finally:
+                await c.stop()
+        finally:
+            await a.stop()
+            await b.stop()
+    run(body)

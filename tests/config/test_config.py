@@ -5,7 +5,18 @@ from pathlib import Path
 
 import pytest
 
-from dmq.config import BrokerConfig, ConfigError, ConfigSource, LogConfig, parse_properties
+from dmq.config import (
+    BrokerConfig,
+    ConfigError,
+    ConfigSource,
+    LogConfig,
+    ShareGroupSettings,
+    group_config_values,
+    iso_duration_ms,
+    parse_properties,
+    share_group_settings,
+    validate_group_configs,
+)
 
 
 def test_topic_defaults_follow_broker_synonyms() -> None:
@@ -115,3 +126,56 @@ def test_share_group_configs_have_kafkas_names_defaults_and_bounds() -> None:
         with pytest.raises(ConfigError, match=key):
             BrokerConfig({key: bad})
     assert BrokerConfig({"group.share.delivery.count.limit": "10"})["group.share.delivery.count.limit"] == 10
+
+
+# ------------------------------------------------------------------ group configs
+
+
+def test_iso_durations_as_java_reads_them() -> None:
+    assert iso_duration_ms("PT10S") == 10_000
+    assert iso_duration_ms("PT1H30M") == 5_400_000
+    assert iso_duration_ms("P1DT0.5S") == 86_400_500
+    assert iso_duration_ms("p2d") == 2 * 86_400_000
+    assert iso_duration_ms("PT0,25S") == 250
+    for bad in ("P", "PT", "PT-1H", "-PT1H", "1H", "P1H", "PT1.5", "PT1H2D", ""):
+        with pytest.raises(ValueError):
+            iso_duration_ms(bad)
+
+
+def test_group_configs_are_validated_within_the_brokers_bounds() -> None:
+    broker = BrokerConfig()
+    assert validate_group_configs({"share.auto.offset.reset": "by_duration:P1D",
+                                   "share.record.lock.duration.ms": "15000"}, broker) == {
+        "share.auto.offset.reset": "by_duration:P1D", "share.record.lock.duration.ms": 15000}
+    for configs, message in (
+            ({"share.record.lock.duration.ms": "14999"}, "greater than or equal to group.share.min.record"),
+            ({"share.delivery.count.limit": "11"}, "less than or equal to group.share.max.delivery"),
+            ({"share.session.timeout.ms": "45000", "share.heartbeat.interval.ms": "15000"}, None),
+            ({"share.heartbeat.interval.ms": "15000", "share.session.timeout.ms": "46000"}, None),
+            ({"share.auto.offset.reset": "Earliest"}, "must be latest, earliest or by_duration"),
+            ({"share.dead.letter.topic": "dead letters"}, "legal topic name"),
+            ({"group.share.delivery.count.limit": "3"}, "Unknown group config name")):
+        if message is None:
+            validate_group_configs(configs, broker)
+        else:
+            with pytest.raises(ConfigError, match=message):
+                validate_group_configs(configs, broker)
+    low = BrokerConfig({"group.share.session.timeout.ms": "3000", "group.share.heartbeat.interval.ms": "1000",
+                        "group.share.min.heartbeat.interval.ms": "1000"})
+    with pytest.raises(ConfigError, match="share.session.timeout.ms must be greater than share.heartbeat"):
+        validate_group_configs({"share.heartbeat.interval.ms": "3000"}, low)  # the broker's session is 3000
+
+
+def test_a_groups_settings_fall_back_to_the_brokers_group_share_configs() -> None:
+    broker = BrokerConfig({"group.share.record.lock.duration.ms": "20000", "group.share.delivery.count.limit": "4"})
+    assert share_group_settings(broker, {}) == ShareGroupSettings(45_000, 5_000, 20_000, 4, "latest", False, None)
+    s = share_group_settings(broker, {"share.delivery.count.limit": "7", "share.isolation.level": "read_committed",
+                                      "share.dead.letter.topic": "orders.dlq",
+                                      "share.auto.offset.reset": "by_duration:PT1M"})
+    assert (s.delivery_count_limit, s.read_committed, s.dead_letter_topic, s.reset_by_duration_ms) == \
+        (7, True, "orders.dlq", 60_000)
+    values = group_config_values(broker, {"share.delivery.count.limit": "7"})
+    assert values["share.delivery.count.limit"][1:] == (ConfigSource.GROUP_CONFIG, [
+        ("share.delivery.count.limit", "7", ConfigSource.GROUP_CONFIG),
+        ("group.share.delivery.count.limit", "4", ConfigSource.STATIC_BROKER_CONFIG)])
+    assert values["share.record.lock.duration.ms"][:2] == (20_000, ConfigSource.DEFAULT_CONFIG)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from dmq.config import BrokerConfig, LogConfig
+from dmq.config import BrokerConfig, LogConfig, ShareGroupSettings
 from dmq.record.records import encode_batch
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.share.manager import EARLIEST, PartitionFetch, SharePartitionManager
@@ -143,9 +143,11 @@ class ShareEnv:
         self.manager = self.new_manager()
 
     def new_manager(self) -> SharePartitionManager:
-        return SharePartitionManager(
-            self.rm, self.persister, {TID: "t"}.get, config=self.config,
-            auto_offset_reset=(lambda g: EARLIEST) if self.earliest else (lambda g: "latest"))
+        settings = ShareGroupSettings(record_lock_duration_ms=self.config.lock_duration_ms,
+                                      delivery_count_limit=self.config.delivery_count_limit,
+                                      auto_offset_reset=EARLIEST if self.earliest else "latest")
+        return SharePartitionManager(self.rm, self.persister, {TID: "t"}.get, config=self.config,
+                                     group_settings=lambda g: settings)
 
     async def init_state(self, group: str = "g", partitions: tuple[int, ...] = (0, 1)) -> None:
         for p in partitions:

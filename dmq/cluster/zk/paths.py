@@ -7,6 +7,9 @@ BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+# Group configs (Kafka keeps them in KRaft's metadata only; dmq's ZooKeeper clusters here,
+# in the shape of the topic and broker configs).
+CONFIG_GROUPS = "/config/groups"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -18,8 +21,8 @@ CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 LEADER_RESIGNATIONS = "/admin/leader_resignations"
 
 # Created at startup by every broker.
-PERSISTENT_PARENTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, DELETE_TOPICS,
-                      CONTROLLED_SHUTDOWN)
+PERSISTENT_PARENTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_GROUPS,
+                      DELETE_TOPICS, CONTROLLED_SHUTDOWN)
 
 
 def broker(broker_id: int | str) -> str:
@@ -48,6 +51,10 @@ def topic_config(name: str) -> str:
 
 def broker_config(entity: str) -> str:
     return f"{CONFIG_BROKERS}/{entity}"
+
+
+def group_config(group_id: str) -> str:
+    return f"{CONFIG_GROUPS}/{group_id}"
 
 
 def controlled_shutdown(broker_id: int) -> str:
