@@ -156,3 +156,55 @@ def test_the_groups_delivery_count_limit_and_lock_duration_are_obeyed(broker: Br
         joined = w.request(make(request_class(76, 1), group_id="g-limit", member_id="probe-member-0000000000",
                                 member_epoch=0, rack_id=None, subscribed_topic_names=("retries",)))
         assert (joined.error_code, joined.heartbeat_interval) == (ErrorCode.none, timedelta(milliseconds=500))
+
+
+def test_read_committed_groups_get_only_committed_transactional_records(broker: BrokerProcess) -> None:
+    """share.isolation.level=read_committed: records of committed transactions and plain
+    records are delivered, an aborted transaction's never (archived), an open one's only
+    once it commits; a read_uncommitted group of the same topic gets them all."""
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "payments")
+    alter(bootstrap, "g-committed", share_auto_offset_reset="earliest", share_isolation_level="read_committed")
+    alter(bootstrap, "g-everything", share_auto_offset_reset="earliest")
+
+    def transactional(txn_id: str) -> Producer:
+        p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 0})
+        p.init_transactions(10)
+        return p
+
+    def write(p: Producer, prefix: str, n: int) -> None:
+        for i in range(n):
+            p.produce("payments", value=f"{prefix}{i}".encode())
+        p.flush(10)
+
+    committed, aborted, pending = transactional("tx-a"), transactional("tx-b"), transactional("tx-c")
+    committed.begin_transaction()
+    aborted.begin_transaction()
+    write(committed, "a", 5)
+    write(aborted, "b", 5)  # interleaved with a's transaction in the log
+    committed.commit_transaction(10)
+    aborted.abort_transaction(10)
+    produce(bootstrap, "payments", 5)  # plain records r0..r4
+    pending.begin_transaction()
+    write(pending, "c", 3)  # open: holds the last stable offset
+
+    c = consumer(bootstrap, "g-committed")
+    everything = consumer(bootstrap, "g-everything")
+    try:
+        c.subscribe(["payments"])
+        everything.subscribe(["payments"])
+        got = drain([c], 10, seconds=15)[0]
+        assert sorted(v for v, _ in got) == sorted([f"a{i}" for i in range(5)] + [f"r{i}" for i in range(5)])
+        assert not c.poll(1.5), "nothing of the aborted or the open transaction"
+        all_of_it = drain([everything], 18, seconds=15)[0]
+        assert sorted(v for v, _ in all_of_it) == sorted(
+            [f"{p}{i}" for p in "abr" for i in range(5)] + [f"c{i}" for i in range(3)])
+        pending.commit_transaction(10)
+        late = drain([c], 3, seconds=15)[0]
+        assert sorted(v for v, _ in late) == ["c0", "c1", "c2"]
+        assert not c.poll(1.5)
+        c.commit_sync(10)
+        everything.commit_sync(10)
+    finally:
+        c.close()
+        everything.close()
