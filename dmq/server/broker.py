@@ -69,6 +69,7 @@ from dmq.server.network import CLOSE, Listener
 from dmq.share.admin import LatestOffsetReader, ShareGroupAdmin
 from dmq.share.broker_persister import BrokerSharePersister
 from dmq.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, ShareCoordinatorConfig
+from dmq.share.dead_letter import DeadLetterWriter
 from dmq.share.manager import SharePartitionManager
 from dmq.share.partition import SharePartitionConfig
 from dmq.share.service import ShareService
@@ -292,7 +293,10 @@ class Broker:
                         max_in_flight_records=int(self.config["group.share.partition.max.record.locks"]),
                         delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
                         lock_duration_ms=int(self.config["group.share.record.lock.duration.ms"])),
-                    group_settings=self._share_settings)),
+                    group_settings=self._share_settings,
+                    dead_letters=DeadLetterWriter(self.broker_id, self.store, self.admin_manager,
+                                                  self.replica_manager, self.share_channels,
+                                                  self.producer_ids.generate))),
         )
         self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services)
         self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)

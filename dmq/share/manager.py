@@ -42,16 +42,20 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from dmq.config import ShareGroupSettings
 from dmq.record.batch import iter_headers
+from dmq.record.records import decode_batch
 from dmq.replication.partition import Partition, PartitionError
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.share.dead_letter import DeadLetter, DeadLetterWriter, dead_letter
 from dmq.share.partition import (
     AckBatch,
     AcquiredRange,
+    ArchivedRange,
     LogBatch,
     PersistedState,
     SharePartition,
@@ -123,6 +127,7 @@ class SharePartitionManager:
                  topic_name: Callable[[uuid.UUID], str | None], *,
                  config: SharePartitionConfig | None = None,
                  group_settings: Callable[[str], ShareGroupSettings] | None = None,
+                 dead_letters: DeadLetterWriter | None = None, dead_letter_wait_s: float = 30.0,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.replica_manager = replica_manager
         self.persister = persister
@@ -131,9 +136,11 @@ class SharePartitionManager:
         defaults = ShareGroupSettings(record_lock_duration_ms=self.config.lock_duration_ms,
                                       delivery_count_limit=self.config.delivery_count_limit)
         self.group_settings = group_settings or (lambda group_id: defaults)
+        self.dead_letters = dead_letters
+        self.dead_letter_wait_s = dead_letter_wait_s
         self.now_ms = now_ms
         self._entries: dict[tuple[str, uuid.UUID, int], _Entry] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def lock_duration_ms(self, group_id: str) -> int:
         """ShareFetch's AcquisitionLockTimeoutMs: the group's share.record.lock.duration.ms."""
@@ -275,21 +282,33 @@ class SharePartitionManager:
         entry, error = await self._lock_entry(group_id, tp)
         if entry is None:
             return error
+        letters: asyncio.Task[bool] | None = None
         try:
+            settings = self._dead_letter_mode(entry)
             saved = entry.sp.checkpoint()
             change = entry.sp.acknowledge(member_id, batches, self.now_ms())
             if change.error is not ErrorCode.none:
                 return change.error
+            if change.archived and entry.sp.dead_letter:
+                letters = self._start_dead_letters(entry, settings, change.archived)
             if change.persist:
                 written = await self._write(entry)
                 if written is not ErrorCode.none:
-                    if not entry.dropped:
-                        entry.sp.restore(saved)
+                    if not entry.dropped and letters is None:
+                        entry.sp.restore(saved)  # (records whose dead letters are on their way stay so)
                     return client_error(written)
             self._records_changed(entry)
-            return ErrorCode.none
+            if letters is None:
+                return ErrorCode.none
         finally:
             entry.lock.release()
+        # REJECTs (and RELEASEs at the limit) are answered once their dead letters are
+        # written and their archiving persisted.
+        try:
+            done = await asyncio.wait_for(asyncio.shield(letters), self.dead_letter_wait_s)
+        except TimeoutError:
+            return ErrorCode.request_timed_out
+        return ErrorCode.none if done else ErrorCode.unknown_server_error
 
     # ------------------------------------------------------------------ releasing
 
@@ -308,10 +327,14 @@ class SharePartitionManager:
         async with entry.lock:
             if entry.dropped:
                 return
+            settings = self._dead_letter_mode(entry)
             change = entry.sp.release_member(member_id)
+            if change.archived and entry.sp.dead_letter:
+                self._start_dead_letters(entry, settings, change.archived)
             written = await self._write(entry) if change.persist else ErrorCode.none
             self._records_changed(entry)
-            if written is ErrorCode.none and not entry.dropped and entry.sp.acquired_records == 0:
+            if written is ErrorCode.none and not entry.dropped and entry.sp.acquired_records == 0 \
+                    and entry.sp.archiving_records == 0:
                 # Nobody holds a record: the next fetch reads the state again, which an
                 # AlterShareGroupOffsets or DeleteShareGroupOffsets of the (then empty)
                 # group may have changed meanwhile.
@@ -378,8 +401,9 @@ class SharePartitionManager:
             return ErrorCode.not_leader_or_follower
         log_start = entry.partition.log.log_start_offset
         reset = log_start
+        settings = self._dead_letter_mode(entry)
         if result.start_offset < 0:
-            reset = self._reset_offset(entry.partition, self.group_settings(entry.key.group_id))
+            reset = self._reset_offset(entry.partition, settings)
         try:
             change = entry.sp.initialize(PersistedState(result.start_offset, result.state_batches), reset)
         except ValueError as e:
@@ -406,7 +430,71 @@ class SharePartitionManager:
             written = await self._write(entry)
             if written in _FENCED:
                 return client_error(written)
+        if change.archived and entry.sp.dead_letter:  # AVAILABLE at the limit when it was written
+            self._start_dead_letters(entry, settings, change.archived)
         return ErrorCode.none
+
+    # ------------------------------------------------------------------ dead letters
+
+    def _dead_letter_mode(self, entry: _Entry) -> ShareGroupSettings:
+        """The group's settings now; its share-partition archives through ARCHIVING while
+        the group has a dead-letter topic (and the broker a writer)."""
+        settings = self.group_settings(entry.key.group_id)
+        entry.sp.dead_letter = settings.dead_letter_topic is not None and self.dead_letters is not None
+        return settings
+
+    def _start_dead_letters(self, entry: _Entry, settings: ShareGroupSettings,
+                            archived: Sequence[ArchivedRange]) -> asyncio.Task[bool]:
+        """Write the dead letters of records just put in ARCHIVING (their data read now,
+        while the caller holds the lock), then archive them and write the state: the
+        dead letter first, the archiving it stands for after (docs/share-groups.md). The
+        task answers whether both were done."""
+        assert settings.dead_letter_topic is not None and self.dead_letters is not None
+        letters = self._read_dead_letters(entry, archived)
+        task = asyncio.get_running_loop().create_task(
+            self._dead_letter_task(entry, settings.dead_letter_topic, tuple(archived), letters))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _dead_letter_task(self, entry: _Entry, topic: str, archived: tuple[ArchivedRange, ...],
+                                letters: list[DeadLetter]) -> bool:
+        assert self.dead_letters is not None
+        written = await self.dead_letters.write(topic, entry.topic, entry.index, letters)
+        async with entry.lock:
+            if entry.dropped:
+                # A new leader, or this one loading again, knows them as they were before
+                # (AVAILABLE with their delivery count): delivered or archived again.
+                return False
+            for a in archived:
+                entry.sp.dead_lettered(a.first, a.last)
+            stored = await self._write(entry)
+            self._records_changed(entry)
+            return written and stored is ErrorCode.none
+
+    def _read_dead_letters(self, entry: _Entry, archived: Sequence[ArchivedRange]) -> list[DeadLetter]:
+        """The records of ``archived`` as dead letters, in offset order (offsets the log no
+        longer has are skipped)."""
+        wanted = {o: a for a in archived for o in range(a.first, a.last + 1)}
+        out: list[DeadLetter] = []
+        offset, last = min(wanted), max(wanted)
+        while offset <= last:
+            res = entry.partition.read(offset, 1 << 20, min_one_batch=True)
+            if res.error is not ErrorCode.none or res.data is None or res.data.length == 0:
+                break
+            data = res.data.read()
+            headers = iter_headers(data)
+            if not headers:
+                break
+            for pos, h in headers:
+                if not h.is_control and h.last_offset >= offset:
+                    for r in decode_batch(data[pos:pos + h.size])[1]:
+                        a = wanted.get(r.offset)
+                        if a is not None:
+                            out.append(dead_letter(r, a.reason.value, entry.key.group_id, entry.topic,
+                                                   entry.index, a.delivery_count))
+                offset = max(offset, h.last_offset + 1)
+        return out
 
     def _reset_offset(self, partition: Partition, settings: ShareGroupSettings) -> int:
         """Where a share-partition without a start offset starts (share.auto.offset.reset):
@@ -470,7 +558,10 @@ class SharePartitionManager:
         async with entry.lock:
             if entry.dropped:
                 return
+            settings = self._dead_letter_mode(entry)
             change = entry.sp.expire_locks(self.now_ms())
+            if change.archived and entry.sp.dead_letter:
+                self._start_dead_letters(entry, settings, change.archived)
             if change.persist:
                 await self._write(entry)  # the expiry stands even if the write fails, as in Kafka
             self._records_changed(entry)

@@ -9,17 +9,27 @@ of four states (Kafka's ``RecordState``; the numbers are persisted)::
     ACKNOWLEDGED (2)  accepted by the consumer: done
     ARCHIVED (4)      done without being accepted: rejected, delivered too often, a gap
                       (a control record, an offset compaction removed) or below the log start
+    ARCHIVING (100)   dmq's: rejected or delivered too often in a group with a dead-letter
+                      topic, waiting for its dead letter to be written; never persisted
 
 Legal moves (``TRANSITIONS``; ``InFlightRange.transition_to()`` is the only way a
 record's state changes)::
 
-    AVAILABLE -> ACQUIRED (delivery count + 1), ARCHIVED
-    ACQUIRED  -> AVAILABLE, ACKNOWLEDGED, ARCHIVED
+    AVAILABLE -> ACQUIRED (delivery count + 1), ARCHIVED, ARCHIVING
+    ACQUIRED  -> AVAILABLE, ACKNOWLEDGED, ARCHIVED, ARCHIVING
+    ARCHIVING -> ARCHIVED (its dead letter is written, or can never be)
     ACKNOWLEDGED, ARCHIVED: terminal
 
 A record moving to AVAILABLE (a RELEASE acknowledgement, its lock expiring, its member's
 session closing) whose delivery count has reached ``delivery_count_limit`` is ARCHIVED
-instead, so a record is delivered at most ``delivery_count_limit`` times. Offsets past
+instead, so a record is delivered at most ``delivery_count_limit`` times. With
+``dead_letter`` set (the group has a dead-letter topic), a record that would be archived
+for a reason (REJECT, the delivery limit) goes to ARCHIVING instead, and is reported in
+``StateChange.archived``; the caller writes its dead letter and then calls
+``dead_lettered``. ARCHIVING is not terminal: the start offset waits for it, no one
+acquires or acknowledges it. Durably it is what it was (AVAILABLE with its delivery
+count), so a new leader knows nothing of it: see docs/share-groups.md on the dead-letter
+topic's ordering. Offsets past
 the in-flight window have never been read; the window grows as ``acquire`` reads them,
 each entering as AVAILABLE with delivery count 0 and moving on at once (to ACQUIRED, or
 to ARCHIVED for control batches and offsets the log does not have).
@@ -67,6 +77,7 @@ class RecordState(IntEnum):
     ACQUIRED = 1
     ACKNOWLEDGED = 2
     ARCHIVED = 4
+    ARCHIVING = 100  # dmq's, in memory only
 
     @property
     def terminal(self) -> bool:
@@ -75,8 +86,9 @@ class RecordState(IntEnum):
 
 S = RecordState
 TRANSITIONS: dict[RecordState, frozenset[RecordState]] = {
-    S.AVAILABLE: frozenset({S.ACQUIRED, S.ARCHIVED}),
-    S.ACQUIRED: frozenset({S.AVAILABLE, S.ACKNOWLEDGED, S.ARCHIVED}),
+    S.AVAILABLE: frozenset({S.ACQUIRED, S.ARCHIVED, S.ARCHIVING}),
+    S.ACQUIRED: frozenset({S.AVAILABLE, S.ACKNOWLEDGED, S.ARCHIVED, S.ARCHIVING}),
+    S.ARCHIVING: frozenset({S.ARCHIVED}),
     S.ACKNOWLEDGED: frozenset(),
     S.ARCHIVED: frozenset(),
 }
@@ -280,7 +292,8 @@ class _Changes:
         self.archived: list[ArchivedRange] = []
 
     def add(self, r: InFlightRange, reason: ArchiveReason | None = None) -> InFlightRange:
-        self.changed.append(r)
+        if r.state is not S.ARCHIVING:  # durably still what it was: nothing to write yet
+            self.changed.append(r)
         if reason is not None:
             self.archived.append(ArchivedRange(r.first, r.last, reason, r.delivery_count))
         return r
@@ -302,7 +315,7 @@ def _coalesced_batches(runs: Sequence[InFlightRange]) -> tuple[StateBatch, ...]:
     """Runs in their durable form: ACQUIRED is written as AVAILABLE with its delivery count."""
     out: list[StateBatch] = []
     for r in runs:
-        state = S.AVAILABLE if r.state is S.ACQUIRED else r.state
+        state = S.AVAILABLE if r.state in (S.ACQUIRED, S.ARCHIVING) else r.state
         if out and out[-1].last_offset + 1 == r.first and out[-1].delivery_state == state \
                 and out[-1].delivery_count == r.delivery_count:
             out[-1] = replace(out[-1], last_offset=r.last)
@@ -336,8 +349,11 @@ class SharePartition:
     Only the task owning the share-partition calls it; nothing is thread-safe or async.
     """
 
-    def __init__(self, config: SharePartitionConfig | None = None) -> None:
+    def __init__(self, config: SharePartitionConfig | None = None, *, dead_letter: bool = False) -> None:
         self.config = config or SharePartitionConfig()
+        # The group has a dead-letter topic: records archived for a reason go to ARCHIVING
+        # (the caller may change it between operations, as the group's config changes).
+        self.dead_letter = dead_letter
         self._start = -1
         self._end = -1  # one past the last in-flight offset; == _start when nothing is in flight
         self._runs: list[InFlightRange] = []
@@ -387,7 +403,7 @@ class SharePartition:
         limit = self.config.delivery_count_limit
         for i, r in enumerate(self._runs):
             if r.state is S.AVAILABLE and r.delivery_count >= limit:
-                self._runs[i] = changes.add(r.transition_to(S.ARCHIVED), ArchiveReason.DELIVERY_LIMIT)
+                self._runs[i] = changes.add(r.transition_to(self._archive_target), ArchiveReason.DELIVERY_LIMIT)
         self._settle()
         return changes.result()
 
@@ -658,7 +674,7 @@ class SharePartition:
             elif ack_type == AcknowledgeType.RELEASE:
                 self._runs[k] = self._release(r, changes)
             elif ack_type == AcknowledgeType.REJECT:
-                self._runs[k] = changes.add(r.transition_to(S.ARCHIVED), ArchiveReason.REJECTED)
+                self._runs[k] = changes.add(r.transition_to(self._archive_target), ArchiveReason.REJECTED)
             elif ack_type == AcknowledgeType.GAP:
                 self._runs[k] = changes.add(r.transition_to(S.ARCHIVED))
             else:
@@ -667,8 +683,33 @@ class SharePartition:
     def _release(self, r: InFlightRange, changes: _Changes) -> InFlightRange:
         """ACQUIRED -> AVAILABLE, or ARCHIVED once delivered ``delivery_count_limit`` times."""
         if r.delivery_count >= self.config.delivery_count_limit:
-            return changes.add(r.transition_to(S.ARCHIVED), ArchiveReason.DELIVERY_LIMIT)
+            return changes.add(r.transition_to(self._archive_target), ArchiveReason.DELIVERY_LIMIT)
         return changes.add(r.transition_to(S.AVAILABLE))
+
+    @property
+    def _archive_target(self) -> RecordState:
+        return S.ARCHIVING if self.dead_letter else S.ARCHIVED
+
+    # ------------------------------------------------------------------ dead letters
+
+    def dead_lettered(self, first: int, last: int) -> StateChange:
+        """The dead letters of offsets ``first..last`` are written (or can never be): their
+        ARCHIVING records are ARCHIVED; others are left alone (the log start may have
+        passed them)."""
+        self._require_initialized()
+        first, last = max(first, self._start), min(last, self._end - 1)
+        changes = _Changes()
+        if first <= last:
+            i, j = self._slice(first, last)
+            for k in range(i, j):
+                if self._runs[k].state is S.ARCHIVING:
+                    self._runs[k] = changes.add(self._runs[k].transition_to(S.ARCHIVED))
+        self._settle()
+        return StateChange(ErrorCode.none, changes.batches())
+
+    @property
+    def archiving_records(self) -> int:
+        return sum(r.size for r in self._runs if r.state is S.ARCHIVING)
 
     # ------------------------------------------------------------------ releasing
 

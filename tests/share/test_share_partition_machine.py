@@ -10,6 +10,12 @@ archived records (REJECT, the delivery limit) are exactly the model's; a snapsho
 at any step is the model with its acquisitions undone. At the end every offset below the
 high watermark is accepted, archived for a reason, or deleted by the log start: none is
 lost.
+
+The same machine runs with a dead-letter topic (``DeadLetterMachine``): records archived
+for a reason wait in ARCHIVING until their dead letters are written (a rule, in any order
+and any grouping), are never acquired or acknowledged meanwhile, hold the start offset
+back, and are durably what they were before (a reload undoes a REJECT whose dead letter
+was not written; one at the delivery limit is archived, and reported, again).
 """
 
 from __future__ import annotations
@@ -53,13 +59,15 @@ Model = dict[int, Rec]
 
 
 class SharePartitionMachine(RuleBasedStateMachine):
+    DEAD_LETTER = False
+
     def __init__(self) -> None:
         super().__init__()
         self.now = 0
         self.log: list[LogBatch] = []
         self.hwm = 0
         self.log_start = 0
-        self.sp = SharePartition(CONFIG)
+        self.sp = SharePartition(CONFIG, dead_letter=self.DEAD_LETTER)
         self.sp.initialize(None, 0)
         # The model: the window [start, end) offset by offset.
         self.model: Model = {}
@@ -79,10 +87,15 @@ class SharePartitionMachine(RuleBasedStateMachine):
             del self.model[self.start]
             self.start += 1
 
+    @property
+    def _archived(self) -> RecordState:
+        """Where a record archived for a reason goes."""
+        return S.ARCHIVING if self.DEAD_LETTER else S.ARCHIVED
+
     def _release(self, o: int, reasons: dict[int, tuple[ArchiveReason, int]]) -> None:
         rec = self.model[o]
         if rec.count >= CONFIG.delivery_count_limit:
-            self.model[o] = Rec(S.ARCHIVED, rec.count)
+            self.model[o] = Rec(self._archived, rec.count)
             reasons[o] = (ArchiveReason.DELIVERY_LIMIT, rec.count)
             self.outcome[o] = "limit"
         else:
@@ -96,9 +109,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
         out: Model = {}
         reasons: dict[int, tuple[ArchiveReason, int]] = {}
         for o, r in model.items():
-            if r.state is S.ACQUIRED or r.state is S.AVAILABLE:
+            if r.state in (S.ACQUIRED, S.AVAILABLE, S.ARCHIVING):
                 if r.count >= CONFIG.delivery_count_limit:
-                    out[o] = Rec(S.ARCHIVED, r.count)
+                    out[o] = Rec(self._archived, r.count)
                     reasons[o] = (ArchiveReason.DELIVERY_LIMIT, r.count)
                 else:
                     out[o] = Rec(S.AVAILABLE, r.count)
@@ -259,7 +272,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
                     elif t == RELEASE:
                         self._release(o, reasons)
                     elif t == REJECT:
-                        self.model[o] = Rec(S.ARCHIVED, rec.count)
+                        self.model[o] = Rec(self._archived, rec.count)
                         reasons[o] = (ArchiveReason.REJECTED, rec.count)
                         self.outcome[o] = "rejected"
                     else:
@@ -378,10 +391,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
         model, start, end = (dict(self.model), self.start, self.end) if fresh else self.persisted_model
         if snapshot.start_offset < 0:
             model, start, end = {}, self.log_start, self.log_start
-        self.sp = SharePartition(CONFIG)
+        self.sp = SharePartition(CONFIG, dead_letter=self.DEAD_LETTER)
         change = self.sp.initialize(snapshot, self.log_start)
         self.model, self.start, self.end, reasons = self._reloaded(model, start, end)
         assert self._reports(change.archived) == reasons
+        for o, r in self.model.items():  # archiving without its dead letter written: undone
+            if r.state is S.AVAILABLE and self.outcome.get(o) in ("rejected", "limit"):
+                del self.outcome[o]
         for o, (reason, _) in reasons.items():
             self.outcome[o] = "limit" if reason is ArchiveReason.DELIVERY_LIMIT else "rejected"
         # Offsets past the snapshot are new again: only markers can have ended there (they
@@ -389,6 +405,24 @@ class SharePartitionMachine(RuleBasedStateMachine):
         for o in [o for o in self.outcome if o >= self.end]:
             assert self.outcome[o] in ("control", "missing"), f"offset {o} ({self.outcome[o]}) lost"
             del self.outcome[o]
+        self._persist(change)
+
+    # ------------------------------------------------------------------ dead letters
+
+    @rule(data=st.data())
+    def dead_letters_written(self, data: st.DataObject) -> None:
+        """The caller wrote the dead letters of some archiving records (a range of offsets,
+        which may take in others)."""
+        archiving = sorted(o for o, r in self.model.items() if r.state is S.ARCHIVING)
+        if not archiving:
+            return
+        first = data.draw(st.sampled_from(archiving)) - data.draw(st.integers(0, 2))
+        last = data.draw(st.integers(first, first + 6))
+        change = self.sp.dead_lettered(first, last)
+        for o in archiving:
+            if first <= o <= last:
+                self.model[o] = Rec(S.ARCHIVED, self.model[o].count)
+        self._settle()
         self._persist(change)
 
     # ------------------------------------------------------------------ invariants
@@ -414,11 +448,14 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert self.sp.in_flight_records <= CONFIG.max_in_flight_records + MAX_BATCH - 1 + missing
         assert self.sp.delivery_complete_count == sum(r.state.terminal for r in self.model.values())
         assert self.sp.acquired_records == sum(r.state is S.ACQUIRED for r in self.model.values())
+        assert self.sp.archiving_records == sum(r.state is S.ARCHIVING for r in self.model.values())
+        if not self.DEAD_LETTER:
+            assert self.sp.archiving_records == 0
         assert self.sp.lag(self.hwm) == max(0, self.hwm - self.start - self.sp.delivery_complete_count)
 
     @invariant()
     def a_snapshot_loaded_now_is_the_model_without_acquisitions(self) -> None:
-        probe = SharePartition(CONFIG)
+        probe = SharePartition(CONFIG, dead_letter=self.DEAD_LETTER)
         snapshot = self.sp.snapshot()
         change = probe.initialize(snapshot, 0)
         model, start, end, reasons = self._reloaded(self.model, self.start, self.end)
@@ -436,6 +473,11 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.now += 10 * CONFIG.lock_duration_ms
         self.expire_locks()
         for _ in range(self.hwm + 5):
+            self.sp.dead_lettered(self.start, self.end)  # every dead letter gets written
+            for o, r in list(self.model.items()):
+                if r.state is S.ARCHIVING:
+                    self.model[o] = Rec(S.ARCHIVED, r.count)
+            self._settle()
             ranges = self._fetch("drainer", 10, 4)
             if ranges:
                 self._ack("drainer", [AckBatch(r.first, r.last, [ACCEPT]) for r in ranges])
@@ -450,6 +492,14 @@ class SharePartitionMachine(RuleBasedStateMachine):
 
 SharePartitionMachine.TestCase.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
 test_share_partition_state_machine = SharePartitionMachine.TestCase
+
+
+class DeadLetterMachine(SharePartitionMachine):
+    DEAD_LETTER = True
+
+
+DeadLetterMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+test_share_partition_state_machine_with_a_dead_letter_topic = DeadLetterMachine.TestCase
 
 
 def test_a_reload_does_not_redeliver_accepted_records() -> None:
