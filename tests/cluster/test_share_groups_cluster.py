@@ -4,16 +4,20 @@ replicated topic while the leader of its partition, and then the leader of the
 
 Exact accounting, per record (topic-partition, offset): every acknowledged record's
 outcome is taken from the consumers' acknowledgement commit callback, so the test knows
-which ACCEPTs the broker confirmed. Then:
+which ACCEPTs (and REJECTs: one record in fifty is always rejected, and the group has a
+dead-letter topic) the broker confirmed. Then:
 
 - nothing lost: every produced record is delivered, and in the end the group's
   share-partition start offsets (DescribeShareGroupOffsets) are at the end of both
   partitions with no lag: every record is done as far as the broker knows. (An ACCEPT
   whose answer never came, because its leader died after writing it, is done without
   the client hearing so; it is not delivered again.)
-- nothing accepted redelivered: no record is delivered again after its ACCEPT was
-  confirmed (an ACCEPT whose answer was an error, or never came, may be delivered again:
-  the client was not told it took).
+- nothing accepted redelivered: no record is delivered again after its ACCEPT (or REJECT)
+  was confirmed (an acknowledgement whose answer was an error, or never came, may be
+  delivered again: the client was not told it took).
+- dead letters: every rejected record is in the dead-letter topic, at most once per
+  REJECT it got (more than once only if its leader died between writing the dead letter
+  and persisting the archiving).
 """
 
 from __future__ import annotations
@@ -26,7 +30,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer, ShareConsumer, TopicCollection
+from confluent_kafka import (
+    AcknowledgeType,
+    Consumer,
+    Producer,
+    ShareConsumer,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kio.schema.errors import ErrorCode
 from support.cluster import Cluster
 
@@ -34,7 +46,7 @@ from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.share.records import partition_for
 
-TOPIC, GROUP = "orders", "order-workers"
+TOPIC, GROUP, DLQ = "orders", "order-workers", "orders.dead"
 PARTITIONS = 2
 RECORDS = 1500  # per partition
 STATE_PARTITIONS = 3
@@ -48,13 +60,20 @@ pytestmark = pytest.mark.cluster_config(**{
 })
 
 
+def rejected(value: bytes) -> bool:
+    """The records every member REJECTs (each time it gets them): dead letters."""
+    return int(value.decode().split("-")[1]) % 50 == 7
+
+
 @dataclass
 class Ledger:
-    """What the consumers saw, in the order they saw it."""
+    """What the consumers saw, in the order they saw it. ``accepted``: records whose
+    acknowledgement (ACCEPT, or REJECT for the ``rejected`` ones) was confirmed."""
     produced: dict[tuple[int, int], bytes] = field(default_factory=dict)
     deliveries: dict[tuple[int, int], list[int]] = field(default_factory=lambda: defaultdict(list))
     accepted: dict[tuple[int, int], int] = field(default_factory=dict)  # -> event number of the confirmation
     redelivered_after_accept: list[tuple[int, int]] = field(default_factory=list)
+    rejects_sent: dict[tuple[int, int], int] = field(default_factory=lambda: defaultdict(int))
     failed_acks: int = 0
     events: int = 0
 
@@ -64,6 +83,8 @@ class Ledger:
         if tp in self.accepted:
             self.redelivered_after_accept.append(tp)
         self.deliveries[tp].append(count)
+        if rejected(value):
+            self.rejects_sent[tp] += 1
 
     def acknowledged(self, offsets: dict[Any, set[int]], error: Any) -> None:
         self.events += 1
@@ -107,7 +128,7 @@ def poll_round(consumers: list[Any], ledger: Ledger) -> int:
             if m.error() is not None:
                 continue
             ledger.delivered((m.partition(), m.offset()), m.value(), m.delivery_count())
-            c.acknowledge(m)
+            c.acknowledge(m, AcknowledgeType.REJECT if rejected(m.value()) else AcknowledgeType.ACCEPT)
             got += 1
     return got
 
@@ -150,6 +171,26 @@ def share_offsets(cluster: Cluster) -> dict[int, tuple[int, int]]:
     return {}
 
 
+def read_all(cluster: Cluster, topic: str) -> list[Any]:
+    """Every record of ``topic``, read from the beginning (until 2 s pass without one)."""
+    partitions = cluster.metadata(topic).topics[topic].partitions
+    c = Consumer({"bootstrap.servers": cluster.reachable_bootstrap(), "group.id": f"read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in partitions])
+    out: list[Any] = []
+    quiet_since = deadline = time.monotonic()
+    deadline += 30
+    try:
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < 2:
+            m = c.poll(0.3)
+            if m is not None and m.error() is None:
+                out.append(m)
+                quiet_since = time.monotonic()
+    finally:
+        c.close()
+    return out
+
+
 def leader(cluster: Cluster, topic: str, index: int) -> int:
     return int(cluster.partition(topic, index).leader)
 
@@ -171,6 +212,10 @@ def in_sync(cluster: Cluster, topic: str, partitions: list[int]) -> bool:
 def test_share_consumers_lose_nothing_and_redeliver_nothing_accepted_across_leader_failovers(
         cluster: Cluster) -> None:
     cluster.create_topic(TOPIC, partitions=PARTITIONS, rf=3)
+    admin = cluster.admin()
+    dlq = ConfigResource(ResourceType.GROUP, GROUP, incremental_configs=[ConfigEntry(
+        "share.dead.letter.topic", DLQ, incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([dlq])[dlq].result(10)
     ledger = Ledger()
     consumers = [share_consumer(cluster, ledger) for _ in range(3)]
     try:
@@ -220,6 +265,20 @@ def test_share_consumers_lose_nothing_and_redeliver_nothing_accepted_across_lead
     assert not ledger.redelivered_after_accept, (
         f"{len(ledger.redelivered_after_accept)} accepted records delivered again, "
         f"e.g. {ledger.redelivered_after_accept[:5]}")
+    # Dead letters: every rejected record has one, and never more than it was rejected
+    # (a second one only for a REJECT whose leader died between its dead letter and its
+    # archiving: the record came back and was rejected again).
+    letters = read_all(cluster, DLQ)
+    written: dict[tuple[int, int], int] = defaultdict(int)
+    for m in letters:
+        h = {k: v.decode() for k, v in m.headers() if k.startswith("dmq.dlq.")}
+        assert (h["dmq.dlq.reason"], h["dmq.dlq.topic"], h["dmq.dlq.group"]) == ("rejected", TOPIC, GROUP)
+        tp = (int(h["dmq.dlq.partition"]), int(h["dmq.dlq.offset"]))
+        assert ledger.produced[tp] == m.value()
+        written[tp] += 1
+    assert set(written) == {tp for tp, v in ledger.produced.items() if rejected(v)}
+    assert all(n <= ledger.rejects_sent[tp] for tp, n in written.items()), \
+        {tp: (n, ledger.rejects_sent[tp]) for tp, n in written.items() if n > ledger.rejects_sent[tp]}
     again = {tp: counts for tp, counts in ledger.deliveries.items() if len(counts) > 1}
     # Redelivery happens only around the two failovers (records held or acknowledged
     # without an answer when a leader died), never wholesale.
