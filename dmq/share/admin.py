@@ -19,6 +19,9 @@ operations join the two, as Kafka's GroupCoordinatorService does:
 - Delete: on an empty group only, the named topics' states are deleted and the topics
   are no longer initialized for the group: the next member to fetch starts where
   ``share.auto.offset.reset`` says.
+- DeleteGroups of a share group deletes its share-partitions' states first, as Kafka
+  does (a group created again under the name starts afresh); a state that cannot be
+  deleted keeps the group (its error is the group's).
 
 The group coordinator's part goes through ``ShareGroupOps`` (the broker passes its
 GroupCoordinator), the state through the ``SharePersister``. Event-loop thread only.
@@ -58,6 +61,8 @@ class ShareGroupOps(Protocol):
     async def share_offsets_changed(self, group_id: str, add: dict[uuid.UUID, tuple[str, frozenset[int]]],
                                     remove: frozenset[uuid.UUID] = frozenset()) -> ErrorCode:
         ...
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +266,27 @@ class ShareGroupAdmin:
             if error is not ErrorCode.none:
                 return ChangeResult(error, _group_message(group_id, error))
         return ChangeResult(topics=tuple(results[name] for name in dict.fromkeys(topic_names)))
+
+    # ----------------------------------------------------------- delete groups
+
+    async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        """DeleteGroups: classic and share groups; a share group's states go first."""
+        refused: dict[str, ErrorCode] = {}
+        for group_id in dict.fromkeys(group_ids):
+            if not group_id or not self.groups.owns(group_id):
+                continue
+            error, initialized = self.groups.share_offsets_target(group_id)
+            if error is not ErrorCode.none:
+                continue  # no share group of that id: the group coordinator answers
+            error = await self.groups.share_offsets_changed(group_id, {})  # empty?
+            if error is ErrorCode.none:
+                keys = [SharePartitionKey(group_id, t, p) for t, (_, ps) in initialized.items() for p in sorted(ps)]
+                errors = await asyncio.gather(*(self.persister.delete_state(k) for k in keys))
+                error = next((e for e in errors if e is not ErrorCode.none), ErrorCode.none)
+            if error is not ErrorCode.none:
+                refused[group_id] = error
+        deleted = await self.groups.delete_groups([g for g in group_ids if g not in refused])
+        return {g: refused.get(g) or deleted[g] for g in group_ids}
 
 
 def _lag_known(s: StateSummary) -> bool:

@@ -208,3 +208,31 @@ def test_read_committed_groups_get_only_committed_transactional_records(broker: 
     finally:
         c.close()
         everything.close()
+
+
+def test_deleting_a_share_group_deletes_its_state(broker: BrokerProcess) -> None:
+    """DeleteGroups of an empty share group deletes its share-partitions' states too (as
+    Kafka does): a group created again under the name starts where its reset policy says
+    rather than where the deleted one stopped. A group with members is not deleted."""
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "ledger")
+    alter(bootstrap, "g-again", share_auto_offset_reset="earliest")
+    produce(bootstrap, "ledger", 10)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    c = consumer(bootstrap, "g-again")
+    try:
+        c.subscribe(["ledger"])
+        assert len(drain([c], 10)[0]) == 10
+        c.commit_sync(10)
+        with pytest.raises(KafkaException, match="NON_EMPTY_GROUP"):
+            admin.delete_consumer_groups(["g-again"])["g-again"].result(10)
+    finally:
+        c.close()
+    admin.delete_consumer_groups(["g-again"])["g-again"].result(10)
+    again = consumer(bootstrap, "g-again")
+    try:
+        again.subscribe(["ledger"])
+        assert sorted(v for v, _ in drain([again], 10)[0]) == sorted(f"r{i}" for i in range(10))
+        again.commit_sync(10)
+    finally:
+        again.close()
