@@ -1,4 +1,5 @@
-"""``dmq groups``: list, describe, delete and reset consumer groups (like kafka-consumer-groups.sh)."""
+"""``dmq groups``: list, describe, delete and reset consumer groups (like kafka-consumer-groups.sh),
+classic and share groups (like kafka-share-groups.sh: ``dmq.cli.share_groups``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dmq.cli.common import (
     result,
 )
 from dmq.cli.help import Typer
+from dmq.cli.share_groups import ShareGroupView, share_groups
 
 app = Typer(help="Manage consumer groups.", no_args_is_help=True)
 console = make_console()
@@ -59,16 +61,51 @@ def _list_groups(a: AdminClient) -> list[Any]:
 
 @app.command("list")
 def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
-    """List consumer groups with their state."""
+    """List consumer groups, classic and share, with their state."""
     a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
-    groups = _list_groups(a)
-    if not groups:
+    rows = [(g.group_id, "classic", _state_name(g.state)) for g in _list_groups(a)]
+    with share_groups(bootstrap_server) as sg:
+        rows += [(group, "share", state) for group, state in sg.list()]
+    if not rows:
         console.print("No consumer groups.")
         return
-    table = make_table("group", "state")
-    for g in sorted(groups, key=lambda g: g.group_id):
-        table.add_row(g.group_id, _state_name(g.state))
+    table = make_table("group", "type", "state")
+    for row in sorted(rows):
+        table.add_row(*row)
     console.print(table)
+
+
+def _share_view(view: ShareGroupView, members: bool, state: bool) -> None:
+    """``dmq groups describe`` of a share group: per partition its start offset, the records
+    in flight and acquired at its leader, and its lag (a TOTAL-LAG line); --members, --state."""
+    if state:
+        host, port = view.coordinator_address
+        table = make_table("group", "type", "state", "assignor", "members", "epoch", "coordinator",
+                           numbers=("members", "epoch"))
+        table.add_row(view.group_id, "share", view.state, view.assignor or "-", str(len(view.members)),
+                      str(view.group_epoch), f"{view.coordinator} ({host}:{port})")
+        console.print(table)
+        return
+    if members:
+        console.print(f"Group {view.group_id}  type share  state {view.state}  members {len(view.members)}",
+                      highlight=False)
+        table = make_table("consumer-id", "host", "client-id", "partitions", "assignment", numbers=("partitions",))
+        for m in sorted(view.members, key=lambda m: m.member_id):
+            tps = m.assignment.topic_partitions
+            table.add_row(m.member_id, m.client_host, m.client_id, str(sum(len(t.partitions) for t in tps)),
+                          "\n".join(f"{t.topic_name}:{','.join(map(str, sorted(t.partitions)))}"
+                                    for t in sorted(tps, key=lambda t: t.topic_name)))
+        console.print(table)
+        return
+    console.print(f"Group {view.group_id}  type share  state {view.state}  members {len(view.members)}  "
+                  f"assignor {view.assignor or '-'}", highlight=False)
+    table = make_table("topic", "partition", "start\noffset", "in-flight", "acquired", "lag", "members",
+                       numbers=("partition", "start\noffset", "in-flight", "acquired", "lag", "members"))
+    for p in view.partitions:
+        table.add_row(p.topic, str(p.partition), _num(p.start_offset), _num(p.in_flight), _num(p.acquired),
+                      _num(p.lag), str(len(p.members)))
+    console.print(table)
+    console.print(f"TOTAL-LAG {view.total_lag}", highlight=False)
 
 
 def _offsets_view(a: AdminClient, group: str, desc: Any) -> tuple[list[Any], int]:
@@ -112,51 +149,64 @@ def describe(
     if members and state:
         fail("--members and --state are different views: pass one of them", 2)
     a = admin_client(bootstrap_server)
-    if all_groups:
-        names = sorted(g.group_id for g in _list_groups(a))
-        if not names:
-            console.print("No consumer groups.")
-            return
-    else:
-        assert group is not None
-        names = [group]
-    for i, name in enumerate(names):
-        desc = _describe(a, name)
-        state_name = _state_name(desc.state)
-        if state_name == "Dead" and not all_groups and not _committed(a, name):
-            fail(f"group {name} does not exist")
-        if i:
-            console.print()
-        if state:
-            coord = desc.coordinator
-            table = make_table("group", "state", "assignor", "members", "coordinator",
-                               numbers=("members",))
-            table.add_row(name, state_name, desc.partition_assignor or "-", str(len(desc.members)),
-                          f"{coord.id} ({coord.host}:{coord.port})" if coord else "-")
-            console.print(table)
-            continue
-        if members:
-            console.print(f"Group {name}  state {state_name}  members {len(desc.members)}", highlight=False)
-            table = make_table("consumer-id", "host", "client-id", "partitions", "assignment",
-                               numbers=("partitions",))
-            for m in sorted(desc.members, key=lambda m: m.member_id):
-                tps = m.assignment.topic_partitions if m.assignment else []
-                by_topic: dict[str, list[int]] = {}
-                for tp in tps:
-                    by_topic.setdefault(tp.topic, []).append(tp.partition)
-                table.add_row(m.member_id, m.host, m.client_id, str(len(tps)),
-                              "\n".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())))
-            console.print(table)
-            continue
-        rows, total = _offsets_view(a, name, desc)
-        console.print(f"Group {name}  state {state_name}  members {len(desc.members)}  "
-                      f"protocol {desc.partition_assignor or '-'}", highlight=False)
-        table = make_table("topic", "partition", "current\noffset", "log-end\noffset", "lag",
-                           "consumer-id", numbers=("partition", "current\noffset", "log-end\noffset", "lag"))
-        for t, p, cur, end, lag, member in rows:
-            table.add_row(t, str(p), _num(cur), _num(end), _num(lag), member or "-")
+    classic = [g.group_id for g in _list_groups(a)] if all_groups else []
+    with share_groups(bootstrap_server) as sg:
+        if all_groups:
+            names = sorted(set(classic) | {g for g, _ in sg.list()})
+            if not names:
+                console.print("No consumer groups.")
+                return
+        else:
+            assert group is not None
+            names = [group]
+        for i, name in enumerate(names):
+            view = sg.describe(name)
+            if view is not None:
+                if i:
+                    console.print()
+                _share_view(view, members, state)
+                continue
+            _describe_classic(a, name, i, all_groups, members, state)
+
+
+def _describe_classic(a: AdminClient, name: str, i: int, all_groups: bool, members: bool, state: bool) -> None:
+    """``dmq groups describe`` of a classic group (the ``i``th described)."""
+    desc = _describe(a, name)
+    state_name = _state_name(desc.state)
+    if state_name == "Dead" and not all_groups and not _committed(a, name):
+        fail(f"group {name} does not exist")
+    if i:
+        console.print()
+    if state:
+        coord = desc.coordinator
+        table = make_table("group", "state", "assignor", "members", "coordinator",
+                           numbers=("members",))
+        table.add_row(name, state_name, desc.partition_assignor or "-", str(len(desc.members)),
+                      f"{coord.id} ({coord.host}:{coord.port})" if coord else "-")
         console.print(table)
-        console.print(f"TOTAL-LAG {total}", highlight=False)
+        return
+    if members:
+        console.print(f"Group {name}  state {state_name}  members {len(desc.members)}", highlight=False)
+        table = make_table("consumer-id", "host", "client-id", "partitions", "assignment",
+                           numbers=("partitions",))
+        for m in sorted(desc.members, key=lambda m: m.member_id):
+            tps = m.assignment.topic_partitions if m.assignment else []
+            by_topic: dict[str, list[int]] = {}
+            for tp in tps:
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            table.add_row(m.member_id, m.host, m.client_id, str(len(tps)),
+                          "\n".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(by_topic.items())))
+        console.print(table)
+        return
+    rows, total = _offsets_view(a, name, desc)
+    console.print(f"Group {name}  state {state_name}  members {len(desc.members)}  "
+                  f"protocol {desc.partition_assignor or '-'}", highlight=False)
+    table = make_table("topic", "partition", "current\noffset", "log-end\noffset", "lag",
+                       "consumer-id", numbers=("partition", "current\noffset", "log-end\noffset", "lag"))
+    for t, p, cur, end, lag, member in rows:
+        table.add_row(t, str(p), _num(cur), _num(end), _num(lag), member or "-")
+    console.print(table)
+    console.print(f"TOTAL-LAG {total}", highlight=False)
 
 
 @app.command()
@@ -195,11 +245,13 @@ def reset_offsets(
         help="to the first offset at or after this time, ISO 8601 like 2026-01-02T03:04:05 "
              "(local time unless it ends in Z or +HH:MM)")] = None,
     shift_by: Annotated[int | None, typer.Option(
-        "--shift-by", metavar="N", help="by N records from the committed offset (negative: back)")] = None,
+        "--shift-by", metavar="N",
+        help="by N records from the committed (share groups: start) offset (negative: back)")] = None,
     execute: Annotated[bool, typer.Option("--execute", help="apply; without it this is a dry run")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
-    """Move a stopped group's committed offsets (dry run unless --execute)."""
+    """Move a stopped group's committed offsets, or a share group's start offsets (dry run
+    unless --execute)."""
     chosen = [to_earliest, to_latest, to_offset is not None, to_datetime is not None, shift_by is not None]
     if sum(chosen) != 1:
         fail("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, --shift-by", 2)
@@ -224,17 +276,46 @@ def reset_offsets(
     if missing:
         fail(f"topic {name} has no partition {', '.join(map(str, missing))} (it has {len(existing)})")
     tps = [(name, p) for p in (chosen_partitions or existing)]
+    with share_groups(bootstrap_server) as sg:
+        share = sg.describe_raw(group)
+        if share is not None:  # as kafka-share-groups.sh --reset-offsets: the start offsets move
+            coordinator, described = share
+            if described.group_state != "Empty":
+                fail(f"offsets can only be reset if the share group '{group}' is inactive, but the "
+                     f"current state is {described.group_state}; stop its consumers first")
+            current = {tp: start for tp, (_, start, _) in sg.offsets(coordinator, group).items() if start >= 0}
+            target = _targets(a, tps, current, to_earliest, to_latest, to_offset, ts, shift_by)
+            _show_targets(target, current, "start\noffset")
+            if not execute:
+                console.print("Dry run: nothing changed. Add --execute to apply.")
+                return
+            sg.alter(coordinator, group, target)
+            console.print(f"Reset the start offsets of share group [bold]{group}[/bold].")
+            return
     desc = _describe(a, group)
     state = _state_name(desc.state)
     if state not in ("Empty", "Dead"):
         fail(f"assignments can only be reset if the group '{group}' is inactive, but the current "
              f"state is {state}; stop its consumers first")
+    committed = _committed(a, group)
+    target = _targets(a, tps, committed, to_earliest, to_latest, to_offset, ts, shift_by)
+    _show_targets(target, committed, "current\noffset")
+    if not execute:
+        console.print("Dry run: nothing changed. Add --execute to apply.")
+        return
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in target.items()])
+    result(a.alter_consumer_group_offsets([request])[group], f"cannot reset offsets of group {group}")
+    console.print(f"Reset offsets of group [bold]{group}[/bold].")
+
+
+def _targets(a: AdminClient, tps: list[tuple[str, int]], current: dict[tuple[str, int], int],
+             to_earliest: bool, to_latest: bool, to_offset: int | None, ts: int | None,
+             shift_by: int | None) -> dict[tuple[str, int], int]:
+    """Each partition's new offset, clamped to its log start and end offsets."""
     earliest = _list_offsets(a, tps, OffsetSpec.earliest())
     latest = _list_offsets(a, tps, OffsetSpec.latest())
-    committed = _committed(a, group)
+    by_time = _list_offsets(a, tps, OffsetSpec.for_timestamp(ts)) if ts is not None else {}
     target: dict[tuple[str, int], int] = {}
-    if ts is not None:
-        by_time = _list_offsets(a, tps, OffsetSpec.for_timestamp(ts))
     for tp in tps:
         lo, hi = earliest[tp], latest[tp]
         if to_earliest:
@@ -244,19 +325,16 @@ def reset_offsets(
         elif to_offset is not None:
             new = to_offset
         elif shift_by is not None:
-            new = committed.get(tp, lo) + shift_by
+            new = current.get(tp, lo) + shift_by
         else:
             new = by_time[tp] if by_time[tp] >= 0 else hi
         target[tp] = min(max(new, lo), hi)
-    table = make_table("topic", "partition", "current\noffset", "new\noffset",
-                       numbers=("partition", "current\noffset", "new\noffset"))
+    return target
+
+
+def _show_targets(target: dict[tuple[str, int], int], current: dict[tuple[str, int], int], heading: str) -> None:
+    table = make_table("topic", "partition", heading, "new\noffset", numbers=("partition", heading, "new\noffset"))
     for (t, p), new in target.items():
-        cur = committed.get((t, p))
+        cur = current.get((t, p))
         table.add_row(t, str(p), "-" if cur is None else str(cur), str(new))
     console.print(table)
-    if not execute:
-        console.print("Dry run: nothing changed. Add --execute to apply.")
-        return
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, o) for (t, p), o in target.items()])
-    result(a.alter_consumer_group_offsets([request])[group], f"cannot reset offsets of group {group}")
-    console.print(f"Reset offsets of group [bold]{group}[/bold].")

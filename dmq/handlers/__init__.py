@@ -34,6 +34,7 @@ from dmq.handlers import (
     describe_groups,
     describe_producers,
     describe_share_group_offsets,
+    describe_share_partitions,
     describe_transactions,
     elect_leaders,
     end_txn,
@@ -82,6 +83,7 @@ HANDLERS: dict[int, ModuleType] = {
         query_records,
         share_group_heartbeat, share_group_describe, share_fetch, share_acknowledge,
         describe_share_group_offsets, alter_share_group_offsets, delete_share_group_offsets,
+        describe_share_partitions,
         initialize_share_group_state, read_share_group_state, write_share_group_state,
         delete_share_group_state, read_share_group_state_summary,
     )

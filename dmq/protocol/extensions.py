@@ -98,10 +98,37 @@ DescribeDelayedRecords (key 10002), version 0, flexible: the delayed records
           pending          int64   records waiting for their time
           awaiting_commit  int64   records of open transactions, pending once committed
           next_deliver_ms  int64   epoch ms of the earliest pending one, -1: none
+
+DescribeSharePartitions (key 10003), version 0, flexible: a share group's share-partitions
+as their leader holds them in memory (what ``dmq groups describe`` shows beside the
+start offsets and lag of DescribeShareGroupOffsets; Kafka has no API for it)::
+
+    DescribeSharePartitionsRequest
+      group_id         string
+      topics           [SharePartitionsTopic]
+        topic_id       uuid
+        partitions     [int32]
+
+    DescribeSharePartitionsResponse
+      throttle_time_ms int32
+      error_code       int16
+      topics           [DescribedShareTopic]
+        topic_id       uuid
+        partitions     [DescribedSharePartition]
+          partition_index   int32
+          error_code        int16   NOT_LEADER_OR_FOLLOWER where this broker does not lead it
+          loaded            bool    false: nobody fetched it since this broker took it over
+          start_offset      int64   the share-partition start offset (-1 when not loaded)
+          end_offset        int64   the last offset in flight (SPEO; -1 when not loaded)
+          in_flight         int32   records from the start offset to the end offset
+          acquired          int32   records acquired by members now
+          archiving         int32   records waiting for their dead letters
+          delivery_complete int32   records done at or past the start offset
 """
 
 
 # No ``from __future__ import annotations`` here: kio's codec reads the field types at runtime.
+import uuid
 from dataclasses import dataclass, field
 from enum import IntEnum
 from types import ModuleType
@@ -116,6 +143,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 CHECK_TRANSACTIONS_KEY = 10000
 QUERY_RECORDS_KEY = 10001
 DESCRIBE_DELAYED_KEY = 10002
+DESCRIBE_SHARE_PARTITIONS_KEY = 10003
 
 
 class Resolution(IntEnum):
@@ -354,6 +382,69 @@ class QueryRecordsResponse:
     topics: tuple[QueryTopicResult, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SharePartitionsTopic:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_SHARE_PARTITIONS_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    topic_id: uuid.UUID = field(metadata={"kafka_type": "uuid"})
+    partitions: tuple[i32, ...] = field(metadata={"kafka_type": "int32"}, default=())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeSharePartitionsRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_SHARE_PARTITIONS_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    group_id: str = field(metadata={"kafka_type": "string"})
+    topics: tuple[SharePartitionsTopic, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedSharePartition:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_SHARE_PARTITIONS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    loaded: bool = field(metadata={"kafka_type": "bool"})
+    start_offset: i64 = field(metadata={"kafka_type": "int64"})
+    end_offset: i64 = field(metadata={"kafka_type": "int64"})
+    in_flight: i32 = field(metadata={"kafka_type": "int32"})
+    acquired: i32 = field(metadata={"kafka_type": "int32"})
+    archiving: i32 = field(metadata={"kafka_type": "int32"})
+    delivery_complete: i32 = field(metadata={"kafka_type": "int32"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedShareTopic:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_SHARE_PARTITIONS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    topic_id: uuid.UUID = field(metadata={"kafka_type": "uuid"})
+    partitions: tuple[DescribedSharePartition, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeSharePartitionsResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_SHARE_PARTITIONS_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    topics: tuple[DescribedShareTopic, ...]
+
+
 def _module(name: str, *entities: type) -> ModuleType:
     module = ModuleType(name)
     for entity in entities:
@@ -378,5 +469,10 @@ EXTENSIONS: dict[int, dict[int, tuple[ModuleType, ModuleType]]] = {
         _module("query_records_v0_request", QueryRecordsRequest, QueryTopic, QueryPartition),
         _module("query_records_v0_response", QueryRecordsResponse, QueryTopicResult,
                 QueryPartitionResult, QueriedRecord, QueriedHeader),
+    )},
+    DESCRIBE_SHARE_PARTITIONS_KEY: {0: (
+        _module("describe_share_partitions_v0_request", DescribeSharePartitionsRequest, SharePartitionsTopic),
+        _module("describe_share_partitions_v0_response", DescribeSharePartitionsResponse, DescribedShareTopic,
+                DescribedSharePartition),
     )},
 }

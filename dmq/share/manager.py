@@ -153,6 +153,26 @@ class SharePartitionManager:
         return SharePartitionConfig(self.config.max_in_flight_records, s.delivery_count_limit,
                                     s.record_lock_duration_ms)
 
+    def describe(self, group_id: str, partitions: Sequence[TopicIdPartition]
+                 ) -> dict[TopicIdPartition, tuple[ErrorCode, SharePartition | None]]:
+        """The group's share-partitions as loaded here (DescribeSharePartitions):
+        NOT_LEADER_OR_FOLLOWER (or UNKNOWN_TOPIC_ID) where this broker does not lead the
+        topic-partition; a SharePartition only where one is loaded (read only)."""
+        out: dict[TopicIdPartition, tuple[ErrorCode, SharePartition | None]] = {}
+        for topic_id, index in partitions:
+            topic = self.topic_name(topic_id)
+            if topic is None:
+                out[(topic_id, index)] = (ErrorCode.unknown_topic_id, None)
+                continue
+            p = self.replica_manager.get_partition(topic, index)
+            if p is None or not p.is_leader:
+                out[(topic_id, index)] = (ErrorCode.not_leader_or_follower, None)
+                continue
+            entry = self._entries.get((group_id, topic_id, index))
+            loaded = entry is not None and not entry.dropped and entry.sp.initialized
+            out[(topic_id, index)] = (ErrorCode.none, entry.sp if loaded and entry is not None else None)
+        return out
+
     def share_partition(self, group_id: str, topic_id: uuid.UUID, partition: int) -> SharePartition | None:
         """The loaded share-partition (for tests and describe paths); None if not loaded."""
         entry = self._entries.get((group_id, topic_id, partition))
