@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -18,6 +19,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     described = []
     for group_id in request.groups:
+        if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(make(schema.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
+                                  group_id=group_id, group_state="", protocol_type="",
+                                  protocol_data="", members=()))
+            continue
         if not services.coordinators.group.owns(group_id):
             described.append(make(schema.DescribedGroup, error_code=ErrorCode.not_coordinator,
                                   group_id=group_id, group_state="", protocol_type="",

@@ -15,6 +15,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError, TopicMetadata, validate_topic_name
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -53,7 +54,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     topics: list[Any] = []
     requested = request.topics
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [_topic_entry(schema, t, live) for t in store.topics().values()]
+        # Topics the principal may not describe are left out (Kafka).
+        topics = [_topic_entry(schema, t, live) for t in store.topics().values()
+                  if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)]
     else:
         allow_create = bool(getattr(request, "allow_auto_topic_creation", True)) and bool(
             services.config["auto.create.topics.enable"])
@@ -64,11 +67,17 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 found = store.topic_by_id(topic_id)
                 if found is None:
                     topics.append(_error_entry(schema, None, topic_id, ErrorCode.unknown_topic_id))
+                elif not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, found.name):
+                    topics.append(_error_entry(schema, None, topic_id, ErrorCode.topic_authorization_failed))
                 else:
                     topics.append(_topic_entry(schema, found, live))
                 continue
             if name is None:
                 topics.append(_error_entry(schema, None, None, ErrorCode.invalid_request))
+                continue
+            if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                # Whether it exists is not disclosed (Kafka).
+                topics.append(_error_entry(schema, name, None, ErrorCode.topic_authorization_failed))
                 continue
             topic = store.topic(name)
             if topic is None:
@@ -79,6 +88,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     continue
                 if not allow_create:
                     topics.append(_error_entry(schema, name, None, ErrorCode.unknown_topic_or_partition))
+                    continue
+                if not (authorize(services, ctx, AclOperation.CREATE)
+                        or authorize(services, ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):
+                    topics.append(_error_entry(schema, name, None, ErrorCode.topic_authorization_failed))
                     continue
                 try:
                     topic = await services.admin_manager.auto_create_topic(name)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from dmq.group.share_group import DescribedShareGroup
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import (
     NO_THROTTLE,
     SHARE_GROUPS_ADVERTISED,
@@ -38,6 +41,12 @@ def _group(schema: Any, g: DescribedShareGroup) -> Any:
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    described = services.coordinators.group.share_group_describe(list(request.group_ids))
+    allowed = [g for g in request.group_ids
+               if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g)]
+    found = iter(services.coordinators.group.share_group_describe(allowed) if allowed else [])
+    allowed_set = set(allowed)
+    described = [next(found) if g in allowed_set
+                 else DescribedShareGroup(g, ErrorCode.group_authorization_failed, "Authorization failed.")
+                 for g in request.group_ids]
     return make(schema.ShareGroupDescribeResponse, throttle_time=NO_THROTTLE,
                 groups=tuple(_group(schema, g) for g in described))
