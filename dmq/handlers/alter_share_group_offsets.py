@@ -33,7 +33,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         wanted = [(t.topic_name, [(p.partition_index, p.start_offset) for p in t.partitions])
                   for t in request.topics if t not in refused]
         result = ChangeResult()
-        if wanted:
+        if wanted or not refused:
             await services.coordinators.ensure_offsets_topic()  # the group's record goes to its log
             result = await admin.alter_offsets(request.group_id, wanted)
         result = ChangeResult(result.error, result.message, result.topics + tuple(

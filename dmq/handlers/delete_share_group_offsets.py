@@ -32,7 +32,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                    if not authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, t.topic_name)]
         wanted = [t.topic_name for t in request.topics if t.topic_name not in refused]
         result = ChangeResult()
-        if wanted:
+        if wanted or not refused:
             await services.coordinators.ensure_offsets_topic()  # the group's record goes to its log
             result = await admin.delete_offsets(request.group_id, wanted)
         result = ChangeResult(result.error, result.message, result.topics + tuple(

@@ -49,7 +49,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         hidden = [(name, parts) for name, parts in topics or ()
                   if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)]
         wanted = None if topics is None else [t for t in topics if t not in hidden]
-        found = await admin.describe_offsets(g.group_id, wanted) if wanted != [] else GroupOffsets(g.group_id)
+        found = (GroupOffsets(g.group_id) if hidden and not wanted
+                 else await admin.describe_offsets(g.group_id, wanted))
         shown = tuple(t for t in found.topics
                       if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name))
         refused = tuple(TopicOffsets(name, None, tuple(

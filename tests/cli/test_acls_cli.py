@@ -20,8 +20,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 
 def rows(out: str) -> list[list[str]]:
     """The table's data rows, split into cells."""
-    return [line.split() for line in out.splitlines() if line.strip().startswith(("Topic", "Group", "Cluster",
-                                                                                   "TransactionalId"))]
+    cells = [[c.strip() for c in line.strip().strip("│").split("│")] for line in out.splitlines()]
+    return [r for r in cells if r[0] in ("Topic", "Group", "Cluster", "TransactionalId")]
 
 
 def test_add_list_remove(secured: BrokerProcess) -> None:
