@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
-from support.acl_sweep import UNCHECKED, Names, Probe, error_codes, probes
+from support.acl_sweep import UNCHECKED, Names, Probe, error_codes, extension_probes, probes
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
@@ -203,9 +203,10 @@ def advertised(broker: BrokerProcess) -> dict[int, tuple[int, int]]:
 
 def all_probes(broker: BrokerProcess, names: Names) -> list[Probe]:
     versions = advertised(broker)
-    # The share coordinator's inter-broker APIs (83-87) are not advertised but answered.
+    # The share coordinator's inter-broker APIs (83-87) and dmq's own are not advertised
+    # but answered.
     versions.update({k: (h.MIN_VERSION, h.MAX_VERSION) for k, h in HANDLERS.items() if k in range(83, 88)})
-    return probes(versions, names)
+    return probes(versions, names) + extension_probes(names)
 
 
 def test_every_advertised_api_has_a_probe(secured: tuple[BrokerProcess, dict[str, Any], Names]) -> None:

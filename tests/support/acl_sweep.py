@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.protocol import extensions as ext
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.record.records import encode_batch
 
@@ -25,6 +26,7 @@ TOPIC_AUTH = ErrorCode.topic_authorization_failed
 GROUP_AUTH = ErrorCode.group_authorization_failed
 CLUSTER_AUTH = ErrorCode.cluster_authorization_failed
 TXN_AUTH = ErrorCode.transactional_id_authorization_failed
+TRANSACTIONAL = 0x10  # a record batch's attributes bit
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,11 @@ def probes(versions: dict[int, tuple[int, int]], n: Names) -> list[Probe]:
             add("produce", key, v, {TOPIC_AUTH}, transactional_id=None, acks=-1, timeout=T5, topic_data=(
                 m(key, v, "TopicProduceData", name=t, partition_data=(
                     m(key, v, "PartitionProduceData", index=0, records=encode_batch([(b"k", b"v", [])])),)),))
+            transactional = encode_batch([(b"k", b"v", [])], producer_id=1, producer_epoch=0, base_sequence=0,
+                                         attributes_extra=TRANSACTIONAL)
+            add("transactional produce", key, v, {TXN_AUTH}, transactional_id=x, acks=-1, timeout=T5, topic_data=(
+                m(key, v, "TopicProduceData", name=t, partition_data=(
+                    m(key, v, "PartitionProduceData", index=0, records=transactional),)),))
         elif key == 1:
             for label, replica in (("fetch", -1), ("fetch as a follower", 1)):
                 add(label, key, v, {TOPIC_AUTH}, replica_id=replica, max_wait=timedelta(milliseconds=10),
@@ -279,3 +286,22 @@ def probes(versions: dict[int, tuple[int, int]], n: Names) -> list[Probe]:
 
 # APIs Kafka answers whoever asks (no ACL check): ApiVersions, DescribeCluster.
 UNCHECKED = frozenset({18, 60})
+
+
+def extension_probes(n: Names) -> list[Probe]:
+    """dmq's own APIs (not advertised: only dmq's client and CLI send them), each refused
+    as its nearest Kafka API refuses."""
+    t, s = n.topic, n.share_group
+    return [
+        Probe("check transactions (half messages)", ext.CHECK_TRANSACTIONS_KEY, 0,
+              ext.CheckTransactionsRequest(producer_group="sweep", describe_only=False, answers=()),
+              frozenset({TXN_AUTH})),
+        Probe("query records", ext.QUERY_RECORDS_KEY, 0, ext.QueryRecordsRequest(
+            key=b"k", max_records=10, max_bytes=10**6, topics=(ext.QueryTopic(name=t, partitions=(
+                ext.QueryPartition(partition_index=0),)),)), frozenset({TOPIC_AUTH})),
+        Probe("describe delayed records", ext.DESCRIBE_DELAYED_KEY, 0, ext.DescribeDelayedRecordsRequest(
+            topics=(ext.DelayedTopicRequest(name=t, partitions=(0,)),)), frozenset({TOPIC_AUTH})),
+        Probe("describe share partitions", ext.DESCRIBE_SHARE_PARTITIONS_KEY, 0, ext.DescribeSharePartitionsRequest(
+            group_id=s, topics=(ext.SharePartitionsTopic(topic_id=n.topic_id, partitions=(0,)),)),
+              frozenset({GROUP_AUTH})),
+    ]
