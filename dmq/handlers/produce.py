@@ -45,8 +45,9 @@ def _unauthorized(services: BrokerServices, ctx: RequestContext, request: Any,
                                             ResourceType.TRANSACTIONAL_ID, txn_id)):
         return dict.fromkeys(entries, ProduceResult(ErrorCode.transactional_id_authorization_failed))
     refused = ProduceResult(ErrorCode.topic_authorization_failed)
-    return {tp: refused for tp in entries
-            if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TOPIC, tp[0])}
+    denied = {topic for topic in {tp[0] for tp in entries}
+              if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
+    return {tp: refused for tp in entries if tp[0] in denied} if denied else {}
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:

@@ -19,6 +19,8 @@ from dmq.cluster.acls import AclResource, StoredAce
 
 
 class ResourceType(IntEnum):
+    __hash__ = int.__hash__  # C-level: decisions are cached by these
+
     UNKNOWN = 0
     ANY = 1
     TOPIC = 2
@@ -30,6 +32,8 @@ class ResourceType(IntEnum):
 
 
 class PatternType(IntEnum):
+    __hash__ = int.__hash__  # C-level: decisions are cached by these
+
     UNKNOWN = 0
     ANY = 1
     MATCH = 2
@@ -38,6 +42,8 @@ class PatternType(IntEnum):
 
 
 class AclOperation(IntEnum):
+    __hash__ = int.__hash__  # C-level: decisions are cached by these
+
     UNKNOWN = 0
     ANY = 1
     ALL = 2
@@ -56,6 +62,8 @@ class AclOperation(IntEnum):
 
 
 class AclPermissionType(IntEnum):
+    __hash__ = int.__hash__  # C-level: decisions are cached by these
+
     UNKNOWN = 0
     ANY = 1
     DENY = 2
