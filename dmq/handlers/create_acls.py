@@ -34,6 +34,10 @@ def _binding(c: Any) -> AclBinding:
                            code_of(AclPermissionType, c.permission_type))).validated()
 
 
+def _refusal(e: MetadataError | None) -> tuple[ErrorCode, str | None]:
+    return (ErrorCode.none, None) if e is None else (ErrorCode[e.error], str(e))
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
 
@@ -54,10 +58,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             outcome.append((ErrorCode.none, None))
         except AclError as e:
             outcome.append((ErrorCode.invalid_request, str(e)))
-    try:
-        await services.authorizer.create_acls(valid)
-    except MetadataError as e:
-        outcome = [(ErrorCode[e.error], str(e)) if err == ErrorCode.none else (err, msg)
-                   for err, msg in outcome]
+    stored = iter(await services.authorizer.create_acls(valid))
+    outcome = [(err, msg) if err != ErrorCode.none else _refusal(next(stored)) for err, msg in outcome]
     return make(schema.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(
         make(schema.AclCreationResult, error_code=err, error_message=msg) for err, msg in outcome))

@@ -185,14 +185,20 @@ class AclAuthorizer:
     def acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
         return sorted(b for b in self.bindings() if acl_filter.matches(b))
 
-    async def create_acls(self, bindings: list[AclBinding]) -> None:
-        """Add ``bindings`` (already validated); one store write per resource."""
+    async def create_acls(self, bindings: list[AclBinding]) -> list[MetadataError | None]:
+        """Add ``bindings`` (already validated), one store write per resource; per binding,
+        the store's refusal of its resource's write, or None."""
         by_resource: dict[AclResource, set[StoredAce]] = {}
         for b in bindings:
             resource, ace = b.stored()
             by_resource.setdefault(resource, set()).add(ace)
+        failed: dict[AclResource, MetadataError] = {}
         for resource, added in by_resource.items():
-            await self.store.update_acls(resource, _adding(frozenset(added)))
+            try:
+                await self.store.update_acls(resource, _adding(frozenset(added)))
+            except MetadataError as e:
+                failed[resource] = e
+        return [failed.get(b.stored()[0]) for b in bindings]
 
     async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
         """Remove what each filter matches; per filter, the bindings it removed."""

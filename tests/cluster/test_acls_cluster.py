@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -76,3 +77,15 @@ def test_acls_reach_every_broker_and_survive_a_broker_restart(cluster: Cluster) 
     assert meta.topics["audit-log"].error is not None
     assert meta.topics["audit-log"].error.code() == ErrorCode.topic_authorization_failed.value
     assert via3.list_topics("secret", timeout=10).topics["secret"].error is None
+    # A group name with "/" cannot be a znode: that ACL alone is refused (INVALID_REQUEST),
+    # the others of the request are created.
+    slash = AclBinding(ResourceType.GROUP, "team/a", ResourcePatternType.LITERAL, "User:*", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW)
+    plain = AclBinding(ResourceType.GROUP, "team-a", ResourcePatternType.LITERAL, "User:*", "*",
+                       AclOperation.READ, AclPermissionType.ALLOW)
+    futures = via3.create_acls([slash, plain])
+    with pytest.raises(KafkaException, match="cannot be stored in ZooKeeper"):
+        futures[slash].result(10)
+    assert futures[plain].result(10) is None
+    cluster.wait_for(lambda: sorted(b.name for b in via1.describe_acls(ANY_ACL).result(10)) == ["aud", "team-a"],
+                     "broker 1 seeing broker 3's ACL")
