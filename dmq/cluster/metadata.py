@@ -3,7 +3,8 @@
 ``MetadataStore`` is the interface the broker codes against. Its znode-shaped
 model follows classic Kafka: a topic has an id, an assignment
 (partition -> replicas), per-partition state (leader, leader epoch, ISR) and
-config overrides. ``EmbeddedMetadataStore`` keeps that model in one JSON file
+config overrides; the store also keeps ACLs (``dmq.cluster.acls``) and group configs.
+``EmbeddedMetadataStore`` keeps that model in one JSON file
 (``<data-dir>/__cluster_metadata.json``, written atomically and fsynced) for a
 single broker; a ZooKeeper-backed store implements the same interface for
 clusters. Callers run on the event-loop thread; writes are ``async``.
