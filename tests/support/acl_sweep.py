@@ -271,6 +271,11 @@ def probes(versions: dict[int, tuple[int, int]], n: Names) -> list[Probe]:
                 key, v, data, topic_id=n.topic_id, partitions=(m(
                     key, v, "PartitionData", partition=0, state_epoch=1, leader_epoch=0, start_offset=0,
                     delivery_complete_count=0, state_batches=()),)),))
+        elif key == 50:  # Kafka: Describe on the cluster (the SASL part's API)
+            add("describe user SCRAM credentials", key, v, {CLUSTER_AUTH}, users=None)
+        elif key == 51:  # Kafka: Alter on the cluster
+            add("alter user SCRAM credentials", key, v, {CLUSTER_AUTH}, deletions=(
+                m(key, v, "ScramCredentialDeletion", name="sweep-user", mechanism=1),), upsertions=())
         elif key == 90:
             add("describe share group offsets", key, v, {GROUP_AUTH}, groups=(
                 m(key, v, "DescribeShareGroupOffsetsRequestGroup", group_id=s, topics=None),))
@@ -284,8 +289,9 @@ def probes(versions: dict[int, tuple[int, int]], n: Names) -> list[Probe]:
     return out
 
 
-# APIs Kafka answers whoever asks (no ACL check): ApiVersions, DescribeCluster.
-UNCHECKED = frozenset({18, 60})
+# APIs Kafka answers whoever asks (no ACL check): ApiVersions, DescribeCluster, and the
+# authentication itself (SaslHandshake, SaslAuthenticate).
+UNCHECKED = frozenset({18, 60, 17, 36})
 
 
 def extension_probes(n: Names) -> list[Probe]:
