@@ -87,6 +87,9 @@ class AclAuthorizer:
         found = self._cache.get(key)
         if found is None:
             found = self._decide(principal, host, operation, resource_type, name)
+            if not found and log.isEnabledFor(logging.DEBUG):  # once per cached decision
+                log.debug("Principal = %s is Denied Operation = %s from host = %s on resource = %s:LITERAL:%s",
+                          principal, operation.name, host, resource_type.name, name)
             if len(self._cache) >= CACHE_LIMIT:
                 self._cache.clear()
             self._cache[key] = found
