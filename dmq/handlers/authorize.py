@@ -13,10 +13,13 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from dmq.handlers.context import BrokerServices, RequestContext
-from dmq.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from dmq.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 
-__all__ = ["CLUSTER_NAME", "AclOperation", "ResourceType", "authorize", "authorize_any_topic",
-           "authorize_config_resource", "refusal"]
+__all__ = ["CLUSTER_NAME", "NOT_REQUESTED", "AclOperation", "ResourceType", "authorize",
+           "authorize_any_topic", "authorize_config_resource", "authorized_operations", "refusal"]
+
+# The authorized-operations fields' value when the client did not ask for them.
+NOT_REQUESTED = -(2**31)
 
 _REFUSALS = {
     ResourceType.TOPIC: ErrorCode.topic_authorization_failed,
@@ -62,3 +65,11 @@ def authorize_config_resource(services: BrokerServices, ctx: RequestContext, ope
     if authorize(services, ctx, operation, resource_type, resource_name):
         return ErrorCode.none
     return refusal(resource_type)
+
+
+def authorized_operations(services: BrokerServices, ctx: RequestContext, resource_type: ResourceType,
+                          name: str = CLUSTER_NAME) -> int:
+    """Kafka's authorizedOperations: a bit (1 << code) per operation of the resource type
+    the principal may do (every one without an authorizer)."""
+    return sum(1 << int(op) for op in SUPPORTED_OPERATIONS[resource_type]
+               if authorize(services, ctx, op, resource_type, name))

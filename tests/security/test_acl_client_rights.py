@@ -14,7 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection
+from confluent_kafka.admin import AclOperation, AdminClient
 from kio.schema.errors import ErrorCode
 from support.broker import BrokerProcess
 
@@ -141,3 +142,31 @@ def test_an_allowed_group_still_refuses_a_topic(broker: BrokerProcess) -> None:
                                     (TOPIC, DENIED_TOPIC))))
     assert {t.name: t.partitions[0].error_code for t in answer.topics} == {
         TOPIC: ErrorCode.none, DENIED_TOPIC: ErrorCode.topic_authorization_failed}
+
+
+def test_authorized_operations_as_the_admin_client_asks_for_them(broker: BrokerProcess) -> None:
+    """Describe Topics/Cluster/Groups with include_authorized_operations: the operations this
+    principal's ACLs allow (Describe implied by Read and Write)."""
+    a = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topics = a.describe_topics(TopicCollection([TOPIC]), include_authorized_operations=True)
+    assert set(topics[TOPIC].result(10).authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE}
+    # DescribeCluster (librdkafka asks Metadata v12, which has no cluster field): none for this
+    # principal (no Describe on the cluster), every cluster operation for the admin (All).
+    for c, expected in ((WireClient(broker.host, broker.port), 0), (admin(broker), sum(
+            1 << op for op in (5, 7, 8, 9, 10, 11, 12)))):
+        with c:
+            described = c.request(make(request_class(60, 1), include_cluster_authorized_operations=True,
+                                       endpoint_type=1))
+        assert described.cluster_authorized_operations == expected
+    produce(broker, TOPIC, idempotent=False)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": GROUP, "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([TOPIC])
+        for _ in range(40):
+            if c.poll(0.5) is not None and c.assignment():
+                break
+        groups = a.describe_consumer_groups([GROUP], include_authorized_operations=True)
+        assert set(groups[GROUP].result(10).authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
+    finally:
+        c.close()
