@@ -846,9 +846,9 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def update_acls(self, resource: AclResource, change: AclChange) -> frozenset[StoredAce]:
         """Compare-and-set on the resource's znode (retried on a concurrent change), then a
         change notification that every broker (this one too) acts on."""
-        if "/" in resource.name:
+        if "/" in resource.name or "\x00" in resource.name or resource.name in (".", ".."):
             raise MetadataError("invalid_request",
-                                f"a resource name with '/' cannot be stored in ZooKeeper: {resource.name!r}")
+                                f"this resource name cannot be stored in ZooKeeper (a znode name): {resource.name!r}")
         path = zk_acls.resource_path(resource)
         while True:
             found = await self.client.get_or_none(path)
