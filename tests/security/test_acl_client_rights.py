@@ -14,7 +14,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AclOperation, AdminClient
 from kio.schema.errors import ErrorCode
 from support.broker import BrokerProcess
@@ -25,6 +32,7 @@ from dmq.protocol.codec import make, request_class, request_module
 CLIENT = ("User:ANONYMOUS", "127.0.0.1")  # how the broker sees this test's clients
 ADMIN_HOST = "127.0.0.2"  # the admin connects from here (see test_acl_sweep)
 TOPIC, DENIED_TOPIC, GROUP = "ledger", "salaries", "accounting"
+TRANSACTIONAL_ID = "ledger-app"
 
 
 def admin(broker: BrokerProcess) -> WireClient:
@@ -62,6 +70,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
             grant(c, 2, TOPIC, WRITE, *CLIENT)   # the producer: Write (so also an idempotent one)
             grant(c, 2, "led", READ, *CLIENT, pattern=4)  # the consumer: Read on the topic (prefixed)
             grant(c, 3, GROUP, READ, *CLIENT)    # and on its group
+            grant(c, 5, TRANSACTIONAL_ID, WRITE, *CLIENT)  # a transactional producer: Write on its id
         yield proc
     finally:
         proc.close()
@@ -170,3 +179,23 @@ def test_authorized_operations_as_the_admin_client_asks_for_them(broker: BrokerP
         assert set(groups[GROUP].result(10).authorized_operations) == {AclOperation.READ, AclOperation.DESCRIBE}
     finally:
         c.close()
+
+
+def test_a_transactional_producer_with_write_on_its_transactional_id(broker: BrokerProcess) -> None:
+    """InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn with
+    Write on the transactional id (and Write on the topic, Read on the group); another
+    transactional id is refused at init_transactions."""
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": TRANSACTIONAL_ID})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(TOPIC, value=b"in a transaction")
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": GROUP, "enable.auto.commit": False})
+    try:
+        p.send_offsets_to_transaction([TopicPartition(TOPIC, 0, 1)], c.consumer_group_metadata(), 15)
+    finally:
+        c.close()
+    p.commit_transaction(15)
+    other = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "payroll-app"})
+    with pytest.raises(KafkaException) as refused:
+        other.init_transactions(15)
+    assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
