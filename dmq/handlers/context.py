@@ -81,7 +81,7 @@ class RequestContext:
     # The client connection's id (dmq/server/network.py; 0: none, say a test's direct
     # call): share sessions remember it and are released when it closes.
     connection_id: int = 0
-    # Who sent the request (Kafka's KafkaPrincipal string) and on which listener: set by
-    # dmq/server/network.py from the connection's authentication.
+    # Kafka's KafkaPrincipal string of the connection's authenticated principal, and the
+    # listener the request came in on (set by dmq/server/network.py's broker dispatch).
     principal: str = "User:ANONYMOUS"
     listener: str = "PLAINTEXT"
