@@ -183,3 +183,11 @@ def test_every_version_of_the_acl_apis(secured_broker: BrokerProcess, version: i
                              pattern_type_filter=1, principal_filter=None, host_filter=None, operation=1,
                              permission_type=1))
         assert bad.error_code == ErrorCode.invalid_request
+
+
+def test_an_unknown_authorizer_stops_the_broker_with_one_line(tmp_path: Path) -> None:
+    proc = BrokerProcess(tmp_path / "data", overrides={"authorizer.class.name": "com.example.MyAuthorizer"})
+    with pytest.raises(RuntimeError, match="exited early") as failed:
+        proc.start()
+    assert "authorizer.class.name=com.example.MyAuthorizer is not an authorizer dmq has" in str(failed.value)
+    assert "Traceback" not in str(failed.value)
