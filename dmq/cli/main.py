@@ -161,7 +161,7 @@ SUBCOMMANDS = {
     "topics": "dmq.cli.topics", "groups": "dmq.cli.groups", "messages": "dmq.cli.messages",
     "configs": "dmq.cli.configs", "bench": "dmq.cli.bench", "pipeline": "dmq.cli.pipeline",
     "cluster": "dmq.cli.cluster", "partitions": "dmq.cli.partitions",
-    "transactions": "dmq.cli.transactions", "retry": "dmq.cli.retry",
+    "transactions": "dmq.cli.transactions", "retry": "dmq.cli.retry", "acls": "dmq.cli.acls",
 }
 
 

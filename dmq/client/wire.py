@@ -26,8 +26,11 @@ from dmq.protocol.lenient import READERS as LENIENT_READERS
 
 
 class WireClient:
-    def __init__(self, host: str, port: int, client_id: str = "dmq-wire", timeout: float = 10.0) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host: str, port: int, client_id: str = "dmq-wire", timeout: float = 10.0,
+                 source_host: str | None = None) -> None:
+        """``source_host``: the local address to connect from (tests: another loopback address)."""
+        self.sock = socket.create_connection((host, port), timeout=timeout,
+                                             source_address=(source_host, 0) if source_host else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
         self.correlation_id = 0

@@ -3,7 +3,8 @@
 ``MetadataStore`` is the interface the broker codes against. Its znode-shaped
 model follows classic Kafka: a topic has an id, an assignment
 (partition -> replicas), per-partition state (leader, leader epoch, ISR) and
-config overrides. ``EmbeddedMetadataStore`` keeps that model in one JSON file
+config overrides; the store also keeps ACLs (``dmq.cluster.acls``) and group configs.
+``EmbeddedMetadataStore`` keeps that model in one JSON file
 (``<data-dir>/__cluster_metadata.json``, written atomically and fsynced) for a
 single broker; a ZooKeeper-backed store implements the same interface for
 clusters. Callers run on the event-loop thread; writes are ``async``.
@@ -19,6 +20,15 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+from dmq.cluster.acls import (
+    AclChange,
+    AclMap,
+    AclResource,
+    StoredAce,
+    decode_embedded,
+    encode_embedded,
+)
 
 LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -169,6 +179,18 @@ class MetadataStore(ABC):
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
         """Replace a group's config overrides (none: the group has no overrides)."""
 
+    # ACLs (dmq.security's authorizer decides with them): ``acl_version`` grows with every
+    # change of ``acls()`` this store applies, whoever made it.
+    acl_version: int = 0
+
+    def acls(self) -> AclMap:
+        """Every resource pattern with ACLs and its entries (none: no authorizer data)."""
+        return {}
+
+    async def update_acls(self, resource: AclResource, change: AclChange) -> frozenset[StoredAce]:
+        """Replace one resource's entries by ``change(current)`` atomically; return them."""
+        raise MetadataError("security_disabled", "this metadata store keeps no ACLs")
+
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
 
@@ -199,6 +221,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = 0
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
+        self._acls: dict[AclResource, frozenset[StoredAce]] = {}
         self._write_lock = asyncio.Lock()
         os.makedirs(data_dir, exist_ok=True)
         if os.path.exists(self.path):
@@ -208,6 +231,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._next_producer_id = int(raw.get("next_producer_id", 0))
             self._broker_configs = {str(k): dict(v) for k, v in raw.get("broker_configs", {}).items()}
             self._group_configs = {str(k): dict(v) for k, v in raw.get("group_configs", {}).items()}
+            self._acls = decode_embedded(raw.get("acls"))
             for t in raw["topics"]:
                 parts = {int(p): PartitionState(**s) for p, s in t["partitions"].items()}
                 self._topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], parts, t["configs"])
@@ -218,7 +242,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def _snapshot(self, topics: dict[str, TopicMetadata] | None = None,
                   broker_configs: dict[str, dict[str, str]] | None = None,
                   next_producer_id: int | None = None,
-                  group_configs: dict[str, dict[str, str]] | None = None) -> dict[str, object]:
+                  group_configs: dict[str, dict[str, str]] | None = None,
+                  acls: AclMap | None = None) -> dict[str, object]:
         """The file's content: the current state with the given parts replaced."""
         return {
             "version": 1,
@@ -226,6 +251,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "next_producer_id": self._next_producer_id if next_producer_id is None else next_producer_id,
             "broker_configs": self._broker_configs if broker_configs is None else broker_configs,
             "group_configs": self._group_configs if group_configs is None else group_configs,
+            "acls": encode_embedded(self._acls if acls is None else acls),
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
                  "partitions": {str(p): asdict(s) for p, s in t.partitions.items()}}
@@ -344,6 +370,24 @@ class EmbeddedMetadataStore(MetadataStore):
                 new.pop(group_id, None)
             await self._persist(self._snapshot(group_configs=new),
                                 lambda: setattr(self, "_group_configs", new))
+
+    def acls(self) -> AclMap:
+        return self._acls
+
+    async def update_acls(self, resource: AclResource, change: AclChange) -> frozenset[StoredAce]:
+        async with self._write_lock:
+            new_aces = change(self._acls.get(resource, frozenset()))
+            new = dict(self._acls)
+            if new_aces:
+                new[resource] = new_aces
+            else:
+                new.pop(resource, None)
+
+            def apply() -> None:
+                self._acls = new
+                self.acl_version += 1
+            await self._persist(self._snapshot(acls=new), apply)
+            return new_aces
 
     async def allocate_producer_ids(self, count: int) -> int:
         async with self._write_lock:

@@ -15,6 +15,7 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
     /admin/reassign_partitions                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
     /admin/preferred_replica_election             {"version":1,"partitions":[{"topic","partition"}]}
     /admin/controlled_shutdown/<id>   ephemeral   a broker asks the controller to move its leadership away
+    /kafka-acl..., /kafka-acl-extended...         ACLs and their change notifications (``dmq.cluster.zk.acls``)
 
 (paths in ``dmq.cluster.zk.paths``, payloads in ``dmq.cluster.zk.codecs``).
 
@@ -42,6 +43,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from dmq.cluster.acls import LITERAL as LITERAL_ACLS
+from dmq.cluster.acls import PREFIXED as PREFIXED_ACLS
+from dmq.cluster.acls import AclChange, AclMap, AclResource, StoredAce, decode_aces, encode_aces
 from dmq.cluster.metadata import (
     DEFAULT_BROKER_ENTITY,
     BrokerInfo,
@@ -50,6 +54,7 @@ from dmq.cluster.metadata import (
     PartitionState,
     TopicMetadata,
 )
+from dmq.cluster.zk import acls as zk_acls
 from dmq.cluster.zk import codecs, paths
 from dmq.cluster.zk.client import (
     CONNECTED,
@@ -101,6 +106,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
         self._group_config_watches: set[str] = set()
+        self._acls: dict[AclResource, frozenset[StoredAce]] = {}
+        # Change notifications read so far, per parent, with their creation times.
+        self._acl_changes_seen: dict[str, dict[str, int]] = {
+            zk_acls.ACL_CHANGES: {}, zk_acls.ACL_EXTENDED_CHANGES: {}}
         self._refreshes: asyncio.Queue[tuple[str, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
@@ -136,6 +145,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             await self.client.watch_data_forever(paths.broker_config(entity),
                                                  self._broker_config_watch(entity))
         await self.client.watch_children(paths.CONFIG_GROUPS, lambda c: self._enqueue("group_configs", c))
+        await self._load_acls()
+        for parent in (zk_acls.ACL_CHANGES, zk_acls.ACL_EXTENDED_CHANGES):
+            await self.client.watch_children(
+                parent, lambda c, parent=parent: self._enqueue("acl_changes", (parent, c)))  # type: ignore[misc]
         await self.synced()
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -217,6 +230,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                     await self.refresh_topic(arg)
                 elif kind == "group_configs":
                     await self._watch_group_configs(arg)
+                elif kind == "acl_changes":
+                    await self._acl_changes(*arg)
             except MetadataError as e:
                 log.warning("refreshing %s from ZooKeeper failed (%s); retrying", kind, e)
                 asyncio.get_running_loop().call_later(REFRESH_RETRY_S, self._enqueue, kind, arg)
@@ -760,6 +775,102 @@ class ZooKeeperMetadataStore(MetadataStore):
         except NoNodeError:
             await self.client.create(path, codecs.encode_config(configs), makepath=True)
         self._group_configs[group_id] = dict(configs)  # what the watch will bring
+
+    # ------------------------------------------------------------------ ACLs
+
+    def acls(self) -> AclMap:
+        return self._acls
+
+    def _set_acls(self, resource: AclResource, aces: frozenset[StoredAce]) -> None:
+        if aces:
+            self._acls[resource] = aces
+        else:
+            self._acls.pop(resource, None)
+        self.acl_version += 1
+
+    @staticmethod
+    def _decode_aces(resource: AclResource, data: bytes | None) -> frozenset[StoredAce]:
+        try:
+            return decode_aces(data)
+        except ValueError as e:
+            log.warning("ignoring the ACLs of %s: %s", zk_acls.resource_path(resource), e)
+            return frozenset()
+
+    async def _load_acls(self) -> None:
+        """Every ACL in ZooKeeper, read once at startup; notifications bring the changes.
+        The notifications present now are taken as read: what they name is loaded here."""
+        for parent in zk_acls.PARENTS:
+            await self.client.ensure_path(parent)
+        for parent, seen in self._acl_changes_seen.items():
+            seen.update(dict.fromkeys(await self.client.children(parent), 0))
+        acls: dict[AclResource, frozenset[StoredAce]] = {}
+        for pattern in (LITERAL_ACLS, PREFIXED_ACLS):
+            root = zk_acls.store_root(pattern)
+            for resource_type in await self.client.children(root):
+                for name in await self.client.children(f"{root}/{resource_type}"):
+                    resource = AclResource(resource_type, pattern, name)
+                    found = await self.client.get_or_none(zk_acls.resource_path(resource))
+                    aces = self._decode_aces(resource, found[0] if found else None)
+                    if aces:
+                        acls[resource] = aces
+        self._acls = acls
+        self.acl_version += 1
+
+    async def _acl_changes(self, parent: str, children: list[str]) -> None:
+        """Re-read the resources that new change notifications name (Kafka's
+        ZkNodeChangeNotificationListener); remove notifications older than 15 minutes."""
+        seen = self._acl_changes_seen[parent]
+        now_ms = int(time.time() * 1000)
+        for child in sorted(c for c in children if c not in seen and c.startswith(zk_acls.CHANGE_PREFIX)):
+            found = await self.client.get_or_none(f"{parent}/{child}")
+            if found is not None:
+                try:
+                    resource = zk_acls.decode_change(parent, found[0])
+                except ValueError as e:
+                    log.warning("ignoring ACL change notification %s/%s: %s", parent, child, e)
+                else:
+                    current = await self.client.get_or_none(zk_acls.resource_path(resource))
+                    self._set_acls(resource, self._decode_aces(resource, current[0] if current else None))
+            # Only once read: a refresh that failed comes back to it.
+            seen[child] = found[1].ctime if found is not None else 0
+        present = set(children)
+        for child, ctime in list(seen.items()):
+            if child not in present:
+                del seen[child]
+            elif 0 < ctime < now_ms - zk_acls.CHANGE_EXPIRATION_MS:
+                try:
+                    await self.client.delete(f"{parent}/{child}")
+                except NoNodeError:
+                    pass
+
+    async def update_acls(self, resource: AclResource, change: AclChange) -> frozenset[StoredAce]:
+        """Compare-and-set on the resource's znode (retried on a concurrent change), then a
+        change notification that every broker (this one too) acts on."""
+        if "/" in resource.name or "\x00" in resource.name or resource.name in (".", ".."):
+            raise MetadataError("invalid_request",
+                                f"this resource name cannot be stored in ZooKeeper (a znode name): {resource.name!r}")
+        path = zk_acls.resource_path(resource)
+        while True:
+            found = await self.client.get_or_none(path)
+            current = self._decode_aces(resource, found[0]) if found is not None else frozenset()
+            new = change(current)
+            if new == current:
+                return new
+            try:
+                if found is None:
+                    await self.client.create(path, encode_aces(new), makepath=True)
+                elif new:
+                    await self.client.set(path, encode_aces(new), version=found[1].version)
+                else:
+                    await self.client.delete(path, version=found[1].version)
+            except (NodeExistsError, BadVersionError, NoNodeError):
+                continue
+            break
+        await self.client.create(
+            f"{zk_acls.change_parent(resource.pattern_type)}/{zk_acls.CHANGE_PREFIX}",
+            zk_acls.encode_change(resource), sequence=True)
+        self._set_acls(resource, new)  # what the notification will bring
+        return new
 
     async def allocate_producer_ids(self, count: int) -> int:
         path = paths.PRODUCER_ID_BLOCK

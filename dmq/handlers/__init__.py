@@ -21,13 +21,16 @@ from dmq.handlers import (
     alter_share_group_offsets,
     api_versions,
     check_transactions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_share_group_offsets,
     delete_share_group_state,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_delayed_records,
@@ -86,6 +89,7 @@ HANDLERS: dict[int, ModuleType] = {
         describe_share_partitions,
         initialize_share_group_state, read_share_group_state, write_share_group_state,
         delete_share_group_state, read_share_group_state_summary,
+        describe_acls, create_acls, delete_acls,
     )
 }
 

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import OFFSETS_TOPIC
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -16,7 +17,12 @@ MAX_VERSION = 3
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
-    if not request.group_id:
+    # Kafka: WRITE on the transactional id, READ on the group.
+    if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    elif not request.group_id:
         error = ErrorCode.invalid_group_id
     else:
         await services.coordinators.ensure_offsets_topic()  # the transaction writes offsets there

@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -29,6 +30,21 @@ def _unknown(services: BrokerServices, wanted: Partitions) -> set[tuple[str, int
         if meta is None or index not in meta.partitions:
             out.add((topic, index))
     return out
+
+
+def _client_refusals(services: BrokerServices, ctx: RequestContext, txn_id: str,
+                     wanted: Partitions) -> dict[tuple[str, int], ErrorCode] | None:
+    """Kafka's rules for a client's request (v0-3): WRITE on the transactional id (else
+    every partition is refused), WRITE on each topic (a refused topic's partitions say
+    so, the others were not tried)."""
+    if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+    refused = {topic for topic, _ in wanted
+               if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
+    if not refused:
+        return None
+    return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused else ErrorCode.operation_not_attempted
+            for tp in wanted}
 
 
 async def _one(services: BrokerServices, version: int, txn_id: str, producer_id: int, epoch: int,
@@ -61,11 +77,20 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     if ctx.api_version < 4:
         wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-        errors = await _one(services, ctx.api_version, request.v3_and_below_transactional_id,
+        refused = _client_refusals(services, ctx, request.v3_and_below_transactional_id, wanted)
+        errors = refused if refused is not None else await _one(services, ctx.api_version, request.v3_and_below_transactional_id,
                             request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted, False)
         return make(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
                     results_by_topic_v3_and_below=_topic_results(schema, request.v3_and_below_topics, errors))
     results = []
+    if not authorize(services, ctx, AclOperation.CLUSTER_ACTION):  # v4+: brokers' requests
+        for txn in request.transactions:
+            wanted = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+            results.append(make(schema.AddPartitionsToTxnResult, transactional_id=txn.transactional_id,
+                                topic_results=_topic_results(schema, txn.topics, dict.fromkeys(
+                                    wanted, ErrorCode.cluster_authorization_failed))))
+        return make(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, results_by_transaction=tuple(results))
     for txn in request.transactions:
         wanted = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
         errors = await _one(services, ctx.api_version, txn.transactional_id, txn.producer_id, txn.producer_epoch,

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
+from dmq.handlers.authorize import AclOperation, authorize_config_resource
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -30,7 +31,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     for res in request.resources:
         error, message = ErrorCode.none, None
         configs = {c.name: c.value for c in res.configs if c.value is not None}
+        refused = authorize_config_resource(services, ctx, AclOperation.ALTER_CONFIGS,
+                                            res.resource_type, res.resource_name)
         try:
+            if refused != ErrorCode.none:
+                raise MetadataError(refused.name, "Authorization failed.")
             if res.resource_type == RESOURCE_TOPIC:
                 await services.admin_manager.alter_topic_configs(res.resource_name, configs,
                                                         request.validate_only)

@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
+from dmq.handlers.authorize import AclOperation, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -25,6 +26,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     targets = {(t.name, p.partition_index): (list(p.replicas) if p.replicas is not None else None)
                for t in request.topics for p in t.partitions}
+    if not authorize(services, ctx, AclOperation.ALTER):
+        return make(schema.AlterPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed,
+                    error_message="Cluster authorization failed.", responses=tuple(
+                        make(schema.ReassignableTopicResponse, name=t.name, partitions=tuple(
+                            make(schema.ReassignablePartitionResponse, partition_index=p.partition_index,
+                                 error_code=ErrorCode.cluster_authorization_failed,
+                                 error_message="Cluster authorization failed.")
+                            for p in t.partitions))
+                        for t in request.topics))
     try:
         results = await services.admin_manager.reassign_partitions(targets)
     except MetadataError as e:

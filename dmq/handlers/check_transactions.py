@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.protocol.extensions import CHECK_TRANSACTIONS_KEY
@@ -41,6 +42,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     found: list[HalfTransaction]
     if not group:
         error, found = ErrorCode.invalid_request, []
+    elif not authorize(services, ctx, AclOperation.DESCRIBE if request.describe_only else AclOperation.WRITE,
+                       ResourceType.TRANSACTIONAL_ID, f"__dmq_half/{group}/"):
+        # The group's half transactions have the ids __dmq_half/<group>/<instance>: as for
+        # EndTxn (DescribeTransactions when only listing), a prefixed ACL on
+        # "__dmq_half/<group>/" covers them.
+        error, found = ErrorCode.transactional_id_authorization_failed, []
     elif request.describe_only:
         error, found = services.transactions.half_transactions(group)
     else:

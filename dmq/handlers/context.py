@@ -13,6 +13,7 @@ from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.security.authorizer import AclAuthorizer
 from dmq.share.admin import ShareGroupAdmin
 from dmq.share.coordinator import ShareCoordinator
 from dmq.share.service import ShareService
@@ -61,6 +62,9 @@ class BrokerServices:
     # Share groups' offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets,
     # DeleteShareGroupOffsets); None where a test builds services without one.
     share_admin: ShareGroupAdmin | None = None
+    # The ACL authorizer (``authorizer.class.name``); None: no authorization, as in Kafka.
+    # Handlers ask it through ``dmq.handlers.authorize`` only.
+    authorizer: AclAuthorizer | None = None
 
 
 @dataclass(slots=True)
@@ -77,3 +81,7 @@ class RequestContext:
     # The client connection's id (dmq/server/network.py; 0: none, say a test's direct
     # call): share sessions remember it and are released when it closes.
     connection_id: int = 0
+    # Kafka's KafkaPrincipal string of the connection's authenticated principal, and the
+    # listener the request came in on (set by dmq/server/network.py's broker dispatch).
+    principal: str = "User:ANONYMOUS"
+    listener: str = "PLAINTEXT"

@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -22,7 +23,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     for t in request.topics:
         error, message = ErrorCode.none, None
         bad = [a.broker_ids for a in (t.assignments or ()) if not a.broker_ids or set(a.broker_ids) - live]
-        if bad:
+        if not authorize(services, ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name):
+            error, message = ErrorCode.topic_authorization_failed, "The topic authorization is failed."
+        elif bad:
             error, message = ErrorCode.invalid_replica_assignment, f"Invalid replica assignment {bad[0]}"
         else:
             try:

@@ -9,6 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
 from dmq.config import LogConfig
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -21,7 +22,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     counts = Counter(t.name for t in request.topics)
     results = []
+    may_create_any = authorize(services, ctx, AclOperation.CREATE)
     for t in request.topics:
+        if not (may_create_any or authorize(services, ctx, AclOperation.CREATE, ResourceType.TOPIC, t.name)):
+            results.append(make(schema.CreatableTopicResult, name=t.name, topic_id=None,
+                                error_code=ErrorCode.topic_authorization_failed,
+                                error_message="Authorization failed.",
+                                num_partitions=-1, replication_factor=-1, configs=None))
+            continue
         if counts[t.name] > 1:
             results.append(make(schema.CreatableTopicResult, name=t.name, topic_id=None,
                                 error_code=ErrorCode.invalid_request,
@@ -41,7 +49,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                 num_partitions=-1, replication_factor=-1, configs=None))
             continue
         described = None
-        if hasattr(schema, "CreatableTopicConfigs"):  # v5+ echoes the effective configs
+        config_error = ErrorCode.none
+        if not authorize(services, ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+            config_error = ErrorCode.topic_authorization_failed  # Kafka: no configs shown
+        elif hasattr(schema, "CreatableTopicConfigs"):  # v5+ echoes the effective configs
             log_config = LogConfig(services.config, topic.configs)
             described = tuple(
                 make(schema.CreatableTopicConfigs, name=name, value=value, read_only=False,
@@ -57,5 +68,5 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                             topic_id=topic.uuid if topic.partitions else None,
                             error_code=ErrorCode.none, error_message=None,
                             num_partitions=num_partitions, replication_factor=rf,
-                            configs=described))
+                            configs=described, topic_config_error_code=config_error))
     return make(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))

@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.replication.partition import PartitionError
@@ -21,10 +22,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     topics = []
     for t in request.topics:
         partitions = []
+        deletable = authorize(services, ctx, AclOperation.DELETE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             low, error = -1, ErrorCode.none
             try:
-                low = rm.leader_partition(t.name, p.partition_index).delete_records(p.offset)
+                if not deletable:
+                    error = ErrorCode.topic_authorization_failed
+                else:
+                    low = rm.leader_partition(t.name, p.partition_index).delete_records(p.offset)
             except PartitionError as e:
                 error = e.error
             partitions.append(make(schema.DeleteRecordsPartitionResult,

@@ -8,6 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -32,7 +33,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                     error_code=ErrorCode.unknown_topic_id,
                                     error_message="This server does not host this topic ID."))
                 continue
+            if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, found.name):
+                # Kafka: the name stays undisclosed.
+                results.append(make(schema.DeletableTopicResult, name=None, topic_id=topic_id,
+                                    error_code=ErrorCode.topic_authorization_failed,
+                                    error_message="Authorization failed."))
+                continue
             name = found.name
+        if name is not None and not authorize(services, ctx, AclOperation.DELETE, ResourceType.TOPIC, name):
+            results.append(make(schema.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID,
+                                error_code=ErrorCode.topic_authorization_failed,
+                                error_message="Authorization failed."))
+            continue
         if name is None:
             results.append(make(schema.DeletableTopicResult, name=None, topic_id=ZERO_UUID,
                                 error_code=ErrorCode.invalid_request, error_message="no topic name or id"))

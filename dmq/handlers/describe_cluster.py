@@ -6,6 +6,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import (
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+    authorize,
+    authorized_operations,
+)
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -30,6 +37,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         make(schema.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
         for b in store.brokers()
     )
+    # No ACL check (Kafka); the cluster's authorized operations when asked for, with Describe.
+    operations = NOT_REQUESTED
+    if request.include_cluster_authorized_operations:
+        operations = (authorized_operations(services, ctx, ResourceType.CLUSTER)
+                      if authorize(services, ctx, AclOperation.DESCRIBE) else 0)
     return make(schema.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 error_message=None, endpoint_type=endpoint_type, cluster_id=store.cluster_id,
-                controller_id=store.controller_id(), brokers=brokers)
+                controller_id=store.controller_id(), brokers=brokers, cluster_authorized_operations=operations)

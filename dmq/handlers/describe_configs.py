@@ -16,6 +16,7 @@ from dmq.config import (
     format_value,
     group_config_values,
 )
+from dmq.handlers.authorize import AclOperation, authorize_config_resource
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -93,7 +94,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     results = []
     for res in request.resources:
         keys = set(res.configuration_keys) if res.configuration_keys else None
-        if res.resource_type == RESOURCE_TOPIC:
+        error: ErrorCode
+        message: str | None
+        configs: list[Any]
+        refused = authorize_config_resource(services, ctx, AclOperation.DESCRIBE_CONFIGS,
+                                            res.resource_type, res.resource_name)
+        if refused != ErrorCode.none:
+            error, message, configs = refused, "Authorization failed.", []
+        elif res.resource_type == RESOURCE_TOPIC:
             error, message, configs = describe_topic(services, schema, request, res.resource_name, keys)
         elif res.resource_type == RESOURCE_BROKER:
             error, message, configs = describe_broker(services, schema, request, res.resource_name, keys)

@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.protocol.extensions import DESCRIBE_DELAYED_KEY
@@ -21,7 +22,10 @@ MAX_VERSION = 0
 ADVERTISED = False
 
 
-def _partition(services: BrokerServices, schema: Any, topic: str, index: int) -> Any:
+def _partition(services: BrokerServices, ctx: RequestContext, schema: Any, topic: str, index: int) -> Any:
+    if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic):  # as ListOffsets
+        return make(schema.DelayedPartition, partition_index=index, error_code=ErrorCode.topic_authorization_failed,
+                    pending=0, awaiting_commit=0, next_deliver_ms=-1)
     try:
         delayed = services.replica_manager.leader_partition(topic, index).log.delayed
     except PartitionError as e:
@@ -36,5 +40,5 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     return make(schema.DescribeDelayedRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(
         make(schema.DelayedTopic, name=t.name, partitions=tuple(
-            _partition(services, schema, t.name, int(p)) for p in t.partitions))
+            _partition(services, ctx, schema, t.name, int(p)) for p in t.partitions))
         for t in request.topics))

@@ -6,6 +6,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import (
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+    authorize,
+    authorized_operations,
+)
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -18,15 +25,23 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     described = []
     for group_id in request.groups:
+        if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(make(schema.DescribedGroup, error_code=ErrorCode.group_authorization_failed,
+                                  group_id=group_id, group_state="", protocol_type="",
+                                  protocol_data="", members=()))
+            continue
         if not services.coordinators.group.owns(group_id):
             described.append(make(schema.DescribedGroup, error_code=ErrorCode.not_coordinator,
                                   group_id=group_id, group_state="", protocol_type="",
                                   protocol_data="", members=()))
             continue
         group = services.coordinators.group.describe_group(group_id)
+        operations = (authorized_operations(services, ctx, ResourceType.GROUP, group_id)
+                      if getattr(request, "include_authorized_operations", False) else NOT_REQUESTED)
         if group is None:
             described.append(make(schema.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
-                                  group_state="Dead", protocol_type="", protocol_data="", members=()))
+                                  group_state="Dead", protocol_type="", protocol_data="", members=(),
+                                  authorized_operations=operations))
             continue
         members = tuple(
             make(schema.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
@@ -37,5 +52,6 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         )
         described.append(make(schema.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
                               group_state=group.state.value, protocol_type=group.protocol_type or "",
-                              protocol_data=group.protocol or "", members=members))
+                              protocol_data=group.protocol or "", members=members,
+                              authorized_operations=operations))
     return make(schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(described))

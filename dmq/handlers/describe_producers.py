@@ -13,6 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.replication.partition import PartitionError
@@ -28,10 +29,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     topics = []
     for t in request.topics:
         partitions = []
+        readable = authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, t.name)
         for index in t.partition_indexes:
             error, message, producers = ErrorCode.none, None, []
             try:
-                producers = rm.active_producers(t.name, index)
+                if not readable:
+                    error, message = ErrorCode.topic_authorization_failed, "Authorization failed."
+                else:
+                    producers = rm.active_producers(t.name, index)
             except PartitionError as e:
                 error, message = e.error, str(e)
             partitions.append(make(

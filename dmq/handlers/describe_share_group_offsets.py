@@ -7,9 +7,12 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
-from dmq.share.admin import GroupOffsets
+from dmq.share.admin import GroupOffsets, PartitionOffset, TopicOffsets
 
 API_KEY = 90
 MIN_VERSION = 0
@@ -36,6 +39,22 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     assert admin is not None
     groups = []
     for g in request.groups:
+        # Kafka: DESCRIBE on the group; DESCRIBE on each topic (refused when named, left
+        # out when all are asked for).
+        if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id):
+            groups.append(_group(schema, GroupOffsets(g.group_id, ErrorCode.group_authorization_failed,
+                                                      "Authorization failed.")))
+            continue
         topics = None if g.topics is None else [(t.topic_name, list(t.partitions)) for t in g.topics]
-        groups.append(_group(schema, await admin.describe_offsets(g.group_id, topics)))
+        hidden = [(name, parts) for name, parts in topics or ()
+                  if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name)]
+        wanted = None if topics is None else [t for t in topics if t not in hidden]
+        found = (GroupOffsets(g.group_id) if hidden and not wanted
+                 else await admin.describe_offsets(g.group_id, wanted))
+        shown = tuple(t for t in found.topics
+                      if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name))
+        refused = tuple(TopicOffsets(name, None, tuple(
+            PartitionOffset(p, error=ErrorCode.topic_authorization_failed, message="Authorization failed.")
+            for p in parts)) for name, parts in hidden)
+        groups.append(_group(schema, GroupOffsets(found.group_id, found.error, found.message, shown + refused)))
     return make(schema.DescribeShareGroupOffsetsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))

@@ -9,6 +9,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.protocol.extensions import DESCRIBE_SHARE_PARTITIONS_KEY
@@ -24,8 +25,19 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if services.share is None or not request.group_id:
         error = ErrorCode.unsupported_version if services.share is None else ErrorCode.invalid_group_id
         return make(schema.DescribeSharePartitionsResponse, throttle_time=NO_THROTTLE, error_code=error, topics=())
-    wanted = [(t.topic_id, p) for t in request.topics for p in t.partitions]
+    # As DescribeShareGroupOffsets: DESCRIBE on the group and on each topic.
+    if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, request.group_id):
+        return make(schema.DescribeSharePartitionsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.group_authorization_failed, topics=())
+    hidden = set()
+    for t in request.topics:
+        meta = services.metadata.topic_by_id(t.topic_id)
+        if meta is not None and not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, meta.name):
+            hidden.add(t.topic_id)
+    wanted = [(t.topic_id, p) for t in request.topics if t.topic_id not in hidden for p in t.partitions]
     described = services.share.partitions.describe(request.group_id, wanted)
+    described.update({(t.topic_id, p): (ErrorCode.topic_authorization_failed, None)
+                      for t in request.topics if t.topic_id in hidden for p in t.partitions})
     topics = []
     for t in request.topics:
         parts = []

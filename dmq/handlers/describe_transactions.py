@@ -5,6 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -21,7 +24,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     states = []
     for txn_id in request.transactional_ids:
-        error, meta = services.transactions.describe(txn_id)
+        if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            error, meta = ErrorCode.transactional_id_authorization_failed, None
+        else:
+            error, meta = services.transactions.describe(txn_id)
         if meta is None:
             states.append(make(schema.TransactionState, error_code=error, transactional_id=txn_id,
                                transaction_state="", transaction_timeout=timedelta(0),
@@ -29,7 +35,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             continue
         topics: dict[str, list[int]] = {}
         for topic, partition in sorted(meta.partitions):
-            topics.setdefault(topic, []).append(partition)
+            if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic):  # Kafka
+                topics.setdefault(topic, []).append(partition)
         states.append(make(
             schema.TransactionState, error_code=error, transactional_id=txn_id,
             transaction_state=meta.state.display, transaction_timeout=timedelta(milliseconds=meta.timeout_ms),

@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -31,7 +32,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     else:
         partitions = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
     results: dict[tuple[str, int], tuple[str, str | None]]
-    if getattr(request, "election_type", PREFERRED) != PREFERRED:
+    top_error = ErrorCode.none
+    if not authorize(services, ctx, AclOperation.ALTER):
+        top_error = ErrorCode.cluster_authorization_failed
+        results = dict.fromkeys(partitions, ("cluster_authorization_failed", "Cluster authorization failed."))
+    elif getattr(request, "election_type", PREFERRED) != PREFERRED:
         results = {tp: ("invalid_request", "unclean elections by request are not supported; set "
                         "unclean.leader.election.enable on the topic") for tp in partitions}
     else:
@@ -47,7 +52,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     for (topic, p), (error, message) in results.items():
         by_topic.setdefault(topic, []).append(make(
             schema.PartitionResult, partition_id=p, error_code=ErrorCode[error], error_message=message))
-    return make(schema.ElectLeadersResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
+    return make(schema.ElectLeadersResponse, throttle_time=NO_THROTTLE, error_code=top_error,
                 replica_election_results=tuple(
                     make(schema.ReplicaElectionResult, topic=t, partition_result=tuple(ps))
                     for t, ps in by_topic.items()))

@@ -17,8 +17,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import SpliceRecords, constructor, make
+from dmq.replication.partition import ReadResult
 from dmq.replication.replica_manager import FetchRequestPartition
 
 API_KEY = 1
@@ -39,9 +41,13 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     max_bytes = getattr(request, "max_bytes", 2**31 - 1)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED and request.replica_id < 0
-    results = await services.replica_manager.fetch_messages(
-        wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1), read_committed,
-        waiting=ctx.dispatched)
+    if services.authorizer is None:
+        results = await services.replica_manager.fetch_messages(
+            wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1),
+            read_committed, waiting=ctx.dispatched)
+    else:
+        results = await _authorized_fetch(services, ctx, request, wanted, max_wait_ms, max_bytes,
+                                          read_committed)
     partition_data = constructor(
         schema.PartitionData, "partition_index", "error_code", "high_watermark",
         "last_stable_offset", "log_start_offset", "aborted_transactions", "preferred_read_replica",
@@ -62,3 +68,28 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     return constructor(schema.FetchResponse, "throttle_time", "error_code", "session_id", "responses")(
         NO_THROTTLE, ErrorCode.none, 0,
         tuple(topic_response(name, tuple(parts)) for name, parts in by_topic.items()))
+
+
+_REFUSED = ReadResult(ErrorCode.topic_authorization_failed, -1, -1, -1, None)
+
+
+async def _authorized_fetch(services: BrokerServices, ctx: RequestContext, request: Any,
+                            wanted: list[FetchRequestPartition], max_wait_ms: int, max_bytes: int,
+                            read_committed: bool) -> list[ReadResult]:
+    """Kafka's rules: a follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's
+    READ on each topic; refused partitions get TOPIC_AUTHORIZATION_FAILED."""
+    if request.replica_id >= 0:
+        allowed = wanted if authorize(services, ctx, AclOperation.CLUSTER_ACTION) else []
+    else:
+        readable = {name: authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, name)
+                    for name in {w.topic for w in wanted}}
+        allowed = [w for w in wanted if readable[w.topic]]
+    if len(allowed) == len(wanted):
+        return await services.replica_manager.fetch_messages(
+            wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1),
+            read_committed, waiting=ctx.dispatched)
+    got = iter(await services.replica_manager.fetch_messages(
+        allowed, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1),
+        read_committed, waiting=ctx.dispatched) if allowed else [])
+    kept = {id(w) for w in allowed}
+    return [next(got) if id(w) in kept else _REFUSED for w in wanted]

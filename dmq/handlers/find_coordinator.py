@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.share.persister import SharePartitionKey
@@ -21,8 +22,25 @@ KEY_TYPE_TRANSACTION = 1
 KEY_TYPE_SHARE = 2
 
 
-async def _lookup(services: BrokerServices, key: str, key_type: int,
+def _authorized(services: BrokerServices, ctx: RequestContext, key: str, key_type: int) -> ErrorCode:
+    """Kafka: DESCRIBE on the group or transactional id; a share-partition key (sent by
+    brokers) CLUSTER_ACTION."""
+    if key_type == KEY_TYPE_GROUP and not authorize(services, ctx, AclOperation.DESCRIBE,
+                                                    ResourceType.GROUP, key):
+        return ErrorCode.group_authorization_failed
+    if key_type == KEY_TYPE_TRANSACTION and not authorize(services, ctx, AclOperation.DESCRIBE,
+                                                          ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.transactional_id_authorization_failed
+    if key_type == KEY_TYPE_SHARE and not authorize(services, ctx, AclOperation.CLUSTER_ACTION):
+        return ErrorCode.cluster_authorization_failed
+    return ErrorCode.none
+
+
+async def _lookup(services: BrokerServices, ctx: RequestContext, key: str, key_type: int,
                   version: int) -> tuple[ErrorCode, str | None, int, str, int]:
+    refused = _authorized(services, ctx, key, key_type)
+    if refused != ErrorCode.none:
+        return refused, "Authorization failed.", -1, "", -1
     if key_type == KEY_TYPE_SHARE:
         if version < 6 or services.share_coordinator is None:
             return ErrorCode.invalid_request, "share coordinator keys need FindCoordinator v6", -1, "", -1
@@ -53,11 +71,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            error, message, node_id, host, port = await _lookup(services, key, key_type, ctx.api_version)
+            error, message, node_id, host, port = await _lookup(services, ctx, key, key_type, ctx.api_version)
             coordinators.append(make(schema.Coordinator, key=key, node_id=node_id, host=host, port=port,
                                      error_code=error, error_message=message))
         return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
                     coordinators=tuple(coordinators))
-    error, message, node_id, host, port = await _lookup(services, request.key, key_type, ctx.api_version)
+    error, message, node_id, host, port = await _lookup(services, ctx, request.key, key_type, ctx.api_version)
     return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
                 error_message=message, node_id=node_id, host=host, port=port)

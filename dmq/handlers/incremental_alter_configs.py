@@ -18,6 +18,7 @@ from dmq.config import (
     group_config_values,
 )
 from dmq.handlers.alter_configs import RESOURCE_BROKER, RESOURCE_GROUP, unsupported_resource
+from dmq.handlers.authorize import AclOperation, authorize_config_resource
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -71,7 +72,11 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     results = []
     for res in request.resources:
         error, message = ErrorCode.none, None
+        refused = authorize_config_resource(services, ctx, AclOperation.ALTER_CONFIGS,
+                                            res.resource_type, res.resource_name)
         try:
+            if refused != ErrorCode.none:
+                raise MetadataError(refused.name, "Authorization failed.")
             if res.resource_type == RESOURCE_TOPIC:
                 topic = services.metadata.topic(res.resource_name)
                 if topic is None:

@@ -9,6 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize, authorize_any_topic
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -21,6 +22,16 @@ MAX_VERSION = 4
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    # Kafka: WRITE on the transactional id; an idempotent producer IDEMPOTENT_WRITE on the
+    # cluster or WRITE on some topic (KIP-679).
+    if not (authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+            if request.transactional_id is not None
+            else authorize(services, ctx, AclOperation.IDEMPOTENT_WRITE)
+            or authorize_any_topic(services, ctx, AclOperation.WRITE)):
+        error = (ErrorCode.transactional_id_authorization_failed if request.transactional_id is not None
+                 else ErrorCode.cluster_authorization_failed)
+        return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error,
+                    producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
         expected_id = getattr(request, "producer_id", -1)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -14,6 +17,11 @@ MAX_VERSION = 9
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return make(schema.JoinGroupResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.group_authorization_failed, generation_id=-1,
+                    protocol_type=None, protocol_name="" if ctx.api_version < 7 else None,
+                    leader="", skip_assignment=False, member_id="", members=())
     await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     session_ms = int(request.session_timeout.total_seconds() * 1000)
     rebalance = getattr(request, "rebalance_timeout", None)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -14,6 +17,9 @@ MAX_VERSION = 5
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return make(schema.LeaveGroupResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.group_authorization_failed, members=())
     await services.coordinators.ensure_offsets_topic()  # group writes go to its log
     if ctx.api_version >= 3:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]

@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -20,10 +21,13 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     # Before v5 a client cannot tell a share group from a classic one: Kafka lists both.
     groups = services.coordinators.group.list_groups(getattr(request, "states_filter", ()),
                                                      getattr(request, "types_filter", ()))
+    # Kafka: everything with DESCRIBE on the cluster, else the groups the principal may describe.
+    everything = authorize(services, ctx, AclOperation.DESCRIBE)
     listed = tuple(
         make(schema.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
              group_type=g.group_type)
         for g in groups
+        if everything or authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)
     )
     return make(schema.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 groups=listed)

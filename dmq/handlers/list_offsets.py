@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.replication.partition import Partition, PartitionError
@@ -40,8 +41,15 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     topics = []
     for t in request.topics:
         partitions = []
+        described = authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             error, offset, ts, epoch = ErrorCode.none, -1, -1, -1
+            if not described:
+                partitions.append(make(schema.ListOffsetsPartitionResponse,
+                                       partition_index=p.partition_index,
+                                       error_code=ErrorCode.topic_authorization_failed,
+                                       timestamp=ts, offset=offset, leader_epoch=epoch))
+                continue
             try:
                 partition = rm.leader_partition(t.name, p.partition_index)
                 partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))

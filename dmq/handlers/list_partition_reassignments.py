@@ -7,6 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError
+from dmq.handlers.authorize import AclOperation, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -17,6 +18,10 @@ MAX_VERSION = 0
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    if not authorize(services, ctx, AclOperation.DESCRIBE):
+        return make(schema.ListPartitionReassignmentsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed,
+                    error_message="Cluster authorization failed.", topics=())
     try:
         ongoing = await services.metadata.ongoing_reassignments()
     except MetadataError as e:

@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.transaction.metadata import TransactionState
@@ -29,4 +30,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 unknown_state_filters=unknown, transaction_states=tuple(
                     make(schema.TransactionState, transactional_id=m.transactional_id,
                          producer_id=m.producer_id, transaction_state=m.state.display)
-                    for m in sorted(found, key=lambda m: m.transactional_id)))
+                    for m in sorted(found, key=lambda m: m.transactional_id)
+                    # Kafka: only the transactional ids the principal may describe.
+                    if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                 m.transactional_id)))

@@ -15,6 +15,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import MetadataError, TopicMetadata, validate_topic_name
+from dmq.handlers.authorize import (
+    NOT_REQUESTED,
+    AclOperation,
+    ResourceType,
+    authorize,
+    authorized_operations,
+)
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -26,7 +33,7 @@ log = logging.getLogger("dmq.handlers")
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(schema: Any, topic: TopicMetadata, live: set[int]) -> Any:
+def _topic_entry(schema: Any, topic: TopicMetadata, live: set[int], operations: int = NOT_REQUESTED) -> Any:
     # A partition without a live leader answers LEADER_NOT_AVAILABLE so clients retry;
     # replicas on brokers that are down are listed as offline.
     partitions = tuple(
@@ -38,7 +45,8 @@ def _topic_entry(schema: Any, topic: TopicMetadata, live: set[int]) -> Any:
         for p, s in sorted(topic.partitions.items())
     )
     return make(schema.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
-                topic_id=topic.uuid, is_internal=topic.is_internal, partitions=partitions)
+                topic_id=topic.uuid, is_internal=topic.is_internal, partitions=partitions,
+                topic_authorized_operations=operations)
 
 
 def _error_entry(schema: Any, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
@@ -52,8 +60,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     live = {b.broker_id for b in store.brokers()}
     topics: list[Any] = []
     requested = request.topics
+    with_operations = bool(getattr(request, "include_topic_authorized_operations", False))
+
+    def shown(topic: TopicMetadata) -> Any:
+        return _topic_entry(schema, topic, live, authorized_operations(services, ctx, ResourceType.TOPIC, topic.name)
+                            if with_operations else NOT_REQUESTED)
+
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [_topic_entry(schema, t, live) for t in store.topics().values()]
+        # Topics the principal may not describe are left out (Kafka).
+        topics = [shown(t) for t in store.topics().values()
+                  if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)]
     else:
         allow_create = bool(getattr(request, "allow_auto_topic_creation", True)) and bool(
             services.config["auto.create.topics.enable"])
@@ -64,11 +80,17 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 found = store.topic_by_id(topic_id)
                 if found is None:
                     topics.append(_error_entry(schema, None, topic_id, ErrorCode.unknown_topic_id))
+                elif not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, found.name):
+                    topics.append(_error_entry(schema, None, topic_id, ErrorCode.topic_authorization_failed))
                 else:
-                    topics.append(_topic_entry(schema, found, live))
+                    topics.append(shown(found))
                 continue
             if name is None:
                 topics.append(_error_entry(schema, None, None, ErrorCode.invalid_request))
+                continue
+            if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+                # Whether it exists is not disclosed (Kafka).
+                topics.append(_error_entry(schema, name, None, ErrorCode.topic_authorization_failed))
                 continue
             topic = store.topic(name)
             if topic is None:
@@ -79,6 +101,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     continue
                 if not allow_create:
                     topics.append(_error_entry(schema, name, None, ErrorCode.unknown_topic_or_partition))
+                    continue
+                if not (authorize(services, ctx, AclOperation.CREATE)
+                        or authorize(services, ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):
+                    topics.append(_error_entry(schema, name, None, ErrorCode.topic_authorization_failed))
                     continue
                 try:
                     topic = await services.admin_manager.auto_create_topic(name)
@@ -94,12 +120,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                         topics.append(_error_entry(schema, name, None,
                                                    ErrorCode.leader_not_available))
                         continue
-            topics.append(_topic_entry(schema, topic, live))
+            topics.append(shown(topic))
     brokers = tuple(
         make(schema.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,
              rack=b.rack)
         for b in store.brokers()
     )
+    cluster_operations = NOT_REQUESTED
+    if getattr(request, "include_cluster_authorized_operations", False):  # v8-10
+        cluster_operations = (authorized_operations(services, ctx, ResourceType.CLUSTER)
+                              if authorize(services, ctx, AclOperation.DESCRIBE) else 0)
     return make(schema.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                 cluster_id=store.cluster_id, controller_id=store.controller_id(),
-                topics=tuple(topics))
+                topics=tuple(topics), cluster_authorized_operations=cluster_operations)

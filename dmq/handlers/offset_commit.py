@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -14,20 +17,30 @@ MAX_VERSION = 9
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    await services.coordinators.ensure_offsets_topic()  # group writes go to its log
+    # Kafka: READ on the group (else every partition is refused), READ on each topic.
+    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        refused = {t.name: ErrorCode.group_authorization_failed for t in request.topics}
+    else:
+        refused = {t.name: ErrorCode.topic_authorization_failed for t in request.topics
+                   if not authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, t.name)}
     entries = [
         (t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
          p.committed_metadata)
-        for t in request.topics for p in t.partitions
+        for t in request.topics if t.name not in refused for p in t.partitions
     ]
     generation = getattr(request, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = request.generation_id
-    # Answered once the commit is on every in-sync replica of the group's partition.
-    results = await services.coordinators.group.commit_offsets(
-        request.group_id, generation, request.member_id,
-        getattr(request, "group_instance_id", None), entries)
-    errors = iter(results)
+    results: list[Any] = []
+    if entries or not refused:
+        await services.coordinators.ensure_offsets_topic()  # group writes go to its log
+        # Answered once the commit is on every in-sync replica of the group's partition.
+        results = await services.coordinators.group.commit_offsets(
+            request.group_id, generation, request.member_id,
+            getattr(request, "group_instance_id", None), entries)
+    committed = iter(results)
+    errors = (refused[t.name] if t.name in refused else next(committed)
+              for t in request.topics for _ in t.partitions)
     topics = tuple(
         make(schema.OffsetCommitResponseTopic, name=t.name, partitions=tuple(
             make(schema.OffsetCommitResponsePartition, partition_index=p.partition_index,

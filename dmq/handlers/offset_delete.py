@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -16,13 +17,21 @@ MAX_VERSION = 0
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    # Kafka: DELETE on the group, READ on each topic.
+    if not authorize(services, ctx, AclOperation.DELETE, ResourceType.GROUP, request.group_id):
+        return make(schema.OffsetDeleteResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.group_authorization_failed, topics=())
+    refused = {t.name for t in request.topics
+               if not authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, t.name)}
     await services.coordinators.ensure_offsets_topic()  # group writes go to its log
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    wanted = [(t.name, p.partition_index) for t in request.topics if t.name not in refused
+              for p in t.partitions]
     error, results = await services.coordinators.group.delete_offsets(request.group_id, wanted)
     topics = tuple(
         make(schema.OffsetDeleteResponseTopic, name=t.name, partitions=tuple(
             make(schema.OffsetDeleteResponsePartition, partition_index=p.partition_index,
-                 error_code=results.get((t.name, p.partition_index), ErrorCode.none))
+                 error_code=ErrorCode.topic_authorization_failed if t.name in refused
+                 else results.get((t.name, p.partition_index), ErrorCode.none))
             for p in t.partitions))
         for t in request.topics
     ) if error == ErrorCode.none else ()

@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -14,20 +15,35 @@ MIN_VERSION = 1
 MAX_VERSION = 8
 
 
-def _partitions(cls: Any, committed: dict) -> dict[str, list[Any]]:
+def _partitions(cls: Any, committed: dict, refused: frozenset[str] = frozenset()) -> dict[str, list[Any]]:
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), om in committed.items():
+        if topic in refused:  # Kafka's UNAUTHORIZED_PARTITION
+            om = None
         by_topic.setdefault(topic, []).append(make(
             cls, partition_index=partition,
             committed_offset=om.offset if om is not None else -1,
             committed_leader_epoch=om.leader_epoch if om is not None else -1,
-            metadata=om.metadata if om is not None else "", error_code=ErrorCode.none))
+            metadata=om.metadata if om is not None else "",
+            error_code=ErrorCode.topic_authorization_failed if topic in refused else ErrorCode.none))
     return by_topic
 
 
-def _fetch(services: BrokerServices, group_id: str, topics: Any) -> tuple[ErrorCode, dict]:
+def _fetch(services: BrokerServices, ctx: RequestContext, group_id: str, topics: Any
+           ) -> tuple[ErrorCode, dict, frozenset[str]]:
+    """Kafka's rules: DESCRIBE on the group; of the topics, those without DESCRIBE are
+    refused when named, left out when the request asks for all."""
+    if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed, {}, frozenset()
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    return services.coordinators.group.fetch_offsets(group_id, wanted)
+    error, committed = services.coordinators.group.fetch_offsets(group_id, wanted)
+    if services.authorizer is None:
+        return error, committed, frozenset()
+    refused = frozenset(topic for topic, _ in committed
+                        if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic))
+    if wanted is None:
+        return error, {tp: om for tp, om in committed.items() if tp[0] not in refused}, frozenset()
+    return error, committed, refused
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -35,15 +51,15 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            error, committed = _fetch(services, g.group_id, g.topics)
-            by_topic = _partitions(schema.OffsetFetchResponsePartitions, committed)
+            error, committed, refused = _fetch(services, ctx, g.group_id, g.topics)
+            by_topic = _partitions(schema.OffsetFetchResponsePartitions, committed, refused)
             groups.append(make(schema.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
                                topics=tuple(make(schema.OffsetFetchResponseTopics, name=name,
                                                  partitions=tuple(parts))
                                             for name, parts in by_topic.items())))
         return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
-    error, committed = _fetch(services, request.group_id, request.topics)
-    by_topic = _partitions(schema.OffsetFetchResponsePartition, committed)
+    error, committed, refused = _fetch(services, ctx, request.group_id, request.topics)
+    by_topic = _partitions(schema.OffsetFetchResponsePartition, committed, refused)
     topics = tuple(make(schema.OffsetFetchResponseTopic, name=name, partitions=tuple(parts))
                    for name, parts in by_topic.items())
     return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=error)

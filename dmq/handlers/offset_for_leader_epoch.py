@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.replication.partition import PartitionError
@@ -24,10 +25,17 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     rm = services.replica_manager
     topics = []
+    # Kafka: CLUSTER_ACTION (followers), else DESCRIBE on each topic.
+    as_cluster = authorize(services, ctx, AclOperation.CLUSTER_ACTION)
     for t in request.topics:
         partitions = []
+        described = as_cluster or authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.topic)
         for p in t.partitions:
             error, epoch, end_offset = ErrorCode.none, -1, -1
+            if not described:
+                partitions.append(make(schema.EpochEndOffset, error_code=ErrorCode.topic_authorization_failed,
+                                       partition=p.partition, leader_epoch=epoch, end_offset=end_offset))
+                continue
             try:
                 partition = rm.leader_partition(t.topic, p.partition)
                 partition.check_leader_epoch(p.current_leader_epoch)

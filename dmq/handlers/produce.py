@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, CloseConnection, RequestContext
 from dmq.protocol.codec import constructor
 from dmq.replication.replica_manager import ProduceResult, TopicPartition
@@ -28,13 +29,41 @@ def _refused(request: Any) -> ProduceResult | None:
     return None
 
 
+def _transactional(records: bytes | None) -> bool:
+    """Whether a partition's first batch is transactional (attributes bit 4, byte 22)."""
+    return records is not None and len(records) > 22 and records[22] & 0x10 != 0
+
+
+def _unauthorized(services: BrokerServices, ctx: RequestContext, request: Any,
+                  entries: dict[TopicPartition, bytes | None]) -> dict[TopicPartition, ProduceResult]:
+    """The partitions ACLs refuse (Kafka's handleProduceRequest): transactional records
+    need WRITE on the request's transactional id (else every partition is refused), and
+    every topic WRITE."""
+    txn_id = request.transactional_id
+    if any(_transactional(r) for r in entries.values()) and (
+            txn_id is None or not authorize(services, ctx, AclOperation.WRITE,
+                                            ResourceType.TRANSACTIONAL_ID, txn_id)):
+        return dict.fromkeys(entries, ProduceResult(ErrorCode.transactional_id_authorization_failed))
+    refused = ProduceResult(ErrorCode.topic_authorization_failed)
+    denied = {topic for topic in {tp[0] for tp in entries}
+              if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
+    return {tp: refused for tp in entries if tp[0] in denied} if denied else {}
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     entries: dict[TopicPartition, bytes | None] = {
         (t.name, p.index): p.records for t in request.topic_data for p in t.partition_data}
     refused = _refused(request)
+    denied = _unauthorized(services, ctx, request, entries) if services.authorizer is not None else None
     if refused is not None:
         results = dict.fromkeys(entries, refused)
+    elif denied:
+        allowed = {tp: r for tp, r in entries.items() if tp not in denied}
+        results = await services.replica_manager.append_records(
+            allowed, request.acks, max(request.timeout.total_seconds(), 0.0),
+            appended=ctx.dispatched) if allowed else {}
+        results = {tp: denied[tp] if tp in denied else results[tp] for tp in entries}
     else:
         # ReplicaManager decides whether the answer waits for replication (acks=all).
         results = await services.replica_manager.append_records(

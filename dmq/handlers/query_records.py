@@ -24,6 +24,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.protocol.extensions import QUERY_RECORDS_KEY
@@ -81,9 +82,12 @@ async def run_steps(steps: Generator[None, None, QueryOutcome]) -> QueryOutcome:
 
 
 async def _partition(services: BrokerServices, request: Any, schema: Any, topic: str, p: Any,
-                     budget: Budget) -> Any:
+                     budget: Budget, readable: bool) -> Any:
     index = p.partition_index
     try:
+        if not readable:  # as Fetch: READ on the topic
+            return make(schema.QueryPartitionResult, partition_index=index,
+                        error_code=ErrorCode.topic_authorization_failed, error_message="Authorization failed.")
         partition = services.replica_manager.leader_partition(topic, index)
     except PartitionError as e:
         return make(schema.QueryPartitionResult, partition_index=index, error_code=e.error,
@@ -139,7 +143,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     budget = Budget(READ_BUDGET)
     topics = []
     for t in request.topics:
-        partitions = [await _partition(services, request, schema, t.name, p, budget) for p in t.partitions]
+        readable = authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, t.name)
+        partitions = [await _partition(services, request, schema, t.name, p, budget, readable)
+                      for p in t.partitions]
         topics.append(make(schema.QueryTopicResult, name=t.name, partitions=tuple(partitions)))
     return make(schema.QueryRecordsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 topics=tuple(topics))

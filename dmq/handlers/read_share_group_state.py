@@ -8,6 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, authorize
 from dmq.handlers.context import BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.share.persister import ReadStateResult, SharePartitionKey
@@ -21,13 +22,16 @@ ADVERTISED = False
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     coordinator = services.share_coordinator
-    if coordinator is not None:
+    allowed = authorize(services, ctx, AclOperation.CLUSTER_ACTION)  # brokers' requests (Kafka)
+    if coordinator is not None and allowed:
         await coordinator.topic.ensure_exists()  # created on first use, as Kafka does
     results = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            if topic.topic_id is None:
+            if not allowed:
+                answer = ReadStateResult(ErrorCode.cluster_authorization_failed)
+            elif topic.topic_id is None:
                 answer = ReadStateResult(ErrorCode.invalid_request)
             elif coordinator is None:
                 answer = ReadStateResult(ErrorCode.coordinator_not_available)

@@ -21,7 +21,7 @@ from dmq.handlers.context import (
     BrokerServices,
     RequestContext,
 )
-from dmq.handlers.share_fetch import current_leader, entries_of, node_endpoints
+from dmq.handlers.share_fetch import authorized_entries, current_leader, node_endpoints
 from dmq.protocol.codec import make
 from dmq.share.service import ShareOutcome
 
@@ -34,12 +34,18 @@ ADVERTISED = SHARE_GROUPS_ADVERTISED
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     share = services.share
+    refusal, entries, refused = authorized_entries(services, ctx, request.group_id, request.topics)
     if share is None:
         outcome = ShareOutcome(ErrorCode.unsupported_version)
+    elif refusal != ErrorCode.none:
+        outcome = ShareOutcome(refusal)
+    elif refused and not entries:
+        outcome = ShareOutcome(ErrorCode.none, refused)
     else:
         outcome = await share.share_acknowledge(request.group_id, request.member_id,
-                                                request.share_session_epoch, entries_of(request.topics),
-                                                ctx.connection_id)
+                                                request.share_session_epoch, entries, ctx.connection_id)
+        if refused:
+            outcome = ShareOutcome(outcome.error, {**outcome.partitions, **refused})
     by_topic: dict[uuid.UUID, list[Any]] = {}
     leaders: set[int] = set()
     for (topic_id, index), p in outcome.partitions.items():

@@ -19,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import (
     NO_THROTTLE,
     SHARE_GROUPS_ADVERTISED,
@@ -27,7 +28,7 @@ from dmq.handlers.context import (
 )
 from dmq.protocol.codec import make
 from dmq.share.partition import AckBatch
-from dmq.share.service import ShareOutcome
+from dmq.share.service import PartitionOutcome, ShareOutcome
 from dmq.share.session import PartitionEntry
 
 API_KEY = 78
@@ -45,6 +46,26 @@ def entries_of(topics: Any) -> list[PartitionEntry]:
                 AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
                 for b in p.acknowledgement_batches))
             for t in topics for p in t.partitions]
+
+
+def authorized_entries(services: BrokerServices, ctx: RequestContext, group_id: str | None, topics: Any
+                       ) -> tuple[ErrorCode, list[PartitionEntry], dict[tuple[uuid.UUID, int], PartitionOutcome]]:
+    """KIP-932's rules for ShareFetch and ShareAcknowledge: READ on the group (else the
+    request's error), READ on each topic (a refused topic's partitions are answered
+    TOPIC_AUTHORIZATION_FAILED and left out). Returns (error, entries to serve, refused)."""
+    entries = entries_of(topics)
+    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, group_id or ""):
+        return ErrorCode.group_authorization_failed, [], {}
+    if services.authorizer is None:
+        return ErrorCode.none, entries, {}
+    unreadable: set[uuid.UUID] = set()
+    for topic_id in {e.topic_id for e in entries}:
+        meta = services.metadata.topic_by_id(topic_id)
+        if meta is not None and not authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, meta.name):
+            unreadable.add(topic_id)
+    refused = PartitionOutcome(ErrorCode.topic_authorization_failed)
+    return (ErrorCode.none, [e for e in entries if e.topic_id not in unreadable],
+            {(e.topic_id, e.partition): refused for e in entries if e.topic_id in unreadable})
 
 
 def current_leader(services: BrokerServices, topic_id: uuid.UUID, partition: int,
@@ -68,16 +89,23 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     share = services.share
     lock_timeout = timedelta(milliseconds=share.lock_duration_ms(request.group_id or "") if share is not None else 0)
+    refusal, entries, refused = authorized_entries(services, ctx, request.group_id, request.topics)
     if share is None:
         outcome = ShareOutcome(ErrorCode.unsupported_version)
+    elif refusal != ErrorCode.none:
+        outcome = ShareOutcome(refusal)
+    elif refused and not entries:
+        outcome = ShareOutcome(ErrorCode.none, refused)  # nothing it may read: no session change
     else:
         forgotten = [(t.topic_id or NO_TOPIC_ID, p) for t in request.forgotten_topics_data
                      for p in t.partitions]
         outcome = await share.share_fetch(
-            request.group_id, request.member_id, request.share_session_epoch, entries_of(request.topics),
+            request.group_id, request.member_id, request.share_session_epoch, entries,
             forgotten, ctx.connection_id, max_wait_ms=int(request.max_wait.total_seconds() * 1000),
             max_bytes=request.max_bytes, max_records=request.max_records, batch_size=request.batch_size,
             waiting=ctx.dispatched)
+        if refused:
+            outcome = ShareOutcome(outcome.error, {**outcome.partitions, **refused})
     by_topic: dict[uuid.UUID, list[Any]] = {}
     leaders: set[int] = set()
     for (topic_id, index), p in outcome.partitions.items():

@@ -13,6 +13,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import OFFSETS_TOPIC
+from dmq.handlers.authorize import AclOperation, authorize
 from dmq.handlers.context import BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -45,9 +46,11 @@ async def write_markers(services: BrokerServices, producer_id: int, producer_epo
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     results = []
+    # Kafka: ALTER or CLUSTER_ACTION on the cluster (the transaction coordinators' requests).
+    allowed = authorize(services, ctx, AclOperation.ALTER) or authorize(services, ctx, AclOperation.CLUSTER_ACTION)
     for marker in request.markers:
         wanted = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
-        errors = await write_markers(services, marker.producer_id, marker.producer_epoch,
+        errors = dict.fromkeys(wanted, ErrorCode.cluster_authorization_failed) if not allowed else await write_markers(services, marker.producer_id, marker.producer_epoch,
                                      bool(marker.transaction_result), marker.coordinator_epoch, wanted)
         results.append(make(schema.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=tuple(
             make(schema.WritableTxnMarkerTopicResult, name=t.name, partitions=tuple(

@@ -64,6 +64,7 @@ from dmq.replication.delayed import TICK_MS as DELAYED_TICK_MS
 from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.security.authorizer import AclAuthorizer, authorizer_for
 from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, Listener
 from dmq.share.admin import LatestOffsetReader, ShareGroupAdmin
@@ -284,7 +285,7 @@ class Broker:
             log_manager=self.log_manager, producer_ids=self.producer_ids,
             coordinators=self.coordinators, transactions=self.transaction_coordinator,
             supported_apis=supported_apis(), share_coordinator=self.share_coordinator,
-            share_admin=share_admin,
+            share_admin=share_admin, authorizer=self._authorizer(),
             share=ShareService(
                 ShareSessionCache(int(self.config["group.share.max.share.sessions"])),
                 SharePartitionManager(
@@ -390,6 +391,14 @@ class Broker:
         for name in changed:
             log.info("dynamic broker config %s is now %s (%s)", name, self.config[name],
                      self.config.source(name).name)
+
+    def _authorizer(self) -> AclAuthorizer | None:
+        """The ACL authorizer ``authorizer.class.name`` names; None: no authorization."""
+        try:
+            return authorizer_for(self.config["authorizer.class.name"], self.store,
+                                  self.config["super.users"], self.config["allow.everyone.if.no.acl.found"])
+        except MetadataError as e:
+            raise SystemExit(str(e)) from None
 
     def _share_topic(self, name: str) -> ShareTopic | None:
         """A topic's id and partition count, for the share groups' assignor."""

@@ -376,7 +376,11 @@ def init_transactional_id(c: WireClient, txn_id: str) -> tuple[int, int]:
     return init.producer_id, init.producer_epoch
 
 
-PAIRS = [(key, v) for key, (lo, hi) in sorted(supported_apis().items()) for v in range(lo, hi + 1)]
+# The ACL APIs answer SECURITY_DISABLED on this broker (no authorizer): every version of them
+# is swept against a broker with one in tests/security/test_acl_admin_clients.py.
+ACL_APIS = (29, 30, 31)
+PAIRS = [(key, v) for key, (lo, hi) in sorted(supported_apis().items()) if key not in ACL_APIS
+         for v in range(lo, hi + 1)]
 
 
 @pytest.mark.parametrize("api_key,version", PAIRS, ids=[f"{HANDLERS[k].__name__.rsplit('.', 1)[1]}-v{v}" for k, v in PAIRS])

@@ -230,10 +230,12 @@ class ZooKeeperClient:
         return result
 
     async def create(self, path: str, data: bytes = b"", ephemeral: bool = False,
-                     makepath: bool = False, timeout: float | None = None) -> str:
+                     makepath: bool = False, timeout: float | None = None,
+                     sequence: bool = False) -> str:
         result: str = await self._call(
             f"create {path}",
-            lambda: self.kazoo.create_async(path, data, ephemeral=ephemeral, makepath=makepath),
+            lambda: self.kazoo.create_async(path, data, ephemeral=ephemeral, makepath=makepath,
+                                            sequence=sequence),
             timeout)
         return result
 
