@@ -162,6 +162,7 @@ SUBCOMMANDS = {
     "configs": "dmq.cli.configs", "bench": "dmq.cli.bench", "pipeline": "dmq.cli.pipeline",
     "cluster": "dmq.cli.cluster", "partitions": "dmq.cli.partitions",
     "transactions": "dmq.cli.transactions", "retry": "dmq.cli.retry",
+    "users": "dmq.cli.users",
 }
 
 

@@ -9,6 +9,7 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
     /config/topics/<topic>                        {"version":1,"config":{...}}
     /config/brokers/<id> and /config/brokers/<default>   dynamic broker configs, same shape
     /config/groups/<group>                        group configs (dmq's: Kafka keeps them in KRaft), same shape
+    /config/users/<user>                          SCRAM credentials, Kafka's: {"version":1,"config":{"SCRAM-SHA-256":"salt=...,iterations=4096"}}
     /controller                       ephemeral   {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                             "<epoch>"
     /latest_producer_id_block                     {"version":1,"broker","block_start","block_end"}
@@ -101,6 +102,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
         self._group_config_watches: set[str] = set()
+        self._user_configs: dict[str, dict[str, str]] = {}
+        self._user_config_watches: set[str] = set()
         self._refreshes: asyncio.Queue[tuple[str, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
@@ -136,6 +139,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             await self.client.watch_data_forever(paths.broker_config(entity),
                                                  self._broker_config_watch(entity))
         await self.client.watch_children(paths.CONFIG_GROUPS, lambda c: self._enqueue("group_configs", c))
+        await self.client.watch_children(paths.CONFIG_USERS, lambda c: self._enqueue("user_configs", c))
         await self.synced()
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -186,6 +190,23 @@ class ZooKeeperMetadataStore(MetadataStore):
                                                      self._group_config_watch(group_id))
                 self._group_config_watches.add(group_id)
 
+    def _user_config_watch(self, user: str) -> Callable[[bytes | None, Stat | None], None]:
+        def changed(data: bytes | None, stat: Stat | None) -> None:
+            if data is None:
+                self._user_configs.pop(user, None)
+            else:
+                self._user_configs[user] = codecs.decode_config(data)
+        return changed
+
+    async def _watch_user_configs(self, children: list[str]) -> None:
+        """Every user with configs (SCRAM credentials) is watched, as group configs are."""
+        for child in children:
+            user = paths.desanitize(child)
+            if user not in self._user_config_watches:
+                await self.client.watch_data_forever(paths.user_config(user),
+                                                     self._user_config_watch(user))
+                self._user_config_watches.add(user)
+
     def _shutdown_requests_changed(self, children: list[str]) -> None:
         self.shutting_down = {int(c) for c in children if c.isdigit()}
         self._notify("admin")
@@ -217,6 +238,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                     await self.refresh_topic(arg)
                 elif kind == "group_configs":
                     await self._watch_group_configs(arg)
+                elif kind == "user_configs":
+                    await self._watch_user_configs(arg)
             except MetadataError as e:
                 log.warning("refreshing %s from ZooKeeper failed (%s); retrying", kind, e)
                 asyncio.get_running_loop().call_later(REFRESH_RETRY_S, self._enqueue, kind, arg)
@@ -760,6 +783,27 @@ class ZooKeeperMetadataStore(MetadataStore):
         except NoNodeError:
             await self.client.create(path, codecs.encode_config(configs), makepath=True)
         self._group_configs[group_id] = dict(configs)  # what the watch will bring
+
+    def user_configs(self, user: str) -> dict[str, str]:
+        return dict(self._user_configs.get(user, {}))
+
+    def users(self) -> list[str]:
+        return sorted(self._user_configs)
+
+    async def set_user_configs(self, user: str, configs: dict[str, str]) -> None:
+        path = paths.user_config(user)
+        if not configs:
+            try:
+                await self.client.delete(path)
+            except NoNodeError:
+                pass
+            self._user_configs.pop(user, None)
+            return
+        try:
+            await self.client.set(path, codecs.encode_config(configs))
+        except NoNodeError:
+            await self.client.create(path, codecs.encode_config(configs), makepath=True)
+        self._user_configs[user] = dict(configs)  # what the watch will bring
 
     async def allocate_producer_ids(self, count: int) -> int:
         path = paths.PRODUCER_ID_BLOCK

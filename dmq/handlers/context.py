@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import ModuleType
+from typing import Any
 
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.metadata import MetadataStore
@@ -13,6 +14,7 @@ from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.security.credentials import ScramCredentials
 from dmq.share.admin import ShareGroupAdmin
 from dmq.share.coordinator import ShareCoordinator
 from dmq.share.service import ShareService
@@ -61,6 +63,9 @@ class BrokerServices:
     # Share groups' offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets,
     # DeleteShareGroupOffsets); None where a test builds services without one.
     share_admin: ShareGroupAdmin | None = None
+    # SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials); None
+    # where a test builds services without one.
+    credentials: ScramCredentials | None = None
 
 
 @dataclass(slots=True)
@@ -77,3 +82,10 @@ class RequestContext:
     # The client connection's id (dmq/server/network.py; 0: none, say a test's direct
     # call): share sessions remember it and are released when it closes.
     connection_id: int = 0
+    # Kafka's KafkaPrincipal string of the connection's authenticated principal, and the
+    # listener the request came in on (set by dmq/server/network.py's broker dispatch).
+    principal: str = "User:ANONYMOUS"
+    listener: str = "PLAINTEXT"
+    # The connection's authentication state (dmq.security.sasl.ConnectionAuth; None: a
+    # test's direct call): SaslHandshake and SaslAuthenticate drive it.
+    auth: Any = None

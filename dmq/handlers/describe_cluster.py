@@ -27,8 +27,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     endpoint_type=endpoint_type, cluster_id=store.cluster_id,
                     controller_id=-1, brokers=())
     brokers = tuple(
-        make(schema.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-        for b in store.brokers()
+        make(schema.DescribeClusterBroker, broker_id=b.broker_id, host=host, port=port, rack=b.rack)
+        for b in store.brokers() for host, port in (b.endpoint(ctx.listener),)
     )
     return make(schema.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
                 error_message=None, endpoint_type=endpoint_type, cluster_id=store.cluster_id,

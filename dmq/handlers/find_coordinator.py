@@ -22,7 +22,7 @@ KEY_TYPE_SHARE = 2
 
 
 async def _lookup(services: BrokerServices, key: str, key_type: int,
-                  version: int) -> tuple[ErrorCode, str | None, int, str, int]:
+                  version: int, listener: str = "PLAINTEXT") -> tuple[ErrorCode, str | None, int, str, int]:
     if key_type == KEY_TYPE_SHARE:
         if version < 6 or services.share_coordinator is None:
             return ErrorCode.invalid_request, "share coordinator keys need FindCoordinator v6", -1, "", -1
@@ -44,7 +44,8 @@ async def _lookup(services: BrokerServices, key: str, key_type: int,
         node = await services.coordinators.group_coordinator_node(key)
     if node is None:
         return ErrorCode.coordinator_not_available, None, -1, "", -1
-    return ErrorCode.none, None, node.broker_id, node.host, node.port
+    host, port = node.endpoint(listener)  # the address of the listener the client came in on
+    return ErrorCode.none, None, node.broker_id, host, port
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -53,11 +54,13 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if ctx.api_version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            error, message, node_id, host, port = await _lookup(services, key, key_type, ctx.api_version)
+            error, message, node_id, host, port = await _lookup(services, key, key_type, ctx.api_version,
+                                                                   ctx.listener)
             coordinators.append(make(schema.Coordinator, key=key, node_id=node_id, host=host, port=port,
                                      error_code=error, error_message=message))
         return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE,
                     coordinators=tuple(coordinators))
-    error, message, node_id, host, port = await _lookup(services, request.key, key_type, ctx.api_version)
+    error, message, node_id, host, port = await _lookup(services, request.key, key_type, ctx.api_version,
+                                                           ctx.listener)
     return make(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, error_code=error,
                 error_message=message, node_id=node_id, host=host, port=port)

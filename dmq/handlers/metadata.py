@@ -96,9 +96,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                         continue
             topics.append(_topic_entry(schema, topic, live))
     brokers = tuple(
-        make(schema.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,
+        make(schema.MetadataResponseBroker, node_id=b.broker_id, host=host, port=port,
              rack=b.rack)
-        for b in store.brokers()
+        for b in store.brokers() for host, port in (b.endpoint(ctx.listener),)
     )
     return make(schema.MetadataResponse, throttle_time=NO_THROTTLE, brokers=brokers,
                 cluster_id=store.cluster_id, controller_id=store.controller_id(),

@@ -1,0 +1,1 @@
+"""Authentication (TLS, SASL) and authorisation (ACLs)."""
