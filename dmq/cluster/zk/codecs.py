@@ -55,8 +55,13 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
         name, sep, address = str(text).partition("://")
         host, _, port = address.rpartition(":")
         if sep and port.isdigit():
-            endpoints.append((name, host.strip("[]"), int(port), str(protocols.get(name, name))))
-    return BrokerInfo(broker_id, str(raw["host"]), int(raw["port"]), raw.get("rack"), tuple(endpoints))
+            if host.startswith("[") and host.endswith("]"):  # an IPv6 address
+                host = host[1:-1]
+            endpoints.append((name, host, int(port), str(protocols.get(name, name))))
+    host, port = str(raw["host"]), int(raw["port"])
+    if endpoints == [("PLAINTEXT", host, port, "PLAINTEXT")]:
+        endpoints = []  # one PLAINTEXT listener: what BrokerInfo says without endpoints
+    return BrokerInfo(broker_id, host, port, raw.get("rack"), tuple(endpoints))
 
 
 def broker_session_timeout_ms(data: bytes | None) -> int:
