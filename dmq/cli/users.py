@@ -143,10 +143,12 @@ def _upsert(user: str, mechanisms: list[str], iterations: int, password: str,
 
 
 @app.command()
-def add(user: Annotated[str, typer.Argument(help="user name")],
+def add(user: Annotated[str, typer.Argument(metavar="USER", help="user name")],
         mechanism: Annotated[list[str] | None, typer.Option(
-            "--mechanism", help="SCRAM-SHA-256 or SCRAM-SHA-512 (repeat for both) [default: both]")] = None,
-        iterations: Annotated[int, typer.Option(help="PBKDF2 iterations (4096 to 16384)")] = 4096,
+            "--mechanism", metavar="MECHANISM",
+            help="SCRAM-SHA-256 or SCRAM-SHA-512 (repeat for both) [default: both]")] = None,
+        iterations: Annotated[int, typer.Option(
+            metavar="N", help="PBKDF2 iterations (4096 to 16384)")] = 4096,
         password_stdin: Annotated[bool, typer.Option(
             "--password-stdin", help="read the password from the first line of standard input")] = False,
         bootstrap: Bootstrap = "127.0.0.1:9092", command_config: CommandConfig = None) -> None:
@@ -160,7 +162,7 @@ def add(user: Annotated[str, typer.Argument(help="user name")],
 
 
 @app.command("set-password")
-def set_password(user: Annotated[str, typer.Argument(help="an existing user")],
+def set_password(user: Annotated[str, typer.Argument(metavar="USER", help="an existing user")],
                  password_stdin: Annotated[bool, typer.Option(
                      "--password-stdin", help="read the password from the first line of standard input")] = False,
                  bootstrap: Bootstrap = "127.0.0.1:9092", command_config: CommandConfig = None) -> None:
@@ -175,9 +177,10 @@ def set_password(user: Annotated[str, typer.Argument(help="an existing user")],
 
 
 @app.command()
-def delete(user: Annotated[str, typer.Argument(help="user name")],
+def delete(user: Annotated[str, typer.Argument(metavar="USER", help="user name")],
            mechanism: Annotated[list[str] | None, typer.Option(
-               "--mechanism", help="delete only this mechanism's credential (repeatable)")] = None,
+               "--mechanism", metavar="MECHANISM",
+               help="delete only this mechanism's credential (repeatable)")] = None,
            bootstrap: Bootstrap = "127.0.0.1:9092", command_config: CommandConfig = None) -> None:
     """Delete a user's SCRAM credentials (all of them unless --mechanism)."""
     from confluent_kafka.admin import ScramMechanism, UserScramCredentialDeletion
