@@ -53,11 +53,11 @@ def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     endpoints = []
     for text in raw.get("endpoints") or ():
         name, sep, address = str(text).partition("://")
-        host, _, port = address.rpartition(":")
-        if sep and port.isdigit():
-            if host.startswith("[") and host.endswith("]"):  # an IPv6 address
-                host = host[1:-1]
-            endpoints.append((name, host, int(port), str(protocols.get(name, name))))
+        ep_host, _, ep_port = address.rpartition(":")
+        if sep and ep_port.isdigit():
+            if ep_host.startswith("[") and ep_host.endswith("]"):  # an IPv6 address
+                ep_host = ep_host[1:-1]
+            endpoints.append((name, ep_host, int(ep_port), str(protocols.get(name, name))))
     host, port = str(raw["host"]), int(raw["port"])
     if endpoints == [("PLAINTEXT", host, port, "PLAINTEXT")]:
         endpoints = []  # one PLAINTEXT listener: what BrokerInfo says without endpoints
