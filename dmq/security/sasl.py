@@ -253,7 +253,8 @@ class ConnectionAuth:
         self.raw = False
 
     def allows(self, api_key: int, now_ms: int) -> bool:
-        """Whether a request of ``api_key`` may be served now (else: close the connection)."""
+        """Whether a request of ``api_key`` may be served now (else: close the connection).
+        Always True off SASL listeners (the dispatcher skips the call there)."""
         if api_key in PRE_AUTH_APIS:
             return True
         if not self.authenticated or self.server is not None:

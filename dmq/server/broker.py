@@ -550,7 +550,7 @@ class Broker:
         except FrameError as e:
             log.warning("closing connection from %s: %s", peer, e)
             return CLOSE
-        if auth is not None and not auth.allows(api_key, int(time.monotonic() * 1000)):
+        if auth is not None and auth.sasl and not auth.allows(api_key, int(time.monotonic() * 1000)):
             log.info("closing connection from %s (listener %s): API key %d %s", peer, auth.listener,
                      api_key, "before authentication" if not auth.authenticated or auth.server
                      else "after its SASL session expired (connections.max.reauth.ms)")
@@ -579,7 +579,7 @@ class Broker:
                              peer.rsplit(":", 1)[0], response_module(api_key, version), dispatched,
                              connection_id,
                              principal=auth.principal if auth is not None else ANONYMOUS,
-                             listener=auth.listener if auth is not None else self.endpoints[0].name,
+                             listener=auth.listener if auth is not None else "PLAINTEXT",
                              auth=auth)
         try:
             response = await handler.handle(self.services, ctx, request)
