@@ -85,20 +85,23 @@ sasl_tokens = st.binary(max_size=300) | st.sampled_from([
     b"n,,n=" + b"b" * 5000 + b",r=x"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(listener=st.sampled_from(["SASL_PLAINTEXT", "SASL_SSL"]),
        mechanism=st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "", "plain"]),
        tokens=st.lists(sasl_tokens, max_size=3))
 def test_malformed_sasl_tokens_never_authenticate(fuzzed: SecureBroker, listener: str, mechanism: str,
                                                   tokens: list[bytes]) -> None:
     with connect(fuzzed, listener) as sock:
-        sock.sendall(encode_request(SaslHandshakeRequest(mechanism=mechanism), 1, "fuzz"))
-        for i, token in enumerate(tokens):
-            sock.sendall(encode_request(SaslAuthenticateRequest(auth_bytes=token), 2 + i, "fuzz"))
+        try:
+            sock.sendall(encode_request(SaslHandshakeRequest(mechanism=mechanism), 1, "fuzz"))
+            for i, token in enumerate(tokens):
+                sock.sendall(encode_request(SaslAuthenticateRequest(auth_bytes=token), 2 + i, "fuzz"))
+        except (OSError, ssl.SSLError):
+            return  # the broker closed the connection already (a refused mechanism or token)
         assert not answers_metadata(sock)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(listener=st.sampled_from(["SASL_PLAINTEXT", "SASL_SSL", "SSL"]),
        chunks=st.lists(st.binary(min_size=1, max_size=200) | st.builds(frame, st.binary(max_size=200))
                        | st.builds(lambda k, v, rest: frame(struct.pack(">hhi", k, v, 1) + rest),
