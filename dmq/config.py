@@ -254,6 +254,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("ssl.client.auth", ConfigType.STRING, "none", "Client certificates on SSL listeners: none, requested or required.", _one_of("none", "requested", "required")),
     ConfigDef("ssl.enabled.protocols", ConfigType.LIST, "TLSv1.2,TLSv1.3", "TLS versions accepted (TLSv1.2 and later only).", _one_of("TLSv1.2", "TLSv1.3")),
     ConfigDef("ssl.endpoint.identification.algorithm", ConfigType.STRING, "https", "https: brokers check the peer broker's host name against its certificate; empty: not."),
+    # ZooKeeper over TLS (KIP-515's names); PEM files only.
+    ConfigDef("zookeeper.ssl.client.enable", ConfigType.BOOLEAN, "false", "Connect to ZooKeeper over TLS."),
+    ConfigDef("zookeeper.clientCnxnSocket", ConfigType.STRING, None, "Kafka's ZooKeeper socket class (ClientCnxnSocketNetty for TLS); dmq needs none."),
+    ConfigDef("zookeeper.ssl.keystore.location", ConfigType.STRING, None, "PEM file with the broker's key and certificate for ZooKeeper's TLS."),
+    ConfigDef("zookeeper.ssl.keystore.password", ConfigType.PASSWORD, None, "Password of the key in zookeeper.ssl.keystore.location."),
+    ConfigDef("zookeeper.ssl.keystore.type", ConfigType.STRING, None, "PEM (the only format dmq reads).", _one_of("PEM")),
+    ConfigDef("zookeeper.ssl.truststore.location", ConfigType.STRING, None, "PEM file with the CAs of ZooKeeper's certificate."),
+    ConfigDef("zookeeper.ssl.truststore.password", ConfigType.PASSWORD, None, "Password of the trust store (PEM: unused)."),
+    ConfigDef("zookeeper.ssl.truststore.type", ConfigType.STRING, None, "PEM (the only format dmq reads).", _one_of("PEM")),
+    ConfigDef("zookeeper.ssl.endpoint.identification.enable", ConfigType.BOOLEAN, "true", "Check ZooKeeper's host name against its certificate."),
 )
 
 # Broker configs that AlterConfigs/IncrementalAlterConfigs may change at runtime, per

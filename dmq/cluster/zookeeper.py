@@ -61,6 +61,7 @@ from dmq.cluster.zk.client import (
     Op,
     Stat,
     ZooKeeperClient,
+    ZooKeeperTls,
 )
 from dmq.cluster.zk.codecs import topic_id_from_kafka, topic_id_to_kafka
 
@@ -111,8 +112,9 @@ class ZooKeeperMetadataStore(MetadataStore):
     @classmethod
     async def connect(cls, connect: str, broker_id: int, session_timeout_ms: int = 18000,
                       on_change: Callable[[str], None] | None = None,
-                      connection_timeout_ms: int | None = None) -> ZooKeeperMetadataStore:
-        client = ZooKeeperClient(connect, session_timeout_ms)
+                      connection_timeout_ms: int | None = None,
+                      tls: ZooKeeperTls | None = None) -> ZooKeeperMetadataStore:
+        client = ZooKeeperClient(connect, session_timeout_ms, tls=tls)
         await client.start(max(10.0, (connection_timeout_ms or session_timeout_ms) / 1000))
         store = cls(client, broker_id, on_change)
         try:

@@ -47,7 +47,7 @@ from dmq.cluster.metadata import (
     MetadataError,
 )
 from dmq.cluster.producer_ids import ProducerIdManager
-from dmq.cluster.zk.client import ZooKeeperUnavailable
+from dmq.cluster.zk.client import ZooKeeperTls, ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import (
     LONG_MAX,
@@ -202,10 +202,15 @@ class Broker:
         connect = self.config["zookeeper.connect"]
         if connect:
             try:
+                zk_tls = ZooKeeperTls.from_config(self.config)
+            except ValueError as e:
+                raise SystemExit(f"error: {e}") from None
+            try:
                 connection_timeout = self.config["zookeeper.connection.timeout.ms"]
                 self.zk = await ZooKeeperMetadataStore.connect(
                     str(connect), self.broker_id, int(self.config["zookeeper.session.timeout.ms"]),
-                    connection_timeout_ms=int(connection_timeout) if connection_timeout else None)
+                    connection_timeout_ms=int(connection_timeout) if connection_timeout else None,
+                    tls=zk_tls)
             except Exception as e:
                 raise SystemExit(
                     f"error: cannot connect to ZooKeeper at {connect}: {e or type(e).__name__}. "

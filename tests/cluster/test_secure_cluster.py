@@ -1,5 +1,6 @@
 """Three brokers that talk SASL_SSL (SCRAM-SHA-512, a broker user) to each other while
-clients use PLAINTEXT: followers replicate over the inter-broker listener's TLS and SASL.
+clients use PLAINTEXT: followers replicate over the inter-broker listener's TLS and SASL,
+and the brokers reach ZooKeeper over TLS only (zookeeper.ssl.*, client certificates).
 
 The topic is created before the broker user exists: followers cannot authenticate, so
 they fall out of the ISR, and the brokers' logs say why; once the user is added (stored
@@ -18,10 +19,11 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from support.broker import BrokerProcess
 from support.certs import KEY_PASSWORD, make_pki
 from support.cluster import Cluster
 from support.ports import free_port
-from support.zookeeper import available
+from support.zookeeper import ZooKeeperProcess, available
 
 BROKER_JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
                'username="broker" password="broker-secret";')
@@ -32,6 +34,11 @@ def test_replication_over_sasl_ssl(tmp_path: Path, topic_name: str) -> None:
         pytest.skip("Debian's zookeeper package is not installed (scripts/test.sh installs it)")
     pki = make_pki(tmp_path / "pki")
     cluster = Cluster(tmp_path, overrides={
+        "zookeeper.ssl.client.enable": "true",
+        "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty",
+        "zookeeper.ssl.keystore.location": str(pki.server_keystore),
+        "zookeeper.ssl.keystore.password": KEY_PASSWORD, "zookeeper.ssl.keystore.type": "PEM",
+        "zookeeper.ssl.truststore.location": str(pki.ca), "zookeeper.ssl.truststore.type": "PEM",
         "inter.broker.listener.name": "SASL_SSL",
         "sasl.enabled.mechanisms": "SCRAM-SHA-512",
         "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
@@ -41,6 +48,9 @@ def test_replication_over_sasl_ssl(tmp_path: Path, topic_name: str) -> None:
         "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
         "replica.fetch.backoff.ms": "200",
     })
+    # ZooKeeper serves TLS only, on the port the brokers were given.
+    cluster.zookeeper = ZooKeeperProcess(tmp_path / "zk", port=cluster.zookeeper.port,
+                                         tls=(pki.server_keystore_plain, pki.ca))
     inter_ports = {}
     for broker_id, b in cluster.brokers.items():
         inter_ports[broker_id] = free_port()
@@ -88,6 +98,12 @@ def test_replication_over_sasl_ssl(tmp_path: Path, topic_name: str) -> None:
         consumer.close()
         assert got == {f"v{i}".encode() for i in range(200)}
         for b in cluster.brokers.values():
-            assert "broker-secret" not in b.log_text()
+            assert "broker-secret" not in b.log_text() and KEY_PASSWORD not in b.log_text()
+        # Without TLS a broker cannot reach this ZooKeeper: it says so and stops.
+        plain = BrokerProcess(tmp_path / "plain", {"zookeeper.connect": cluster.zk_connect,
+                                                   "broker.id": "9", "zookeeper.session.timeout.ms": "4000",
+                                                   "zookeeper.connection.timeout.ms": "3000"})
+        with pytest.raises(RuntimeError, match="cannot connect to ZooKeeper"):
+            plain.start(timeout=60)
     finally:
         cluster.stop()

@@ -34,6 +34,8 @@ class Pki:
     other_cert: Path            # a client certificate of the other CA
     other_key: Path
     expired_server_keystore: Path  # a broker certificate that expired yesterday
+    server_keystore_plain: Path    # the broker's key unencrypted + certificate + CA (ZooKeeper's
+                                   # PEM reader cannot decrypt PBES2 keys)
 
 
 def _name(cn: str) -> x509.Name:
@@ -72,8 +74,9 @@ def _leaf(cn: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate
                .not_valid_before(start).not_valid_after(end)
                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                .add_extension(x509.ExtendedKeyUsage(
-                   [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]),
-                   critical=False))
+                   # a broker's certificate is a client's too (inter-broker, ZooKeeper)
+                   [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if server
+                   else [ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False))
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName(
             [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
@@ -95,7 +98,8 @@ def make_pki(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
     paths = Pki(*(directory / name for name in (
         "ca.pem", "other-ca.pem", "server.pem", "client.crt", "client.key", "client.pem",
-        "expired.crt", "expired.key", "other.crt", "other.key", "expired-server.pem")))
+        "expired.crt", "expired.key", "other.crt", "other.key", "expired-server.pem",
+        "server-plain.pem")))
     if paths.ca.exists():
         return paths
     ca_key, ca = _ca("dmq test CA")
@@ -104,6 +108,7 @@ def make_pki(directory: Path) -> Pki:
     paths.other_ca.write_bytes(_pem_cert(other_ca))
     key, cert = _leaf("broker", ca_key, ca, server=True)
     paths.server_keystore.write_bytes(_pem_key(key, KEY_PASSWORD) + _pem_cert(cert) + _pem_cert(ca))
+    paths.server_keystore_plain.write_bytes(_pem_key(key) + _pem_cert(cert) + _pem_cert(ca))
     key, cert = _leaf("broker", ca_key, ca, server=True, expired=True)
     paths.expired_server_keystore.write_bytes(_pem_key(key) + _pem_cert(cert) + _pem_cert(ca))
     key, cert = _leaf("alice", ca_key, ca, server=False)
