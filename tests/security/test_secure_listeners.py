@@ -363,3 +363,15 @@ def test_every_sasl_api_version(secure: SecureBroker) -> None:
             md = c.request(MetadataRequest(topics=None, allow_auto_topic_creation=False,
                                            include_topic_authorized_operations=False))
             assert [b.port for b in md.brokers] == [secure.ports["SASL_PLAINTEXT"]]
+
+
+def test_describe_configs_hides_passwords(secure: SecureBroker) -> None:
+    from confluent_kafka.admin import ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": secure.proc.bootstrap})
+    resource = ConfigResource(ConfigResource.Type.BROKER, "0")
+    entries = admin.describe_configs([resource])[resource].result(30)
+    key = entries["ssl.key.password"]
+    assert key.is_sensitive and key.value is None
+    assert entries["ssl.keystore.type"].value == "PEM" and not entries["ssl.keystore.type"].is_sensitive
+    assert entries["sasl.enabled.mechanisms"].value == "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
