@@ -107,3 +107,34 @@ def test_replication_over_sasl_ssl(tmp_path: Path, topic_name: str) -> None:
             plain.start(timeout=60)
     finally:
         cluster.stop()
+
+
+def test_replication_over_ssl_with_client_certificates(tmp_path: Path, topic_name: str) -> None:
+    """An SSL inter-broker listener that requires client certificates: followers present
+    the broker's certificate (the key store) and replicate."""
+    if not available():
+        pytest.skip("Debian's zookeeper package is not installed (scripts/test.sh installs it)")
+    pki = make_pki(tmp_path / "pki")
+    cluster = Cluster(tmp_path, overrides={
+        "inter.broker.listener.name": "INTERNAL",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL",
+        "listener.name.internal.ssl.client.auth": "required",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(pki.server_keystore),
+        "ssl.key.password": KEY_PASSWORD,
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(pki.ca),
+    })
+    for b in cluster.brokers.values():
+        b.listeners = f"PLAINTEXT://127.0.0.1:{b.port},INTERNAL://127.0.0.1:{free_port()}"
+    try:
+        cluster.start()
+        cluster.create_topic(topic_name, partitions=2, rf=3)  # waits for the whole ISR
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(50):
+            producer.produce(topic_name, value=f"v{i}".encode())
+        assert producer.flush(30) == 0
+        for p in cluster.metadata(topic_name).topics[topic_name].partitions.values():
+            assert len(p.isrs) == 3
+        logs = "".join(b.log_text() for b in cluster.brokers.values())
+        assert "fetching from broker" not in logs  # no follower ever failed to connect
+    finally:
+        cluster.stop()
