@@ -26,9 +26,9 @@ import base64
 import hmac
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dmq.config import BrokerConfig, ConfigError
+from dmq.config import BrokerConfig, ConfigError, listener_config
 from dmq.protocol import scram
 from dmq.protocol.jaas import JaasError, parse_jaas
 from dmq.security.credentials import ScramCredentials
@@ -174,12 +174,21 @@ def plain_matches_scram(credentials: ScramCredentials, user: str, password: str)
 
 @dataclass(frozen=True, slots=True)
 class SaslSettings:
-    """The broker's SASL settings, read once at startup."""
+    """The broker's SASL settings, read once at startup: ``enabled`` and ``reauth_ms``
+    (sasl.enabled.mechanisms, connections.max.reauth.ms) unless a listener has its own
+    (``listener.name.<l>.…``, in ``per_listener``)."""
 
     enabled: tuple[str, ...]
     reauth_ms: int
     # listener -> PLAIN users of its JAAS config (name -> password)
     plain_users: dict[str, dict[str, str]]
+    per_listener: dict[str, tuple[tuple[str, ...], int]] = field(default_factory=dict)
+
+    def mechanisms(self, listener: str) -> tuple[str, ...]:
+        return self.per_listener[listener][0] if listener in self.per_listener else self.enabled
+
+    def reauth(self, listener: str) -> int:
+        return self.per_listener[listener][1] if listener in self.per_listener else self.reauth_ms
 
     def __repr__(self) -> str:  # never show passwords
         return f"SaslSettings(enabled={self.enabled}, reauth_ms={self.reauth_ms})"
@@ -188,12 +197,16 @@ class SaslSettings:
 def sasl_settings(config: BrokerConfig, sasl_listeners: list[str]) -> SaslSettings:
     """Validate the SASL configs of the SASL listeners; ConfigError says what to fix."""
     enabled = tuple(str(m).upper() for m in config["sasl.enabled.mechanisms"])
-    if sasl_listeners:
-        unsupported = [m for m in enabled if m not in SUPPORTED_MECHANISMS]
-        if unsupported or not enabled:
+    per_listener: dict[str, tuple[tuple[str, ...], int]] = {}
+    for listener in sasl_listeners:
+        mechanisms = tuple(str(m).upper() for m in listener_config(config, listener, "sasl.enabled.mechanisms"))
+        unsupported = [m for m in mechanisms if m not in SUPPORTED_MECHANISMS]
+        if unsupported or not mechanisms:
             raise ConfigError(
-                f"sasl.enabled.mechanisms={','.join(enabled)}: dmq supports "
+                f"sasl.enabled.mechanisms={','.join(mechanisms)} (listener {listener}): dmq supports "
                 f"{', '.join(SUPPORTED_MECHANISMS)}; set sasl.enabled.mechanisms to those you use")
+        per_listener[listener] = (mechanisms,
+                                  int(listener_config(config, listener, "connections.max.reauth.ms")))
     plain: dict[str, dict[str, str]] = {}
     for listener in sasl_listeners:
         text = config.explicit.get(f"listener.name.{listener.lower()}.plain.sasl.jaas.config")
@@ -204,7 +217,7 @@ def sasl_settings(config: BrokerConfig, sasl_listeners: list[str]) -> SaslSettin
             except JaasError as e:
                 raise ConfigError(f"listener.name.{listener.lower()}.plain.sasl.jaas.config: {e}") from None
         plain[listener] = users
-    return SaslSettings(enabled, int(config["connections.max.reauth.ms"]), plain)
+    return SaslSettings(enabled, int(config["connections.max.reauth.ms"]), plain, per_listener)
 
 
 class Authenticator:
@@ -266,7 +279,7 @@ class ConnectionAuth:
         the enabled mechanisms)."""
         if not self.sasl or self.authenticator is None:
             return "illegal_sasl_state", []
-        enabled = list(self.authenticator.settings.enabled)
+        enabled = list(self.authenticator.settings.mechanisms(self.listener))
         if self.server is not None:
             self.close_after_response = True
             return "illegal_sasl_state", enabled
@@ -307,7 +320,7 @@ class ConnectionAuth:
         self.mechanism = server.mechanism
         self.authenticated = True
         self.authentications += 1
-        reauth = self.authenticator.settings.reauth_ms if self.authenticator else 0
+        reauth = self.authenticator.settings.reauth(self.listener) if self.authenticator else 0
         self.expires_ms = now_ms + reauth if reauth > 0 else None
         return "none", None, answer, reauth
 

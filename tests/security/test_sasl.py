@@ -137,6 +137,15 @@ def test_sasl_settings_refuse_unsupported_mechanisms() -> None:
     got = sasl_settings(config, ["SASL_SSL"])
     assert got.plain_users == {"SASL_SSL": {"a": "a-secret"}} and "a-secret" not in repr(got)
     assert config.unknown == []
+    # Per listener, as Kafka: listener.name.<l>.sasl.enabled.mechanisms and .connections.max.reauth.ms
+    config = BrokerConfig({"sasl.enabled.mechanisms": "SCRAM-SHA-512", "connections.max.reauth.ms": "1000",
+                           "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+                           "listener.name.internal.connections.max.reauth.ms": "0"})
+    got = sasl_settings(config, ["INTERNAL", "SASL_SSL"])
+    assert got.mechanisms("INTERNAL") == ("PLAIN",) and got.reauth("INTERNAL") == 0
+    assert got.mechanisms("SASL_SSL") == ("SCRAM-SHA-512",) and got.reauth("SASL_SSL") == 1000
+    auth = ConnectionAuth("INTERNAL", "SASL_PLAINTEXT", Authenticator(got, ScramCredentials(Users())))  # type: ignore[arg-type]
+    assert auth.handshake("SCRAM-SHA-512") == ("unsupported_sasl_mechanism", ["PLAIN"])
 
 
 def test_credentials_in_the_embedded_store_survive_a_restart(tmp_path: Path) -> None:

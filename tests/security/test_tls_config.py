@@ -104,4 +104,5 @@ def test_a_tls_listener_without_a_key_store_stops_the_broker(tmp_path: Path) -> 
     res = subprocess.run([sys.executable, "-m", "dmq", "server", "--listen", "SASL_PLAINTEXT://127.0.0.1:0",
                           "--data-dir", str(tmp_path / "d")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 1
-    assert "sasl.enabled.mechanisms=GSSAPI: dmq supports PLAIN, SCRAM-SHA-256, SCRAM-SHA-512" in res.stderr
+    assert ("sasl.enabled.mechanisms=GSSAPI (listener SASL_PLAINTEXT): dmq supports PLAIN, SCRAM-SHA-256, "
+            "SCRAM-SHA-512") in res.stderr
