@@ -24,7 +24,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         return make(ctx.schema.SaslAuthenticateResponse, error_code=ErrorCode.illegal_sasl_state,
                     error_message="SASL is not enabled on this listener", auth_bytes=b"",
                     session_lifetime=timedelta(0))
-    error, message, token, lifetime_ms = ctx.auth.authenticate(
+    error, message, token, lifetime_ms = await ctx.auth.authenticate(
         bytes(request.auth_bytes), int(time.monotonic() * 1000))
     return make(ctx.schema.SaslAuthenticateResponse, error_code=ErrorCode[error],
                 error_message=message, auth_bytes=token,

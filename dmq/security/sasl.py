@@ -22,6 +22,7 @@ server key it read, a PLAIN check compares and forgets. Event-loop thread only.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hmac
 import secrets
@@ -57,17 +58,44 @@ class SaslServer:
         """The next server token; AuthenticationFailed ends the exchange."""
         raise NotImplementedError
 
+    async def evaluate_async(self, token: bytes) -> bytes:
+        """``evaluate``, for a mechanism whose check may run off the event loop."""
+        return self.evaluate(token)
+
 
 class PlainServer(SaslServer):
-    """RFC 4616: one token ``[authzid] NUL authcid NUL passwd``."""
+    """RFC 4616: one token ``[authzid] NUL authcid NUL passwd``. ``verify`` checks the
+    password; it may take a while (PBKDF2 against a SCRAM credential) and runs in a worker
+    thread under ``evaluate_async``, given what it needs read on the loop."""
 
     mechanism = "PLAIN"
 
-    def __init__(self, verify: Callable[[str, str], bool]) -> None:
+    def __init__(self, verify: Callable[[str, str], bool],
+                 prepare: Callable[[str], Callable[[str], bool] | None] | None = None) -> None:
         super().__init__()
         self._verify = verify
+        # ``prepare(user)``: on the loop, a check of the password that may run in a thread
+        # (or None: ``verify`` is quick enough for the loop).
+        self._prepare = prepare
+
+    async def evaluate_async(self, token: bytes) -> bytes:
+        user, password = self._parse(token)
+        check = self._prepare(user) if self._prepare is not None else None
+        ok = await asyncio.to_thread(check, password) if check is not None else self._verify(user, password)
+        return self._finish(user, ok)
 
     def evaluate(self, token: bytes) -> bytes:
+        user, password = self._parse(token)
+        return self._finish(user, self._verify(user, password))
+
+    def _finish(self, user: str, ok: bool) -> bytes:
+        if not ok:
+            raise AuthenticationFailed("Authentication failed: Invalid username or password")
+        self.user = user
+        self.complete = True
+        return b""
+
+    def _parse(self, token: bytes) -> tuple[str, str]:
         if self.complete:
             raise AuthenticationFailed("Authentication failed: PLAIN takes one message")
         parts = token.split(b"\0")
@@ -84,11 +112,7 @@ class PlainServer(SaslServer):
         if authzid and authzid != user:
             raise AuthenticationFailed("Authentication failed: Client requested an authorization "
                                        "id that is different from username")
-        if not self._verify(user, password):
-            raise AuthenticationFailed("Authentication failed: Invalid username or password")
-        self.user = user
-        self.complete = True
-        return b""
+        return user, password
 
 
 class ScramServer(SaslServer):
@@ -162,14 +186,24 @@ class ScramServer(SaslServer):
         return f"v={base64.b64encode(signature).decode()}".encode()
 
 
-def plain_matches_scram(credentials: ScramCredentials, user: str, password: str) -> bool:
-    """Whether ``password`` is the one of the user's stored SCRAM credential (either mechanism)."""
+def scram_password_check(credentials: ScramCredentials, user: str) -> Callable[[str], bool] | None:
+    """A check of a password against the user's stored SCRAM credential (either mechanism),
+    pure (it may run in a thread); None when the user has none."""
     for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
         cred = credentials.get(user, mechanism)
         if cred is not None:
-            computed = scram.new_credential(mechanism, password, cred.iterations, cred.salt)
-            return hmac.compare_digest(computed.stored_key, cred.stored_key)
-    return False
+            def check(password: str, mechanism: str = mechanism,
+                      cred: scram.ScramCredential = cred) -> bool:
+                computed = scram.new_credential(mechanism, password, cred.iterations, cred.salt)
+                return hmac.compare_digest(computed.stored_key, cred.stored_key)
+            return check
+    return None
+
+
+def plain_matches_scram(credentials: ScramCredentials, user: str, password: str) -> bool:
+    """Whether ``password`` is the one of the user's stored SCRAM credential (either mechanism)."""
+    check = scram_password_check(credentials, user)
+    return check is not None and check(password)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +270,12 @@ class Authenticator:
                 if expected is not None:
                     return hmac.compare_digest(expected.encode(), password.encode())
                 return plain_matches_scram(self.credentials, user, password)
-            return PlainServer(verify)
+
+            def prepare(user: str) -> Callable[[str], bool] | None:
+                # JAAS users are compared on the loop; a SCRAM credential's PBKDF2 is not.
+                return None if user in users else (
+                    scram_password_check(self.credentials, user) or (lambda password: False))
+            return PlainServer(verify, prepare)
         return ScramServer(mechanism, lambda user: self.credentials.get(user, mechanism))
 
 
@@ -264,6 +303,7 @@ class ConnectionAuth:
         self.authentications = 0  # completed exchanges: more than one is a re-authentication
         # After SaslHandshake v0: the exchange's tokens come as raw frames (no request header).
         self.raw = False
+        self.checking = False  # a token's check is running (off the loop for PLAIN)
 
     def allows(self, api_key: int, now_ms: int) -> bool:
         """Whether a request of ``api_key`` may be served now (else: close the connection).
@@ -293,20 +333,27 @@ class ConnectionAuth:
         self.server = self.authenticator.server(self.listener, mechanism)
         return "none", enabled
 
-    def authenticate(self, token: bytes, now_ms: int) -> tuple[str, str | None, bytes, int]:
-        """SaslAuthenticate: (error name, message, server token, session lifetime ms)."""
+    async def authenticate(self, token: bytes, now_ms: int) -> tuple[str, str | None, bytes, int]:
+        """SaslAuthenticate: (error name, message, server token, session lifetime ms). A
+        second token while one is being checked is ILLEGAL_SASL_STATE."""
         server = self.server
         if server is None:
             self.close_after_response = True
             return "illegal_sasl_state", ("SaslAuthenticate without a SaslHandshake" if not self.authenticated
                                           else "Already authenticated"), b"", 0
+        if self.checking:
+            self.close_after_response = True
+            return "illegal_sasl_state", "A SASL token is already being checked", b"", 0
+        self.checking = True
         try:
-            answer = server.evaluate(token)
+            answer = await server.evaluate_async(token)
         except AuthenticationFailed as e:
             self.server = None
             self.raw = False
             self.close_after_response = True
             return "sasl_authentication_failed", str(e), b"", 0
+        finally:
+            self.checking = False
         if not server.complete:
             return "none", None, answer, 0
         self.server = None

@@ -549,7 +549,7 @@ class Broker:
                        connection_id: int = 0) -> object:
         auth = self._sessions.get(connection_id)
         if auth is not None and auth.raw and auth.server is not None:
-            return self._raw_sasl_token(auth, frame, peer, connection_id)
+            return await self._raw_sasl_token(auth, frame, peer, connection_id)
         try:
             api_key, version, correlation_id = peek_header(frame)
         except FrameError as e:
@@ -611,10 +611,10 @@ class Broker:
                 conn.max_request_bytes = int(self.config["socket.request.max.bytes"])
         return data
 
-    def _raw_sasl_token(self, auth: ConnectionAuth, frame: bytes, peer: str, connection_id: int) -> object:
+    async def _raw_sasl_token(self, auth: ConnectionAuth, frame: bytes, peer: str, connection_id: int) -> object:
         """A SASL token after SaslHandshake v0: a raw frame, answered by a raw frame; a
         failure closes the connection without an answer, as Kafka does in this mode."""
-        error, message, token, _ = auth.authenticate(frame, int(time.monotonic() * 1000))
+        error, message, token, _ = await auth.authenticate(frame, int(time.monotonic() * 1000))
         if error != "none":
             log.info("closing connection from %s (listener %s): SASL authentication failed: %s",
                      peer, auth.listener, message)

@@ -48,7 +48,7 @@ def login(auth: ConnectionAuth, mechanism: str, user: str, password: str, now: i
     client = SaslClient(mechanism, user, password)
     token: bytes | None = client.first()
     while token is not None:
-        error, message, answer, _ = auth.authenticate(token, now)
+        error, message, answer, _ = asyncio.run(auth.authenticate(token, now))
         if error != "none":
             return error, message
         token = client.step(answer)
@@ -88,7 +88,7 @@ def test_failures_close_the_connection() -> None:
     assert auth.handshake("GSSAPI") == ("unsupported_sasl_mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
     assert auth.close_after_response
     auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
-    assert auth.authenticate(b"x", 0)[0] == "illegal_sasl_state"
+    assert asyncio.run(auth.authenticate(b"x", 0))[0] == "illegal_sasl_state"
 
 
 def test_reauthentication_keeps_principal_and_mechanism_and_sessions_expire() -> None:
@@ -115,7 +115,7 @@ def test_malformed_tokens_never_authenticate(mechanism: str, tokens: list[bytes]
     auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
     assert auth.handshake(mechanism)[0] == "none"
     for token in tokens:
-        error, _, _, _ = auth.authenticate(token, 0)
+        error, _, _, _ = asyncio.run(auth.authenticate(token, 0))
         assert error in ("none", "sasl_authentication_failed", "illegal_sasl_state")
         if error != "none":
             break
