@@ -397,3 +397,26 @@ def test_large_fetches_over_tls_are_encrypted_not_sendfiled(secure: SecureBroker
             got.append(msg.value())
     consumer.close()
     assert got == values
+
+
+def test_advertised_listeners_per_listener(tmp_path: Path) -> None:
+    from support.broker import BrokerProcess
+    from support.ports import free_port
+
+    p1, p2 = free_port(), free_port()
+    proc = BrokerProcess(tmp_path / "data", port=p1, listeners=f"PLAINTEXT://127.0.0.1:{p1},SASL_PLAINTEXT://127.0.0.1:{p2}",
+                         overrides={"advertised.listeners": f"PLAINTEXT://localhost:{p1},SASL_PLAINTEXT://localhost:{p2}",
+                                    "sasl.enabled.mechanisms": "PLAIN",
+                                    "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                                        'org.apache.kafka.common.security.plain.PlainLoginModule required user_u="p";'})
+    try:
+        proc.start()
+        assert f"listening on 127.0.0.1:{p1} (PLAINTEXT), 127.0.0.1:{p2} (SASL_PLAINTEXT)" in proc.startup_line
+        md = AdminClient({"bootstrap.servers": proc.bootstrap}).list_topics(timeout=20)
+        assert [(b.host, b.port) for b in md.brokers.values()] == [("localhost", p1)]
+        md = AdminClient({"bootstrap.servers": f"127.0.0.1:{p2}", "security.protocol": "SASL_PLAINTEXT",
+                          "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p"}
+                         ).list_topics(timeout=20)
+        assert [(b.host, b.port) for b in md.brokers.values()] == [("localhost", p2)]
+    finally:
+        proc.close()
