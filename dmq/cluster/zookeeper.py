@@ -61,6 +61,7 @@ from dmq.cluster.zk.client import (
     Op,
     Stat,
     ZooKeeperClient,
+    ZooKeeperSasl,
     ZooKeeperTls,
 )
 from dmq.cluster.zk.codecs import topic_id_from_kafka, topic_id_to_kafka
@@ -113,8 +114,9 @@ class ZooKeeperMetadataStore(MetadataStore):
     async def connect(cls, connect: str, broker_id: int, session_timeout_ms: int = 18000,
                       on_change: Callable[[str], None] | None = None,
                       connection_timeout_ms: int | None = None,
-                      tls: ZooKeeperTls | None = None) -> ZooKeeperMetadataStore:
-        client = ZooKeeperClient(connect, session_timeout_ms, tls=tls)
+                      tls: ZooKeeperTls | None = None,
+                      sasl: ZooKeeperSasl | None = None) -> ZooKeeperMetadataStore:
+        client = ZooKeeperClient(connect, session_timeout_ms, tls=tls, sasl=sasl)
         await client.start(max(10.0, (connection_timeout_ms or session_timeout_ms) / 1000))
         store = cls(client, broker_id, on_change)
         try:

@@ -47,7 +47,7 @@ from dmq.cluster.metadata import (
     MetadataError,
 )
 from dmq.cluster.producer_ids import ProducerIdManager
-from dmq.cluster.zk.client import ZooKeeperTls, ZooKeeperUnavailable
+from dmq.cluster.zk.client import ZooKeeperSasl, ZooKeeperTls, ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.config import (
     LONG_MAX,
@@ -203,6 +203,7 @@ class Broker:
         if connect:
             try:
                 zk_tls = ZooKeeperTls.from_config(self.config)
+                zk_sasl = ZooKeeperSasl.from_config(self.config)
             except ValueError as e:
                 raise SystemExit(f"error: {e}") from None
             try:
@@ -210,11 +211,13 @@ class Broker:
                 self.zk = await ZooKeeperMetadataStore.connect(
                     str(connect), self.broker_id, int(self.config["zookeeper.session.timeout.ms"]),
                     connection_timeout_ms=int(connection_timeout) if connection_timeout else None,
-                    tls=zk_tls)
+                    tls=zk_tls, sasl=zk_sasl)
             except Exception as e:
+                secured = ("; are zookeeper.ssl.* and zookeeper.sasl.jaas.config what this "
+                           "ZooKeeper asks for?" if zk_tls or zk_sasl else "")
                 raise SystemExit(
                     f"error: cannot connect to ZooKeeper at {connect}: {e or type(e).__name__}. "
-                    f"Is ZooKeeper running there? (dmq cluster start runs one for development)"
+                    f"Is ZooKeeper running there? (dmq cluster start runs one for development){secured}"
                 ) from None
             self.store: EmbeddedMetadataStore | ZooKeeperMetadataStore = self.zk
         else:

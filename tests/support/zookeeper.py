@@ -21,12 +21,15 @@ def available() -> bool:
 
 class ZooKeeperProcess:
     def __init__(self, base: Path, port: int | None = None, host: str = "127.0.0.1",
-                 command_prefix: list[str] | None = None, tls: tuple[Path, Path] | None = None) -> None:
+                 command_prefix: list[str] | None = None, tls: tuple[Path, Path] | None = None,
+                 sasl_users: dict[str, str] | None = None) -> None:
         """``host`` and ``command_prefix`` run it elsewhere, e.g. in a test network
         namespace (``ip netns exec NAME``, see support.netns). ``tls`` (a PEM key store with
         an unencrypted key, a PEM trust store) serves TLS only on the port, client
-        certificates required (Netty's connection factory)."""
+        certificates required (Netty's connection factory). ``sasl_users`` (name -> password)
+        makes every client log in with SASL DIGEST-MD5 as one of them (enforce.auth)."""
         self.tls = tls
+        self.jvm_flags: list[str] = []
         self.base = base
         self.host = host
         self.command_prefix = list(command_prefix or [])
@@ -40,6 +43,13 @@ class ZooKeeperProcess:
                       f"ssl.keyStore.location={tls[0]}\nssl.keyStore.type=PEM\n"
                       f"ssl.trustStore.location={tls[1]}\nssl.trustStore.type=PEM\n"
                       "ssl.clientAuth=need\n")
+        if sasl_users:
+            users = "".join(f'  user_{name}="{password}"\n' for name, password in sasl_users.items())
+            (base / "server_jaas.conf").write_text(
+                f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n{users};\n}};\n")
+            self.jvm_flags.append(f"-Djava.security.auth.login.config={base / 'server_jaas.conf'}")
+            listen += ("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n"
+                       "enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n")
         (base / "zoo.cfg").write_text(
             f"tickTime=500\ndataDir={base / 'data'}\n{listen}admin.enableServer=false\n"
             "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
@@ -53,7 +63,7 @@ class ZooKeeperProcess:
     def start(self, timeout: float = 30) -> ZooKeeperProcess:
         log = open(self.base / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            [*self.command_prefix, "java", "-Xmx256m", "-cp",
+            [*self.command_prefix, "java", "-Xmx256m", *self.jvm_flags, "-cp",
              # Debian's zookeeper.jar leaves netty-codec (TLS) off its class path
              f"/etc/zookeeper/conf:{ZK_JAR}" + (":/usr/share/java/netty-codec.jar" if self.tls else ""),
              f"-Dzookeeper.log.dir={self.base}",

@@ -113,7 +113,36 @@ class ZooKeeperTls:
                             bool(config["zookeeper.ssl.endpoint.identification.enable"]))
 
 
-def new_kazoo_client(connect: str, session_timeout_ms: int, tls: ZooKeeperTls | None = None) -> KazooClient:
+@dataclass(frozen=True, slots=True)
+class ZooKeeperSasl:
+    """A SASL (DIGEST-MD5) login to ZooKeeper, as the JAAS Client section's
+    DigestLoginModule gives Kafka's brokers (``zookeeper.sasl.jaas.config``)."""
+
+    username: str
+    password: str = field(repr=False)
+
+    @staticmethod
+    def from_config(config: BrokerConfig) -> ZooKeeperSasl | None:
+        """None without ``zookeeper.sasl.jaas.config``; ValueError says what is wrong
+        (never the values)."""
+        text = config["zookeeper.sasl.jaas.config"]
+        if not text:
+            return None
+        from dmq.protocol.jaas import JaasError, parse_jaas
+
+        try:
+            entry = parse_jaas(str(text))
+        except JaasError as e:
+            raise ValueError(f"zookeeper.sasl.jaas.config: {e}") from None
+        if not entry.login_module.endswith("DigestLoginModule") or not entry.username \
+                or entry.password is None:
+            raise ValueError("zookeeper.sasl.jaas.config must be 'org.apache.zookeeper.server.auth."
+                             "DigestLoginModule required username=\"...\" password=\"...\";'")
+        return ZooKeeperSasl(entry.username, entry.password)
+
+
+def new_kazoo_client(connect: str, session_timeout_ms: int, tls: ZooKeeperTls | None = None,
+                     sasl: ZooKeeperSasl | None = None) -> KazooClient:
     """A KazooClient for ``connect`` (``host:port[,...][/chroot]``), not yet started."""
     session_s = session_timeout_ms / 1000
     secure: dict[str, Any] = {}
@@ -121,6 +150,9 @@ def new_kazoo_client(connect: str, session_timeout_ms: int, tls: ZooKeeperTls | 
         secure = {"use_ssl": True, "verify_certs": True, "check_hostname": tls.check_hostname,
                   "ca": tls.cafile, "certfile": tls.certfile, "keyfile": tls.certfile,
                   "keyfile_password": tls.password}
+    if sasl is not None:
+        secure["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": sasl.username,
+                                  "password": sasl.password}
     return KazooClient(hosts=connect, timeout=session_s,
                        connection_retry=connection_retry(session_timeout_ms),
                        handler=_BoundedConnectHandler(max(0.5, session_s / 3)), **secure)
@@ -162,10 +194,10 @@ class ZooKeeperClient:
     """
 
     def __init__(self, connect: str, session_timeout_ms: int, timeout_s: float | None = None,
-                 tls: ZooKeeperTls | None = None) -> None:
+                 tls: ZooKeeperTls | None = None, sasl: ZooKeeperSasl | None = None) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.timeout_s = timeout_s if timeout_s is not None else session_timeout_ms / 1000
-        self.kazoo = new_kazoo_client(connect, session_timeout_ms, tls)
+        self.kazoo = new_kazoo_client(connect, session_timeout_ms, tls, sasl)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zk")
         self.loop: asyncio.AbstractEventLoop | None = None
         # How many times the session (re)connected; kazoo's thread counts, anyone reads.
