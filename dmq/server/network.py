@@ -78,6 +78,8 @@ class CloseAfter:
 
     def __init__(self, data: bytes) -> None:
         self.data = data
+
+
 _connection_ids = itertools.count(1)
 
 MAX_QUEUED_FRAMES = 64
