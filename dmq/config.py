@@ -239,6 +239,36 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", ConfigType.INT, "3600000", "How often expired transactional ids are removed.", _at_least(1)),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", ConfigType.LONG, "5000", "How often high watermarks are saved to replication-offset-checkpoint.", _at_least(1)),
     ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, str(LONG_MAX), "Bytes/s a follower fetches for throttled (reassigning) replicas; dynamic.", _at_least(1)),
+    # Security (listeners, TLS, SASL): Kafka's names and defaults; see docs/security.md.
+    ConfigDef("listener.security.protocol.map", ConfigType.STRING, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", "Listener name -> security protocol (NAME:PROTOCOL,...)."),
+    ConfigDef("inter.broker.listener.name", ConfigType.STRING, None, "The listener brokers use to talk to each other (default: the one of security.inter.broker.protocol)."),
+    ConfigDef("security.inter.broker.protocol", ConfigType.STRING, "PLAINTEXT", "Security protocol between brokers.", _one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ConfigDef("sasl.enabled.mechanisms", ConfigType.LIST, "GSSAPI", "SASL mechanisms a SASL listener offers (dmq: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)."),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", ConfigType.STRING, "GSSAPI", "SASL mechanism brokers use with each other."),
+    ConfigDef("sasl.server.max.receive.size", ConfigType.INT, "524288", "Largest request accepted before authentication.", _at_least(1)),
+    ConfigDef("connections.max.reauth.ms", ConfigType.LONG, "0", "Longest SASL session before the client must re-authenticate (0: never, KIP-368).", _at_least(0)),
+    ConfigDef("ssl.keystore.type", ConfigType.STRING, "JKS", "Format of the key store (dmq reads PEM only).", _one_of("JKS", "PKCS12", "PEM")),
+    ConfigDef("ssl.keystore.location", ConfigType.STRING, None, "PEM file with the broker's private key and certificate chain."),
+    ConfigDef("ssl.keystore.password", ConfigType.PASSWORD, None, "Password of the key store (PEM: unused)."),
+    ConfigDef("ssl.key.password", ConfigType.PASSWORD, None, "Password of the private key in the key store."),
+    ConfigDef("ssl.truststore.type", ConfigType.STRING, "JKS", "Format of the trust store (dmq reads PEM only).", _one_of("JKS", "PKCS12", "PEM")),
+    ConfigDef("ssl.truststore.location", ConfigType.STRING, None, "PEM file with the trusted CA certificates."),
+    ConfigDef("ssl.truststore.password", ConfigType.PASSWORD, None, "Password of the trust store (PEM: unused)."),
+    ConfigDef("ssl.client.auth", ConfigType.STRING, "none", "Client certificates on SSL listeners: none, requested or required.", _one_of("none", "requested", "required")),
+    ConfigDef("ssl.enabled.protocols", ConfigType.LIST, "TLSv1.2,TLSv1.3", "TLS versions accepted (TLSv1.2 and later only).", _one_of("TLSv1.2", "TLSv1.3")),
+    ConfigDef("ssl.endpoint.identification.algorithm", ConfigType.STRING, "https", "https: brokers check the peer broker's host name against its certificate; empty: not."),
+    # ZooKeeper over TLS (KIP-515's names); PEM files only.
+    ConfigDef("zookeeper.ssl.client.enable", ConfigType.BOOLEAN, "false", "Connect to ZooKeeper over TLS."),
+    ConfigDef("zookeeper.clientCnxnSocket", ConfigType.STRING, None, "Kafka's ZooKeeper socket class (ClientCnxnSocketNetty for TLS); dmq needs none."),
+    ConfigDef("zookeeper.ssl.keystore.location", ConfigType.STRING, None, "PEM file with the broker's key and certificate for ZooKeeper's TLS."),
+    ConfigDef("zookeeper.ssl.keystore.password", ConfigType.PASSWORD, None, "Password of the key in zookeeper.ssl.keystore.location."),
+    ConfigDef("zookeeper.ssl.keystore.type", ConfigType.STRING, None, "PEM (the only format dmq reads).", _one_of("PEM")),
+    ConfigDef("zookeeper.ssl.truststore.location", ConfigType.STRING, None, "PEM file with the CAs of ZooKeeper's certificate."),
+    ConfigDef("zookeeper.ssl.truststore.password", ConfigType.PASSWORD, None, "Password of the trust store (PEM: unused)."),
+    ConfigDef("zookeeper.ssl.truststore.type", ConfigType.STRING, None, "PEM (the only format dmq reads).", _one_of("PEM")),
+    ConfigDef("zookeeper.ssl.endpoint.identification.enable", ConfigType.BOOLEAN, "true", "Check ZooKeeper's host name against its certificate."),
+    # dmq's own: Kafka reads this login from the JVM's JAAS file (its Client section).
+    ConfigDef("zookeeper.sasl.jaas.config", ConfigType.PASSWORD, None, "SASL (DIGEST-MD5) login to ZooKeeper: 'org.apache.zookeeper.server.auth.DigestLoginModule required username=\"...\" password=\"...\";' (the JAAS Client section's entry)."),
 )
 
 # Broker configs that AlterConfigs/IncrementalAlterConfigs may change at runtime, per
@@ -369,7 +399,8 @@ class BrokerConfig:
             key = "broker.id"
         cdef = BROKER_CONFIGS.get(key)
         if cdef is None:
-            self.unknown.append(key)
+            if not key.startswith(LISTENER_PREFIX):  # per-listener configs: read by listener_config
+                self.unknown.append(key)
             self.explicit[key] = raw
             return
         self.values[key] = parse_value(cdef, raw)
@@ -647,3 +678,115 @@ def share_group_settings(broker: BrokerConfig, overrides: Mapping[str, str]) -> 
         auto_offset_reset=str(values["share.auto.offset.reset"]),
         read_committed=values["share.isolation.level"] == "read_committed",
         dead_letter_topic=str(values["share.dead.letter.topic"]) or None)
+
+
+# ------------------------------------------------------------------ listeners
+
+LISTENER_PREFIX = "listener.name."
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerEndpoint:
+    """One entry of ``listeners``/``advertised.listeners``: its name (upper case), address
+    and security protocol (from ``listener.security.protocol.map``)."""
+
+    name: str
+    host: str
+    port: int
+    security_protocol: str
+
+    @property
+    def uses_ssl(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+
+def parse_endpoint(text: str, default_port: int = 9092) -> tuple[str, str, int]:
+    """(listener name, host, port) of ``NAME://HOST:PORT`` or ``HOST:PORT`` (PLAINTEXT);
+    an empty host is every interface. ValueError says what is wrong."""
+    text = text.strip()
+    name = "PLAINTEXT"
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", scheme):
+            raise ValueError(f"invalid listener name in {text!r}")
+        name, text = scheme.upper(), rest
+        if name == "TCP":
+            name = "PLAINTEXT"
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        return name, text, default_port
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"invalid port in {text!r}: expected HOST:PORT")
+    return name, host.strip("[]") or "0.0.0.0", int(port)
+
+
+def security_protocol_map(config: BrokerConfig) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in str(config["listener.security.protocol.map"]).split(","):
+        if not item.strip():
+            continue
+        name, sep, proto = item.partition(":")
+        if not sep or proto.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"Invalid value {item.strip()!r} in listener.security.protocol.map: "
+                              f"expected NAME:PROTOCOL with PROTOCOL one of {', '.join(SECURITY_PROTOCOLS)}")
+        out[name.strip().upper()] = proto.strip().upper()
+    return out
+
+
+def listener_endpoints(config: BrokerConfig, key: str = "listeners") -> list[ListenerEndpoint]:
+    """The endpoints of ``listeners`` (or ``advertised.listeners``), validated as Kafka does:
+    each name once, each name in the protocol map. Raises ConfigError."""
+    raw = config[key]
+    if not raw:
+        return []
+    protocols = security_protocol_map(config)
+    out: list[ListenerEndpoint] = []
+    for item in str(raw).split(","):
+        if not item.strip():
+            continue
+        try:
+            name, host, port = parse_endpoint(item)
+        except ValueError as e:
+            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {e}") from None
+        if name not in protocols:
+            raise ConfigError(f"{key}: listener {name} has no security protocol in "
+                              f"listener.security.protocol.map")
+        if any(e.name == name for e in out):
+            raise ConfigError(f"{key}: listener {name} appears more than once")
+        out.append(ListenerEndpoint(name, host, port, protocols[name]))
+    return out
+
+
+def inter_broker_listener(config: BrokerConfig, endpoints: list[ListenerEndpoint]) -> ListenerEndpoint:
+    """The listener brokers talk to each other on: ``inter.broker.listener.name``, else the
+    first listener of ``security.inter.broker.protocol`` (else, for one broker alone, the
+    first listener). Raises ConfigError."""
+    name = config["inter.broker.listener.name"]
+    if name:
+        found = next((e for e in endpoints if e.name == str(name).upper()), None)
+        if found is None:
+            raise ConfigError(f"inter.broker.listener.name {name} is not one of the listeners "
+                              f"({', '.join(e.name for e in endpoints)})")
+        return found
+    proto = str(config["security.inter.broker.protocol"])
+    found = next((e for e in endpoints if e.security_protocol == proto), None)
+    if found is None:
+        if not config["zookeeper.connect"] and endpoints:
+            return endpoints[0]
+        raise ConfigError(f"no listener has security.inter.broker.protocol {proto}: set "
+                          f"inter.broker.listener.name to one of the listeners")
+    return found
+
+
+def listener_config(config: BrokerConfig, listener: str, name: str) -> Any:
+    """A config as one listener sees it: ``listener.name.<listener>.<name>`` over ``name``."""
+    override = config.explicit.get(f"{LISTENER_PREFIX}{listener.lower()}.{name}")
+    if override is not None:
+        cdef = BROKER_CONFIGS.get(name)
+        return parse_value(cdef, override) if cdef is not None else override
+    return config.values.get(name)

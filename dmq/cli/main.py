@@ -65,7 +65,8 @@ LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 @app.command()
 def server(
     listen: Annotated[str | None, typer.Option(
-        "--listen", metavar="HOST:PORT", help="address to listen on (listeners) [default: 127.0.0.1:9092]")] = None,
+        "--listen", metavar="HOST:PORT", help="address to listen on (listeners; NAME://HOST:PORT,... for "
+                                              "several, TLS and SASL: docs/security.md) [default: 127.0.0.1:9092]")] = None,
     advertised_listener: Annotated[str | None, typer.Option(
         "--advertised-listener", metavar="HOST:PORT", help="address given to clients (advertised.listeners) "
                                       "[default: the address listened on]")] = None,
@@ -162,6 +163,7 @@ SUBCOMMANDS = {
     "configs": "dmq.cli.configs", "bench": "dmq.cli.bench", "pipeline": "dmq.cli.pipeline",
     "cluster": "dmq.cli.cluster", "partitions": "dmq.cli.partitions",
     "transactions": "dmq.cli.transactions", "retry": "dmq.cli.retry", "acls": "dmq.cli.acls",
+    "users": "dmq.cli.users",
 }
 
 

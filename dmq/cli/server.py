@@ -6,22 +6,23 @@ import asyncio
 import logging
 import sys
 
-from dmq.config import BrokerConfig, ConfigError, parse_properties
+from dmq.config import BrokerConfig, ConfigError, listener_endpoints, parse_properties
 
 
 def _check_address(value: object, name: str) -> None:
-    """A listener address must be one HOST:PORT (what the broker binds or advertises)."""
-    from dmq.server.broker import parse_host_port
+    """A listener list: HOST:PORT or NAME://HOST:PORT entries, comma-separated (what the
+    broker binds or advertises)."""
+    from dmq.config import parse_endpoint
 
     if value is None or value == "":
         return
     text = str(value)
-    try:
-        if "," in text:
-            raise ValueError("one address only")
-        parse_host_port(text)
-    except ValueError:
-        raise ConfigError(f"{name} expects one HOST:PORT (PORT from 0 to 65535), got {text!r}") from None
+    for item in text.split(","):
+        try:
+            parse_endpoint(item)
+        except ValueError:
+            raise ConfigError(f"{name} expects HOST:PORT or NAME://HOST:PORT[,...] (PORT from 0 "
+                              f"to 65535), got {text!r}") from None
 
 
 def build_config(listen: str | None, advertised: str | None, data_dir: str | None,
@@ -54,6 +55,8 @@ def build_config(listen: str | None, advertised: str | None, data_dir: str | Non
     _check_address(config["listeners"], "--listen" if listen else "listeners")
     _check_address(config["advertised.listeners"],
                    "--advertised-listener" if advertised else "advertised.listeners")
+    listener_endpoints(config)
+    listener_endpoints(config, "advertised.listeners")
     return config
 
 

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from dmq.client.security import ClientSecurity
 from dmq.client.wire import AsyncWireClient
 
 log = logging.getLogger("dmq.client")
@@ -27,8 +28,10 @@ class BrokerChannels:
     """``address_of(broker_id)`` is the broker's (host, port) in the cluster metadata, None
     if it is not registered. Invariant: at most one request in flight per broker."""
 
-    def __init__(self, client_id: str, address_of: Callable[[int], tuple[str, int] | None]) -> None:
+    def __init__(self, client_id: str, address_of: Callable[[int], tuple[str, int] | None],
+                 security: ClientSecurity | None = None) -> None:
         self.client_id = client_id
+        self.security = security  # the inter-broker listener's TLS/SASL
         self.address_of = address_of
         self._clients: dict[int, AsyncWireClient] = {}
         self._locks: dict[int, asyncio.Lock] = {}
@@ -42,7 +45,8 @@ class BrokerChannels:
             if client is None or (client.host, client.port) != address:
                 if client is not None:
                     client.close()
-                client = self._clients[broker_id] = AsyncWireClient(address[0], address[1], self.client_id)
+                client = self._clients[broker_id] = AsyncWireClient(address[0], address[1], self.client_id,
+                                                                    security=self.security)
             try:
                 return await client.request(request, timeout_s)
             except (OSError, EOFError, TimeoutError, ValueError) as e:

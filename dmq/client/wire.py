@@ -12,6 +12,7 @@ import asyncio
 import io
 import socket
 import struct
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -20,20 +21,56 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 
+from dmq.client.security import AuthenticationError, ClientSecurity, SaslClient
 from dmq.protocol import fast
 from dmq.protocol.codec import API_VERSIONS_KEY, response_class
 from dmq.protocol.lenient import READERS as LENIENT_READERS
 
 
 class WireClient:
+    """Blocking; with ``security`` over TLS and/or authenticated by SASL once connected."""
+
     def __init__(self, host: str, port: int, client_id: str = "dmq-wire", timeout: float = 10.0,
-                 source_host: str | None = None) -> None:
+                 security: ClientSecurity | None = None, source_host: str | None = None) -> None:
         """``source_host``: the local address to connect from (tests: another loopback address)."""
         self.sock = socket.create_connection((host, port), timeout=timeout,
                                              source_address=(source_host, 0) if source_host else None)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if security is not None and security.ssl_context is not None:
+            try:
+                self.sock = security.ssl_context.wrap_socket(self.sock, server_hostname=host)
+            except BaseException:
+                self.sock.close()
+                raise
         self.client_id = client_id
         self.correlation_id = 0
+        self.session_lifetime_ms = 0
+        if security is not None and security.mechanism is not None:
+            try:
+                self.session_lifetime_ms = self._authenticate(security)
+            except BaseException:
+                self.sock.close()
+                raise
+
+    def _authenticate(self, security: ClientSecurity) -> int:
+        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+        assert security.mechanism and security.username is not None and security.password is not None
+        answer = self.request(SaslHandshakeRequest(mechanism=security.mechanism))
+        if answer.error_code != 0:
+            raise AuthenticationError(f"SASL handshake refused: {answer.error_code.name} "
+                                      f"(enabled: {', '.join(answer.mechanisms)})")
+        client = SaslClient(security.mechanism, security.username, security.password)
+        token: bytes | None = client.first()
+        lifetime = 0
+        while token is not None:
+            response = self.request(SaslAuthenticateRequest(auth_bytes=token))
+            if response.error_code != 0:
+                raise AuthenticationError(response.error_message or response.error_code.name)
+            lifetime = int(response.session_lifetime.total_seconds() * 1000)
+            token = client.step(response.auth_bytes)
+        return lifetime
 
     def close(self) -> None:
         self.sock.close()
@@ -182,24 +219,62 @@ class AsyncWireClient:
     kernel when the peer stops acknowledging for that long (``detect_dead_peer``).
     Requests need no current task (a callback may send one)."""
 
-    def __init__(self, host: str, port: int, client_id: str, dead_peer_ms: int | None = None) -> None:
+    def __init__(self, host: str, port: int, client_id: str, dead_peer_ms: int | None = None,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.dead_peer_ms = dead_peer_ms
+        self.security = security
         self.correlation_id = 0
         self._protocol: _ClientProtocol | None = None
+        # monotonic time after which the SASL session is renewed by connecting again
+        self._renew_at: float | None = None
 
     async def connect(self, timeout: float) -> None:
+        """Connect (TLS when the security says so), then authenticate (SASL) within ``timeout``."""
         loop = asyncio.get_running_loop()
+        security = self.security
+        tls: dict[str, Any] = {}
+        if security is not None and security.ssl_context is not None:
+            tls = {"ssl": security.ssl_context, "server_hostname": self.host}
+        started = time.monotonic()
         transport, protocol = await asyncio.wait_for(
-            loop.create_connection(_ClientProtocol, self.host, self.port), timeout)
+            loop.create_connection(_ClientProtocol, self.host, self.port, **tls), timeout)
         self._protocol = protocol
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self.dead_peer_ms is not None:
                 detect_dead_peer(sock, self.dead_peer_ms)
+        if security is not None and security.mechanism is not None:
+            try:
+                await self._authenticate(security, max(0.1, timeout - (time.monotonic() - started)))
+            except BaseException:
+                self.close()
+                raise
+
+    async def _authenticate(self, security: ClientSecurity, timeout: float) -> None:
+        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+        assert security.mechanism and security.username is not None and security.password is not None
+        answer = await self.request(SaslHandshakeRequest(mechanism=security.mechanism), timeout)
+        if answer.error_code != 0:
+            raise AuthenticationError(f"SASL handshake with {self.host}:{self.port} refused: "
+                                      f"{answer.error_code.name}")
+        client = SaslClient(security.mechanism, security.username, security.password)
+        token: bytes | None = client.first()
+        lifetime_ms = 0
+        while token is not None:
+            response = await self.request(SaslAuthenticateRequest(auth_bytes=token), timeout)
+            if response.error_code != 0:
+                raise AuthenticationError(f"SASL authentication with {self.host}:{self.port} "
+                                          f"failed: {response.error_message or response.error_code.name}")
+            lifetime_ms = int(response.session_lifetime.total_seconds() * 1000)
+            token = client.step(response.auth_bytes)
+        # KIP-368: a session with a lifetime is renewed (here: by a new connection) before it ends.
+        self._renew_at = time.monotonic() + lifetime_ms * 0.8 / 1000 if lifetime_ms > 0 else None
 
     async def request(self, request: Any, timeout: float) -> Any:
         """Send a kio request and return its decoded response."""
@@ -212,6 +287,8 @@ class AsyncWireClient:
                             timeout: float) -> Any:
         """Send the frame ``encode(correlation_id)`` writes (a request of ``request_cls``)
         and return its decoded response: for callers that write their frames directly."""
+        if self._renew_at is not None and time.monotonic() >= self._renew_at and self._protocol is not None:
+            self.close()  # the SASL session is about to end: authenticate on a new connection
         if self._protocol is None:
             await self.connect(timeout)
         # A local reference: close() from another task (say a shutdown) ends this request
@@ -248,6 +325,7 @@ class AsyncWireClient:
 
     def close(self) -> None:
         protocol, self._protocol = self._protocol, None
+        self._renew_at = None
         if protocol is None:
             return
         if protocol.transport is not None:

@@ -95,10 +95,23 @@ class TopicMetadata:
 
 @dataclass(slots=True)
 class BrokerInfo:
+    """A registered broker. ``host``/``port`` are its inter-broker listener's address (what
+    brokers connect to); ``endpoints`` every advertised listener as (name, host, port,
+    security protocol), Kafka's registration ``endpoints``. Clients are given the endpoint
+    of the listener they came in on (``endpoint``)."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: tuple[tuple[str, str, int, str], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """(host, port) of ``listener``; the inter-broker address if it has no such listener."""
+        for name, host, port, _ in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 # The entity name Kafka uses for cluster-wide dynamic broker configs.
@@ -190,6 +203,19 @@ class MetadataStore(ABC):
     async def update_acls(self, resource: AclResource, change: AclChange) -> frozenset[StoredAce]:
         """Replace one resource's entries by ``change(current)`` atomically; return them."""
         raise MetadataError("security_disabled", "this metadata store keeps no ACLs")
+    # User configs (Kafka's USER entity: SCRAM credentials, under /config/users/<user> in
+    # ZooKeeper, keyed by mechanism in Kafka's string form). Defaults: a store without users.
+    def user_configs(self, user: str) -> dict[str, str]:
+        """A user's configs, as every broker sees them (SCRAM credentials are read per login)."""
+        return {}
+
+    def users(self) -> list[str]:
+        """Every user with configs."""
+        return []
+
+    async def set_user_configs(self, user: str, configs: dict[str, str]) -> None:
+        """Replace a user's configs (none: the user's entry is removed)."""
+        raise MetadataError("unsupported_version", "this metadata store keeps no users")
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
@@ -222,6 +248,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
         self._acls: dict[AclResource, frozenset[StoredAce]] = {}
+        self._user_configs: dict[str, dict[str, str]] = {}
         self._write_lock = asyncio.Lock()
         os.makedirs(data_dir, exist_ok=True)
         if os.path.exists(self.path):
@@ -232,6 +259,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._broker_configs = {str(k): dict(v) for k, v in raw.get("broker_configs", {}).items()}
             self._group_configs = {str(k): dict(v) for k, v in raw.get("group_configs", {}).items()}
             self._acls = decode_embedded(raw.get("acls"))
+            self._user_configs = {str(k): dict(v) for k, v in raw.get("user_configs", {}).items()}
             for t in raw["topics"]:
                 parts = {int(p): PartitionState(**s) for p, s in t["partitions"].items()}
                 self._topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], parts, t["configs"])
@@ -243,7 +271,8 @@ class EmbeddedMetadataStore(MetadataStore):
                   broker_configs: dict[str, dict[str, str]] | None = None,
                   next_producer_id: int | None = None,
                   group_configs: dict[str, dict[str, str]] | None = None,
-                  acls: AclMap | None = None) -> dict[str, object]:
+                  acls: AclMap | None = None,
+                  user_configs: dict[str, dict[str, str]] | None = None) -> dict[str, object]:
         """The file's content: the current state with the given parts replaced."""
         return {
             "version": 1,
@@ -252,6 +281,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "broker_configs": self._broker_configs if broker_configs is None else broker_configs,
             "group_configs": self._group_configs if group_configs is None else group_configs,
             "acls": encode_embedded(self._acls if acls is None else acls),
+            "user_configs": self._user_configs if user_configs is None else user_configs,
             "topics": [
                 {"name": t.name, "topic_id": t.topic_id, "configs": t.configs,
                  "partitions": {str(p): asdict(s) for p, s in t.partitions.items()}}
@@ -388,6 +418,21 @@ class EmbeddedMetadataStore(MetadataStore):
                 self.acl_version += 1
             await self._persist(self._snapshot(acls=new), apply)
             return new_aces
+    def user_configs(self, user: str) -> dict[str, str]:
+        return dict(self._user_configs.get(user, {}))
+
+    def users(self) -> list[str]:
+        return sorted(self._user_configs)
+
+    async def set_user_configs(self, user: str, configs: dict[str, str]) -> None:
+        async with self._write_lock:
+            new = dict(self._user_configs)
+            if configs:
+                new[user] = dict(configs)
+            else:
+                new.pop(user, None)
+            await self._persist(self._snapshot(user_configs=new),
+                                lambda: setattr(self, "_user_configs", new))
 
     async def allocate_producer_ids(self, count: int) -> int:
         async with self._write_lock:

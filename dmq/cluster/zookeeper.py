@@ -9,6 +9,7 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
     /config/topics/<topic>                        {"version":1,"config":{...}}
     /config/brokers/<id> and /config/brokers/<default>   dynamic broker configs, same shape
     /config/groups/<group>                        group configs (dmq's: Kafka keeps them in KRaft), same shape
+    /config/users/<user>                          SCRAM credentials, Kafka's: {"version":1,"config":{"SCRAM-SHA-256":"salt=...,iterations=4096"}}
     /controller                       ephemeral   {"version":1,"brokerid":N,"timestamp":"..."}
     /controller_epoch                             "<epoch>"
     /latest_producer_id_block                     {"version":1,"broker","block_start","block_end"}
@@ -65,6 +66,8 @@ from dmq.cluster.zk.client import (
     Op,
     Stat,
     ZooKeeperClient,
+    ZooKeeperSasl,
+    ZooKeeperTls,
 )
 from dmq.cluster.zk.codecs import topic_id_from_kafka, topic_id_to_kafka
 
@@ -110,6 +113,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         # Change notifications read so far, per parent, with their creation times.
         self._acl_changes_seen: dict[str, dict[str, int]] = {
             zk_acls.ACL_CHANGES: {}, zk_acls.ACL_EXTENDED_CHANGES: {}}
+        self._user_configs: dict[str, dict[str, str]] = {}
+        self._user_config_watches: set[str] = set()
         self._refreshes: asyncio.Queue[tuple[str, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
@@ -117,8 +122,10 @@ class ZooKeeperMetadataStore(MetadataStore):
     @classmethod
     async def connect(cls, connect: str, broker_id: int, session_timeout_ms: int = 18000,
                       on_change: Callable[[str], None] | None = None,
-                      connection_timeout_ms: int | None = None) -> ZooKeeperMetadataStore:
-        client = ZooKeeperClient(connect, session_timeout_ms)
+                      connection_timeout_ms: int | None = None,
+                      tls: ZooKeeperTls | None = None,
+                      sasl: ZooKeeperSasl | None = None) -> ZooKeeperMetadataStore:
+        client = ZooKeeperClient(connect, session_timeout_ms, tls=tls, sasl=sasl)
         await client.start(max(10.0, (connection_timeout_ms or session_timeout_ms) / 1000))
         store = cls(client, broker_id, on_change)
         try:
@@ -149,6 +156,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         for parent in (zk_acls.ACL_CHANGES, zk_acls.ACL_EXTENDED_CHANGES):
             await self.client.watch_children(
                 parent, lambda c, parent=parent: self._enqueue("acl_changes", (parent, c)))  # type: ignore[misc]
+        await self.client.watch_children(paths.CONFIG_USERS, lambda c: self._enqueue("user_configs", c))
         await self.synced()
 
     def close(self, timeout: float = 10.0) -> bool:
@@ -199,6 +207,23 @@ class ZooKeeperMetadataStore(MetadataStore):
                                                      self._group_config_watch(group_id))
                 self._group_config_watches.add(group_id)
 
+    def _user_config_watch(self, user: str) -> Callable[[bytes | None, Stat | None], None]:
+        def changed(data: bytes | None, stat: Stat | None) -> None:
+            if data is None:
+                self._user_configs.pop(user, None)
+            else:
+                self._user_configs[user] = codecs.decode_config(data)
+        return changed
+
+    async def _watch_user_configs(self, children: list[str]) -> None:
+        """Every user with configs (SCRAM credentials) is watched, as group configs are."""
+        for child in children:
+            user = paths.desanitize(child)
+            if user not in self._user_config_watches:
+                await self.client.watch_data_forever(paths.user_config(user),
+                                                     self._user_config_watch(user))
+                self._user_config_watches.add(user)
+
     def _shutdown_requests_changed(self, children: list[str]) -> None:
         self.shutting_down = {int(c) for c in children if c.isdigit()}
         self._notify("admin")
@@ -232,6 +257,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                     await self._watch_group_configs(arg)
                 elif kind == "acl_changes":
                     await self._acl_changes(*arg)
+                elif kind == "user_configs":
+                    await self._watch_user_configs(arg)
             except MetadataError as e:
                 log.warning("refreshing %s from ZooKeeper failed (%s); retrying", kind, e)
                 asyncio.get_running_loop().call_later(REFRESH_RETRY_S, self._enqueue, kind, arg)
@@ -871,6 +898,27 @@ class ZooKeeperMetadataStore(MetadataStore):
             zk_acls.encode_change(resource), sequence=True)
         self._set_acls(resource, new)  # what the notification will bring
         return new
+
+    def user_configs(self, user: str) -> dict[str, str]:
+        return dict(self._user_configs.get(user, {}))
+
+    def users(self) -> list[str]:
+        return sorted(self._user_configs)
+
+    async def set_user_configs(self, user: str, configs: dict[str, str]) -> None:
+        path = paths.user_config(user)
+        if not configs:
+            try:
+                await self.client.delete(path)
+            except NoNodeError:
+                pass
+            self._user_configs.pop(user, None)
+            return
+        try:
+            await self.client.set(path, codecs.encode_config(configs))
+        except NoNodeError:
+            await self.client.create(path, codecs.encode_config(configs), makepath=True)
+        self._user_configs[user] = dict(configs)  # what the watch will bring
 
     async def allocate_producer_ids(self, count: int) -> int:
         path = paths.PRODUCER_ID_BLOCK

@@ -19,6 +19,7 @@ from dmq.handlers import (
     alter_configs,
     alter_partition_reassignments,
     alter_share_group_offsets,
+    alter_user_scram_credentials,
     api_versions,
     check_transactions,
     create_acls,
@@ -39,6 +40,7 @@ from dmq.handlers import (
     describe_share_group_offsets,
     describe_share_partitions,
     describe_transactions,
+    describe_user_scram_credentials,
     elect_leaders,
     end_txn,
     fetch,
@@ -62,6 +64,8 @@ from dmq.handlers import (
     query_records,
     read_share_group_state,
     read_share_group_state_summary,
+    sasl_authenticate,
+    sasl_handshake,
     share_acknowledge,
     share_fetch,
     share_group_describe,
@@ -90,6 +94,8 @@ HANDLERS: dict[int, ModuleType] = {
         initialize_share_group_state, read_share_group_state, write_share_group_state,
         delete_share_group_state, read_share_group_state_summary,
         describe_acls, create_acls, delete_acls,
+        sasl_handshake, sasl_authenticate, describe_user_scram_credentials,
+        alter_user_scram_credentials,
     )
 }
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import ModuleType
+from typing import Any
 
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.metadata import MetadataStore
@@ -14,6 +15,7 @@ from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.security.authorizer import AclAuthorizer
+from dmq.security.credentials import ScramCredentials
 from dmq.share.admin import ShareGroupAdmin
 from dmq.share.coordinator import ShareCoordinator
 from dmq.share.service import ShareService
@@ -65,6 +67,9 @@ class BrokerServices:
     # The ACL authorizer (``authorizer.class.name``); None: no authorization, as in Kafka.
     # Handlers ask it through ``dmq.handlers.authorize`` only.
     authorizer: AclAuthorizer | None = None
+    # SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials); None
+    # where a test builds services without one.
+    credentials: ScramCredentials | None = None
 
 
 @dataclass(slots=True)
@@ -85,3 +90,6 @@ class RequestContext:
     # listener the request came in on (set by dmq/server/network.py's broker dispatch).
     principal: str = "User:ANONYMOUS"
     listener: str = "PLAINTEXT"
+    # The connection's authentication state (dmq.security.sasl.ConnectionAuth; None: a
+    # test's direct call): SaslHandshake and SaslAuthenticate drive it.
+    auth: Any = None

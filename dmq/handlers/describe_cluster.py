@@ -34,8 +34,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     endpoint_type=endpoint_type, cluster_id=store.cluster_id,
                     controller_id=-1, brokers=())
     brokers = tuple(
-        make(schema.DescribeClusterBroker, broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-        for b in store.brokers()
+        make(schema.DescribeClusterBroker, broker_id=b.broker_id, host=host, port=port, rack=b.rack)
+        for b in store.brokers() for host, port in (b.endpoint(ctx.listener),)
     )
     # No ACL check (Kafka); the cluster's authorized operations when asked for, with Describe.
     operations = NOT_REQUESTED

@@ -12,6 +12,7 @@ from dmq.config import (
     GROUP_CONFIGS,
     TOPIC_CONFIGS,
     ConfigSource,
+    ConfigType,
     LogConfig,
     format_value,
     group_config_values,
@@ -31,12 +32,14 @@ RESOURCE_GROUP = 32
 
 def _entry(schema: Any, request: Any, name: str, value: str | None, source: ConfigSource,
            read_only: bool, synonyms: list[tuple[str, str, ConfigSource]], ctype: int, doc: str) -> Any:
+    sensitive = ctype == int(ConfigType.PASSWORD)  # passwords are never shown, as in Kafka
     syns = tuple(
-        make(schema.DescribeConfigsSynonym, name=n, value=v, source=int(s))
+        make(schema.DescribeConfigsSynonym, name=n, value=None if sensitive else v, source=int(s))
         for n, v, s in synonyms
     ) if request.include_synonyms else ()
-    return make(schema.DescribeConfigsResourceResult, name=name, value=value, read_only=read_only,
-                config_source=int(source), is_sensitive=False, synonyms=syns, config_type=ctype,
+    return make(schema.DescribeConfigsResourceResult, name=name, value=None if sensitive else value,
+                read_only=read_only, config_source=int(source), is_sensitive=sensitive,
+                synonyms=syns, config_type=ctype,
                 documentation=doc if getattr(request, "include_documentation", False) else None)
 
 

@@ -62,7 +62,8 @@ async def _lookup(services: BrokerServices, ctx: RequestContext, key: str, key_t
         node = await services.coordinators.group_coordinator_node(key)
     if node is None:
         return ErrorCode.coordinator_not_available, None, -1, "", -1
-    return ErrorCode.none, None, node.broker_id, node.host, node.port
+    host, port = node.endpoint(ctx.listener)  # the address of the listener the client came in on
+    return ErrorCode.none, None, node.broker_id, host, port
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:

@@ -122,9 +122,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                         continue
             topics.append(shown(topic))
     brokers = tuple(
-        make(schema.MetadataResponseBroker, node_id=b.broker_id, host=b.host, port=b.port,
+        make(schema.MetadataResponseBroker, node_id=b.broker_id, host=host, port=port,
              rack=b.rack)
-        for b in store.brokers()
+        for b in store.brokers() for host, port in (b.endpoint(ctx.listener),)
     )
     cluster_operations = NOT_REQUESTED
     if getattr(request, "include_cluster_authorized_operations", False):  # v8-10

@@ -59,4 +59,4 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     responses = tuple(make(schema.ShareAcknowledgeTopicResponse, topic_id=topic_id, partitions=tuple(parts))
                       for topic_id, parts in by_topic.items())
     return make(schema.ShareAcknowledgeResponse, throttle_time=NO_THROTTLE, error_code=outcome.error,
-                responses=responses, node_endpoints=node_endpoints(services, schema, leaders))
+                responses=responses, node_endpoints=node_endpoints(services, schema, leaders, ctx.listener))

@@ -80,9 +80,11 @@ def current_leader(services: BrokerServices, topic_id: uuid.UUID, partition: int
     return state.leader, state.leader_epoch
 
 
-def node_endpoints(services: BrokerServices, schema: Any, leaders: set[int]) -> tuple[Any, ...]:
-    return tuple(make(schema.NodeEndpoint, node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                 for b in services.metadata.brokers() if b.broker_id in leaders)
+def node_endpoints(services: BrokerServices, schema: Any, leaders: set[int],
+                   listener: str = "PLAINTEXT") -> tuple[Any, ...]:
+    return tuple(make(schema.NodeEndpoint, node_id=b.broker_id, host=host, port=port, rack=b.rack)
+                 for b in services.metadata.brokers() if b.broker_id in leaders
+                 for host, port in (b.endpoint(listener),))
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -123,4 +125,4 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                       for topic_id, parts in by_topic.items())
     return make(schema.ShareFetchResponse, throttle_time=NO_THROTTLE, error_code=outcome.error,
                 acquisition_lock_timeout=lock_timeout, responses=responses,
-                node_endpoints=node_endpoints(services, schema, leaders))
+                node_endpoints=node_endpoints(services, schema, leaders, ctx.listener))

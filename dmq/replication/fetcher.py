@@ -27,6 +27,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.client.security import ClientSecurity
 from dmq.client.wire import AsyncWireClient
 from dmq.config import LONG_MAX, BrokerConfig
 from dmq.protocol.codec import make, request_class, request_module
@@ -65,8 +66,10 @@ class ReplicaFetcher:
 
 class ReplicaFetcherManager:
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, config: BrokerConfig,
-                 broker_address: Callable[[int], tuple[str, int] | None]) -> None:
+                 broker_address: Callable[[int], tuple[str, int] | None],
+                 security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self.security = security  # the inter-broker listener's TLS/SASL (dmq.client.security)
         self.replica_manager = replica_manager
         self.broker_address = broker_address
         self.max_wait = int(config["replica.fetch.wait.max.ms"])
@@ -143,7 +146,8 @@ class ReplicaFetcherManager:
                         fetcher.client.close()
                     fetcher.client = AsyncWireClient(address[0], address[1],
                                                      f"dmq-replica-{self.broker_id}",
-                                                     dead_peer_ms=DEAD_LEADER_MS)
+                                                     dead_peer_ms=DEAD_LEADER_MS,
+                                                     security=self.security)
                 truncating = {tp: s for tp, s in ready.items() if s.needs_truncation}
                 if truncating:
                     await self._truncate(fetcher, truncating)

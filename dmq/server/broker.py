@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -34,6 +35,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.client.channels import BrokerChannels
+from dmq.client.security import inter_broker_security
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.backend import ClusterBackend
 from dmq.cluster.controller import Controller, ControllerEvent
@@ -45,9 +47,19 @@ from dmq.cluster.metadata import (
     MetadataError,
 )
 from dmq.cluster.producer_ids import ProducerIdManager
-from dmq.cluster.zk.client import ZooKeeperUnavailable
+from dmq.cluster.zk.client import ZooKeeperSasl, ZooKeeperTls, ZooKeeperUnavailable
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
-from dmq.config import LONG_MAX, BrokerConfig, LogConfig, ShareGroupSettings, share_group_settings
+from dmq.config import (
+    LONG_MAX,
+    BrokerConfig,
+    ConfigError,
+    ListenerEndpoint,
+    LogConfig,
+    ShareGroupSettings,
+    inter_broker_listener,
+    listener_endpoints,
+    share_group_settings,
+)
 from dmq.coordinator.internal_topic import InternalTopic
 from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
 from dmq.group.offsets_topic import Coordinators
@@ -65,8 +77,11 @@ from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.security.authorizer import AclAuthorizer, authorizer_for
+from dmq.security.credentials import ScramCredentials
+from dmq.security.sasl import ANONYMOUS, Authenticator, ConnectionAuth, sasl_settings
+from dmq.security.tls import peer_principal, server_context
 from dmq.server.markers import BrokerMarkerWriter
-from dmq.server.network import CLOSE, Listener
+from dmq.server.network import CLOSE, CloseAfter, KafkaConnection, Listener
 from dmq.share.admin import LatestOffsetReader, ShareGroupAdmin
 from dmq.share.broker_persister import BrokerSharePersister
 from dmq.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, ShareCoordinatorConfig
@@ -92,9 +107,8 @@ KEY_INDEX_BUSY = 0.5  # the broker's CPU time over a pause above this share of i
 
 def parse_host_port(text: str, default_port: int = 9092) -> tuple[str, int]:
     text = text.strip()
-    for prefix in ("PLAINTEXT://", "tcp://"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
+    if "://" in text:  # NAME://HOST:PORT (the listener's name does not matter here)
+        text = text.split("://", 1)[1]
     host, sep, port = text.rpartition(":")
     if not sep:
         return text, default_port
@@ -133,9 +147,29 @@ class Broker:
         self.config = config
         self.broker_id = int(config["broker.id"])
         self.data_dir = os.path.abspath(str(config["log.dirs"]).split(",")[0])
-        self.listen_host, self.listen_port = parse_host_port(str(config["listeners"]))
-        advertised = config["advertised.listeners"]
-        self.advertised = parse_host_port(advertised) if advertised else None
+        try:
+            self.endpoints = listener_endpoints(config)
+            advertised_endpoints = listener_endpoints(config, "advertised.listeners")
+            self.inter_broker = inter_broker_listener(config, self.endpoints)
+            self.inter_broker_security = inter_broker_security(config) if config["zookeeper.connect"] else None
+        except ConfigError as e:
+            raise SystemExit(f"error: {e}") from None
+        if not self.endpoints:
+            raise SystemExit("error: listeners is empty: give at least one NAME://HOST:PORT")
+        names = {e.name for e in self.endpoints}
+        unknown = [e.name for e in advertised_endpoints if e.name not in names]
+        if unknown:
+            raise SystemExit(f"error: advertised.listeners names {', '.join(unknown)}, which is "
+                             f"not in listeners")
+        self.advertised_endpoints = {e.name: e for e in advertised_endpoints}
+        self.listen_host, self.listen_port = self.endpoints[0].host, self.endpoints[0].port
+        first_advertised = self.advertised_endpoints.get(self.endpoints[0].name)
+        self.advertised = (first_advertised.host, first_advertised.port) if first_advertised else None
+        self.listeners: list[Listener] = []
+        # connection id -> its authentication state and its connection (dmq.security)
+        self._sessions: dict[int, ConnectionAuth] = {}
+        self._open: dict[int, KafkaConnection] = {}
+        self.authenticator: Authenticator | None = None
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.listener: Listener | None = None
@@ -169,14 +203,22 @@ class Broker:
         connect = self.config["zookeeper.connect"]
         if connect:
             try:
+                zk_tls = ZooKeeperTls.from_config(self.config)
+                zk_sasl = ZooKeeperSasl.from_config(self.config)
+            except ValueError as e:
+                raise SystemExit(f"error: {e}") from None
+            try:
                 connection_timeout = self.config["zookeeper.connection.timeout.ms"]
                 self.zk = await ZooKeeperMetadataStore.connect(
                     str(connect), self.broker_id, int(self.config["zookeeper.session.timeout.ms"]),
-                    connection_timeout_ms=int(connection_timeout) if connection_timeout else None)
+                    connection_timeout_ms=int(connection_timeout) if connection_timeout else None,
+                    tls=zk_tls, sasl=zk_sasl)
             except Exception as e:
+                secured = ("; are zookeeper.ssl.* and zookeeper.sasl.jaas.config what this "
+                           "ZooKeeper asks for?" if zk_tls or zk_sasl else "")
                 raise SystemExit(
                     f"error: cannot connect to ZooKeeper at {connect}: {e or type(e).__name__}. "
-                    f"Is ZooKeeper running there? (dmq cluster start runs one for development)"
+                    f"Is ZooKeeper running there? (dmq cluster start runs one for development){secured}"
                 ) from None
             self.store: EmbeddedMetadataStore | ZooKeeperMetadataStore = self.zk
         else:
@@ -193,7 +235,7 @@ class Broker:
                                               backend.resign_leadership if self.zk else None)
         if self.zk is not None:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
-                                                  backend.broker_address)
+                                                  backend.broker_address, self.inter_broker_security)
             self.controller = Controller(self.zk, self.config)
         self._apply_dynamic_configs()
         # Whatever a topic change made through this broker, the backend makes it good locally.
@@ -262,7 +304,8 @@ class Broker:
         self.share_coordinator = ShareCoordinator(
             share_config, self.share_state_topic, self.store, self._share_partition_exists,
             int(self.config["offsets.commit.timeout.ms"]))
-        self.share_persister = BrokerSharePersister(self.broker_id, self.store, self.share_coordinator)
+        self.share_persister = BrokerSharePersister(self.broker_id, self.store, self.share_coordinator,
+                                                    security=self.inter_broker_security)
         for internal in (self.offsets_topic, self.transaction_topic, self.share_state_topic):
             self.admin_manager.internal_topic_creators[internal.name] = internal.ensure_exists
 
@@ -275,7 +318,8 @@ class Broker:
                 self.share_coordinator.set_led(led)
 
         backend.attach(self.replica_manager, self.fetchers, on_internal_leadership)
-        self.share_channels = BrokerChannels(f"dmq-share-{self.broker_id}", self._broker_address)
+        self.share_channels = BrokerChannels(f"dmq-share-{self.broker_id}", self._broker_address,
+                                             self.inter_broker_security)
         share_admin = ShareGroupAdmin(
             self.group_coordinator, self.share_persister, self.store,
             LatestOffsetReader(self.store, self._local_high_watermark, self.share_channels))
@@ -299,25 +343,44 @@ class Broker:
                                                   self.replica_manager, self.share_channels,
                                                   self.producer_ids.generate))),
         )
-        self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services)
+        self.services.credentials = ScramCredentials(self.store)
+        try:
+            self.authenticator = Authenticator(
+                sasl_settings(self.config, [e.name for e in self.endpoints if e.uses_sasl]),
+                self.services.credentials)
+            contexts = {e.name: server_context(self.config, e.name) for e in self.endpoints if e.uses_ssl}
+        except ConfigError as e:
+            raise SystemExit(f"error: {e}") from None
+        self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services,
+                                                self.inter_broker_security)
         self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)
         self.transaction_coordinator.send_markers = self.marker_sender.send
         if self.zk is None:
             backend.reconcile()  # leads every partition: loads the coordinators' shards
-        self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
-                                 int(self.config["socket.request.max.bytes"]),
-                                 on_close=self._connection_closed, eager_api_keys=EAGER_API_KEYS)
-        try:
-            self.bound = await self.listener.start()
-        except OSError as e:
-            raise SystemExit(listen_error(self.listen_host, self.listen_port, e)) from None
-        host, port = self.advertised or (self.bound[0], self.bound[1])
-        if self.advertised and self.advertised[1] == 0:
-            host, port = self.advertised[0], self.bound[1]
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"
+        bound: dict[str, tuple[str, int]] = {}
+        for endpoint in self.endpoints:
+            listener = Listener(endpoint.host, endpoint.port, self.dispatch,
+                                int(self.config["socket.request.max.bytes"]),
+                                on_close=self._connection_closed, eager_api_keys=EAGER_API_KEYS,
+                                name=endpoint.name, ssl_context=contexts.get(endpoint.name),
+                                on_open=functools.partial(self._connection_opened, endpoint))
+            try:
+                bound[endpoint.name] = await listener.start()
+            except OSError as e:
+                for opened in self.listeners:
+                    await opened.stop()
+                raise SystemExit(listen_error(endpoint.host, endpoint.port, e)) from None
+            self.listeners.append(listener)
+        self.listener = self.listeners[0]
+        self.bound = bound[self.endpoints[0].name]
+        advertised = tuple((name, *self._advertised_address(name, bound[name]),
+                            next(e.security_protocol for e in self.endpoints if e.name == name))
+                           for name in (e.name for e in self.endpoints))
+        host, port = next((h, p) for n, h, p, _ in advertised if n == self.endpoints[0].name)
+        inter_host, inter_port = next((h, p) for n, h, p, _ in advertised if n == self.inter_broker.name)
         rack = self.config["broker.rack"]
-        info = BrokerInfo(self.broker_id, host, port, str(rack) if rack else None)
+        info = BrokerInfo(self.broker_id, inter_host, inter_port, str(rack) if rack else None,
+                          advertised if len(advertised) > 1 or advertised[0][0] != "PLAINTEXT" else ())
         if self.zk is not None:
             await self._register(self.zk, info)
             self.zk.on_change = self._on_metadata_change
@@ -356,9 +419,22 @@ class Broker:
                  len(self.log_manager.logs), load_s,
                  "clean" if self.log_manager.clean_shutdown else "unclean",
                  time.monotonic() - started)
-        print(f"dmq broker {self.broker_id} listening on {self.bound[0]}:{self.bound[1]} "
+        others = "".join(f", {bound[e.name][0]}:{bound[e.name][1]} ({e.name})" for e in self.endpoints[1:])
+        first = f" ({self.endpoints[0].name})" if others or self.endpoints[0].name != "PLAINTEXT" else ""
+        print(f"dmq broker {self.broker_id} listening on {self.bound[0]}:{self.bound[1]}{first}{others} "
               f"(advertised {host}:{port}, data dir {self.data_dir}, cluster id "
               f"{self.store.cluster_id})", flush=True)
+
+    def _advertised_address(self, name: str, bound: tuple[str, int]) -> tuple[str, int]:
+        """What clients are told for listener ``name``: its advertised.listeners entry (port
+        0: the bound port), else the bound address (0.0.0.0 given as 127.0.0.1)."""
+        advertised = self.advertised_endpoints.get(name)
+        host, port = (advertised.host, advertised.port) if advertised else bound
+        if advertised and advertised.port == 0:
+            port = bound[1]
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return host, port
 
     def _write_meta_properties(self) -> None:
         path = os.path.join(self.data_dir, "meta.properties")
@@ -433,8 +509,24 @@ class Broker:
         meta = self.store.topic_by_id(topic_id)
         return meta.name if meta is not None else None
 
+    def _connection_opened(self, endpoint: ListenerEndpoint, conn: KafkaConnection) -> None:
+        """A client connected: its authentication state, from its listener (and on SSL its
+        client certificate). Until a SASL client has authenticated, its requests are
+        bounded by sasl.server.max.receive.size."""
+        principal = peer_principal(conn.transport) if endpoint.security_protocol == "SSL" else None
+        auth = ConnectionAuth(endpoint.name, endpoint.security_protocol, self.authenticator,
+                              principal or ANONYMOUS)
+        conn.session = auth
+        self._sessions[conn.id] = auth
+        if auth.sasl:
+            self._open[conn.id] = conn
+            conn.max_request_bytes = min(conn.max_request_bytes,
+                                         int(self.config["sasl.server.max.receive.size"]))
+
     def _connection_closed(self, connection_id: int) -> None:
         """A client connection ended: its share sessions end and release their records."""
+        self._sessions.pop(connection_id, None)
+        self._open.pop(connection_id, None)
         if self.services.share is not None:
             self.services.share.connection_closed(connection_id)
 
@@ -467,10 +559,18 @@ class Broker:
 
     async def dispatch(self, frame: bytes, peer: str, dispatched: Callable[[], None] = lambda: None,
                        connection_id: int = 0) -> object:
+        auth = self._sessions.get(connection_id)
+        if auth is not None and auth.raw and auth.server is not None:
+            return await self._raw_sasl_token(auth, frame, peer, connection_id)
         try:
             api_key, version, correlation_id = peek_header(frame)
         except FrameError as e:
             log.warning("closing connection from %s: %s", peer, e)
+            return CLOSE
+        if auth is not None and auth.sasl and not auth.allows(api_key, int(time.monotonic() * 1000)):
+            log.info("closing connection from %s (listener %s): API key %d %s", peer, auth.listener,
+                     api_key, "before authentication" if not auth.authenticated or auth.server
+                     else "after its SASL session expired (connections.max.reauth.ms)")
             return CLOSE
         handler = HANDLERS.get(api_key)
         if handler is None:
@@ -494,7 +594,10 @@ class Broker:
             return CLOSE
         ctx = RequestContext(api_key, version, correlation_id, header.client_id,
                              peer.rsplit(":", 1)[0], response_module(api_key, version), dispatched,
-                             connection_id)
+                             connection_id,
+                             principal=auth.principal if auth is not None else ANONYMOUS,
+                             listener=auth.listener if auth is not None else "PLAINTEXT",
+                             auth=auth)
         try:
             response = await handler.handle(self.services, ctx, request)
         except CloseConnection as e:
@@ -506,7 +609,32 @@ class Broker:
             return CLOSE
         if response is None:
             return None
-        return encode_response(correlation_id, api_key, response)
+        data = encode_response(correlation_id, api_key, response)
+        if auth is not None and auth.sasl:
+            if auth.close_after_response:
+                log.info("closing connection from %s (listener %s): SASL %s failed", peer,
+                         auth.listener, "handshake" if api_key == 17 else "authentication")
+                return CloseAfter(data) if isinstance(data, bytes) else CLOSE
+            if api_key == 36 and auth.authentications > 1 and auth.server is None:
+                log.info("connection from %s (listener %s) re-authenticated as %s (%s)", peer,
+                         auth.listener, auth.principal, auth.mechanism)
+            conn = self._open.pop(connection_id, None) if auth.authenticated else None
+            if conn is not None:  # authenticated: full-size requests from now on
+                conn.max_request_bytes = int(self.config["socket.request.max.bytes"])
+        return data
+
+    async def _raw_sasl_token(self, auth: ConnectionAuth, frame: bytes, peer: str, connection_id: int) -> object:
+        """A SASL token after SaslHandshake v0: a raw frame, answered by a raw frame; a
+        failure closes the connection without an answer, as Kafka does in this mode."""
+        error, message, token, _ = await auth.authenticate(frame, int(time.monotonic() * 1000))
+        if error != "none":
+            log.info("closing connection from %s (listener %s): SASL authentication failed: %s",
+                     peer, auth.listener, message)
+            return CLOSE
+        conn = self._open.pop(connection_id, None) if auth.authenticated and auth.server is None else None
+        if conn is not None:
+            conn.max_request_bytes = int(self.config["socket.request.max.bytes"])
+        return len(token).to_bytes(4, "big") + token
 
     # -------------------------------------------------------------- background
 
@@ -651,8 +779,8 @@ class Broker:
         self.stopping.set()
         if self.fetchers is not None:
             await self.fetchers.shutdown()
-        if self.listener is not None:
-            await self.listener.stop()
+        for listener in self.listeners:
+            await listener.stop()
         await self.marker_sender.close()
         self.marker_writer.close()
         await self.group_coordinator.close()

@@ -9,6 +9,7 @@ import logging
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1 import request as schema
 
+from dmq.client.security import ClientSecurity
 from dmq.client.wire import AsyncWireClient
 from dmq.cluster.metadata import MetadataStore
 from dmq.handlers.context import BrokerServices
@@ -28,8 +29,10 @@ class BrokerMarkerWriter:
     AsyncWireClient takes one request at a time (a second reader of its stream raises, or
     takes the first one's response): requests to a broker wait for each other."""
 
-    def __init__(self, broker_id: int, store: MetadataStore, services: BrokerServices) -> None:
+    def __init__(self, broker_id: int, store: MetadataStore, services: BrokerServices,
+                 security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self.security = security  # the inter-broker listener's TLS/SASL
         self.store = store
         self.services = services
         self._clients: dict[int, AsyncWireClient] = {}
@@ -87,7 +90,8 @@ class BrokerMarkerWriter:
         address = next(((b.host, b.port) for b in self.store.brokers() if b.broker_id == broker_id), None)
         if address is None:
             return None
-        client = AsyncWireClient(address[0], address[1], f"dmq-txn-markers-{self.broker_id}")
+        client = AsyncWireClient(address[0], address[1], f"dmq-txn-markers-{self.broker_id}",
+                                 security=self.security)
         try:
             await client.connect(REQUEST_TIMEOUT_S)
         except (OSError, TimeoutError) as e:

@@ -38,6 +38,14 @@ read). The server knows nothing of an API's meaning: it hands each frame to a
 in the process), handed to the dispatcher with every frame; ``on_close(id)`` is
 called once when the connection is lost (share sessions are released then). Frames above
 ``socket.request.max.bytes`` or with a negative size close the connection.
+
+Security (dmq.security): a listener may be TLS (an ``ssl.SSLContext``: asyncio does the
+handshake, a failed one never reaches the protocol) and may be given ``on_open``, called
+with each new connection before its first frame: the broker hangs the connection's
+authentication state on ``session`` and may lower ``max_request_bytes`` until the client
+has authenticated (``sasl.server.max.receive.size``). A dispatcher may answer
+``CloseAfter(bytes)``: the answer is written, then the connection closed (a failed SASL
+authentication). File ranges are never sendfile'd into a TLS connection.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -58,6 +67,19 @@ log = logging.getLogger("dmq.server")
 CLOSE = object()
 Dispatch = Callable[[bytes, str, Callable[[], None], int], Coroutine[Any, Any, object]]
 CloseHook = Callable[[int], None]
+OpenHook = Callable[["KafkaConnection"], None]
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class CloseAfter:
+    """A dispatcher's answer that is written and then ends the connection."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 _connection_ids = itertools.count(1)
 
 MAX_QUEUED_FRAMES = 64
@@ -119,8 +141,12 @@ class _Request:
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatch: Dispatch, max_request_bytes: int,
                  connections: set[KafkaConnection], on_close: CloseHook | None = None,
-                 eager_api_keys: frozenset[int] = frozenset()) -> None:
+                 eager_api_keys: frozenset[int] = frozenset(), on_open: OpenHook | None = None) -> None:
         self.id = next(_connection_ids)
+        self.on_open = on_open
+        # The broker's per-connection security state (dmq.security.sasl.ConnectionAuth).
+        self.session: Any = None
+        self.tls = False
         self.dispatch = dispatch
         self.on_close = on_close
         self.max_request_bytes = max_request_bytes
@@ -148,7 +174,14 @@ class KafkaConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+        self.tls = transport.get_extra_info("ssl_object") is not None
         self.connections.add(self)
+        if self.on_open is not None:
+            try:
+                self.on_open(self)
+            except Exception:
+                log.exception("connection open hook failed for %s; closing it", self.peer)
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -179,7 +212,8 @@ class KafkaConnection(asyncio.Protocol):
             size = int.from_bytes(buf[start : start + 4], "big", signed=True)
             if size < 0 or size > self.max_request_bytes:
                 log.warning("closing connection from %s: request size %d is outside [0, %d] "
-                            "(socket.request.max.bytes)", self.peer, size, self.max_request_bytes)
+                            "(socket.request.max.bytes; before SASL authentication, "
+                            "sasl.server.max.receive.size)", self.peer, size, self.max_request_bytes)
                 self.close()
                 return
             if end - start - 4 < size:
@@ -281,6 +315,11 @@ class KafkaConnection(asyncio.Protocol):
             if result is CLOSE:
                 self.close()
                 continue
+            if isinstance(result, CloseAfter):
+                if self.transport is not None:
+                    self.transport.write(result.data)
+                self.close()  # the transport sends what it buffered, then closes
+                continue
             if result is not None and self.transport is not None:
                 if isinstance(result, list):
                     if sum(len(p) if isinstance(p, bytes | bytearray) else p.length
@@ -303,7 +342,8 @@ class KafkaConnection(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         sock = transport.get_extra_info("socket")
-        fileno = sock.fileno() if sock is not None else -1
+        # Under TLS the socket carries ciphertext: file ranges go through the transport.
+        fileno = sock.fileno() if sock is not None and not self.tls else -1
         for part in parts:
             if isinstance(part, bytes | bytearray):
                 if part:
@@ -338,7 +378,11 @@ class KafkaConnection(asyncio.Protocol):
 class Listener:
     def __init__(self, host: str, port: int, dispatch: Dispatch, max_request_bytes: int,
                  on_close: CloseHook | None = None,
-                 eager_api_keys: frozenset[int] = frozenset()) -> None:
+                 eager_api_keys: frozenset[int] = frozenset(), *, name: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None, on_open: OpenHook | None = None) -> None:
+        self.name = name
+        self.ssl_context = ssl_context
+        self.on_open = on_open
         self.host = host
         self.eager_api_keys = eager_api_keys
         self.port = port
@@ -350,10 +394,13 @@ class Listener:
 
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
+        tls: dict[str, Any] = {}
+        if self.ssl_context is not None:
+            tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
         self.server = await loop.create_server(
             lambda: KafkaConnection(self.dispatch, self.max_request_bytes, self.connections,
-                                    self.on_close, self.eager_api_keys),
-            self.host, self.port, reuse_address=True, backlog=1024,
+                                    self.on_close, self.eager_api_keys, self.on_open),
+            self.host, self.port, reuse_address=True, backlog=1024, **tls,
         )
         sockname = self.server.sockets[0].getsockname()
         return sockname[0], sockname[1]

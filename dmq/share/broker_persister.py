@@ -26,6 +26,7 @@ from kio.schema.read_share_group_state.v0 import request as read_req
 from kio.schema.read_share_group_state_summary.v1 import request as summary_req
 from kio.schema.write_share_group_state.v1 import request as write_req
 
+from dmq.client.security import ClientSecurity
 from dmq.client.wire import AsyncWireClient
 from dmq.cluster.metadata import MetadataStore
 from dmq.protocol.codec import make
@@ -52,8 +53,9 @@ class BrokerSharePersister:
 
     def __init__(self, broker_id: int, store: MetadataStore, coordinator: ShareCoordinator,
                  retry_timeout_ms: int = 15000, retry_backoff_ms: int = 100,
-                 request_timeout_s: float = 10.0) -> None:
+                 request_timeout_s: float = 10.0, security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self.security = security  # the inter-broker listener's TLS/SASL
         self.store = store
         self.coordinator = coordinator
         self.retry_timeout_s = retry_timeout_ms / 1000
@@ -152,7 +154,7 @@ class BrokerSharePersister:
                 if client is not None:
                     client.close()
                 client = self._clients[broker_id] = AsyncWireClient(
-                    host, port, f"dmq-share-persister-{self.broker_id}")
+                    host, port, f"dmq-share-persister-{self.broker_id}", security=self.security)
             try:
                 response = await client.request(request, self.request_timeout_s)
             except (OSError, EOFError, TimeoutError, ValueError) as e:

@@ -24,12 +24,12 @@ def test_bad_listen_address_is_a_usage_error(tmp_path: Path) -> None:
     res = server("--listen", "host:abc", "--data-dir", str(tmp_path / "d"))
     assert res.returncode == 2
     assert res.stderr.splitlines() == [
-        "error: --listen expects one HOST:PORT (PORT from 0 to 65535), got 'host:abc'"]
+        "error: --listen expects HOST:PORT or NAME://HOST:PORT[,...] (PORT from 0 to 65535), got 'host:abc'"]
     res = server("--listen", "127.0.0.1:0", "--advertised-listener", "h:99999",
                  "--data-dir", str(tmp_path / "d"))
     assert res.returncode == 2
     assert res.stderr.splitlines() == [
-        "error: --advertised-listener expects one HOST:PORT (PORT from 0 to 65535), got 'h:99999'"]
+        "error: --advertised-listener expects HOST:PORT or NAME://HOST:PORT[,...] (PORT from 0 to 65535), got 'h:99999'"]
 
 
 def test_data_dir_that_is_a_file(tmp_path: Path) -> None:

@@ -72,6 +72,11 @@ def build(api_key: int, version: int, topic: str) -> Any:
                     configs=(m("AlterableConfig", name="retention.ms", config_operation=0, value="2000000"),)),))
     if api_key == 60:
         return make(R, include_cluster_authorized_operations=False, endpoint_type=1)
+    if api_key == 50:
+        return make(R, users=None)
+    if api_key == 51:
+        return make(R, deletions=(), upsertions=(m("ScramCredentialUpsertion", name=f"sweep-{version}", mechanism=1,
+                                                   iterations=4096, salt=b"salt", salted_password=b"x" * 32),))
     if api_key == 21:
         return make(R, timeout=T5, topics=(m("DeleteRecordsTopic", name=topic, partitions=(
             m("DeleteRecordsPartition", partition_index=0, offset=1),)),))
@@ -126,6 +131,10 @@ def build(api_key: int, version: int, topic: str) -> Any:
 
 
 def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
+    if api_key == 50:
+        return [resp.error_code] + [r.error_code for r in resp.results]
+    if api_key == 51:
+        return [r.error_code for r in resp.results]
     if api_key in (18, 60, 22, 12, 14, 16, 47, 66, 25, 26):
         return [resp.error_code]
     if api_key == 24:
@@ -379,8 +388,11 @@ def init_transactional_id(c: WireClient, txn_id: str) -> tuple[int, int]:
 # The ACL APIs answer SECURITY_DISABLED on this broker (no authorizer): every version of them
 # is swept against a broker with one in tests/security/test_acl_admin_clients.py.
 ACL_APIS = (29, 30, 31)
-PAIRS = [(key, v) for key, (lo, hi) in sorted(supported_apis().items()) if key not in ACL_APIS
-         for v in range(lo, hi + 1)]
+# SaslHandshake and SaslAuthenticate need a SASL listener: every version of theirs is swept in
+# tests/security/test_secure_listeners.py (test_every_sasl_api_version).
+SASL_APIS = (17, 36)
+PAIRS = [(key, v) for key, (lo, hi) in sorted(supported_apis().items()) for v in range(lo, hi + 1)
+         if key not in ACL_APIS and key not in SASL_APIS]
 
 
 @pytest.mark.parametrize("api_key,version", PAIRS, ids=[f"{HANDLERS[k].__name__.rsplit('.', 1)[1]}-v{v}" for k, v in PAIRS])

@@ -22,9 +22,11 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
                  port: int | None = None, log_path: Path | None = None, host: str = "127.0.0.1",
-                 command_prefix: list[str] | None = None) -> None:
+                 command_prefix: list[str] | None = None, listeners: str | None = None) -> None:
         """``host`` and ``command_prefix`` run it elsewhere, e.g. in a test network
-        namespace (``ip netns exec NAME``, see support.netns)."""
+        namespace (``ip netns exec NAME``, see support.netns). ``listeners`` replaces the
+        one PLAINTEXT listener (``NAME://HOST:PORT,...``; ``port`` should be its first's)."""
+        self.listeners = listeners
         self.host = host
         self.command_prefix = list(command_prefix or [])
         self.data_dir = data_dir
@@ -40,7 +42,7 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
-        cmd = [*self.command_prefix, sys.executable, "-m", "dmq", "server", "--listen", self.bootstrap,
+        cmd = [*self.command_prefix, sys.executable, "-m", "dmq", "server", "--listen", self.listeners or self.bootstrap,
                "--data-dir", str(self.data_dir)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]

@@ -21,18 +21,37 @@ def available() -> bool:
 
 class ZooKeeperProcess:
     def __init__(self, base: Path, port: int | None = None, host: str = "127.0.0.1",
-                 command_prefix: list[str] | None = None) -> None:
+                 command_prefix: list[str] | None = None, tls: tuple[Path, Path] | None = None,
+                 sasl_users: dict[str, str] | None = None) -> None:
         """``host`` and ``command_prefix`` run it elsewhere, e.g. in a test network
-        namespace (``ip netns exec NAME``, see support.netns)."""
+        namespace (``ip netns exec NAME``, see support.netns). ``tls`` (a PEM key store with
+        an unencrypted key, a PEM trust store) serves TLS only on the port, client
+        certificates required (Netty's connection factory). ``sasl_users`` (name -> password)
+        makes every client log in with SASL DIGEST-MD5 as one of them (enforce.auth)."""
+        self.tls = tls
+        self.jvm_flags: list[str] = []
         self.base = base
         self.host = host
         self.command_prefix = list(command_prefix or [])
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         (base / "data").mkdir(parents=True, exist_ok=True)
+        listen = f"clientPort={self.port}\nclientPortAddress={host}\n"
+        if tls is not None:
+            listen = (f"secureClientPort={self.port}\nsecureClientPortAddress={host}\n"
+                      "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n"
+                      f"ssl.keyStore.location={tls[0]}\nssl.keyStore.type=PEM\n"
+                      f"ssl.trustStore.location={tls[1]}\nssl.trustStore.type=PEM\n"
+                      "ssl.clientAuth=need\n")
+        if sasl_users:
+            users = "".join(f'  user_{name}="{password}"\n' for name, password in sasl_users.items())
+            (base / "server_jaas.conf").write_text(
+                f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n{users};\n}};\n")
+            self.jvm_flags.append(f"-Djava.security.auth.login.config={base / 'server_jaas.conf'}")
+            listen += ("authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n"
+                       "enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n")
         (base / "zoo.cfg").write_text(
-            f"tickTime=500\ndataDir={base / 'data'}\nclientPort={self.port}\n"
-            f"clientPortAddress={host}\nadmin.enableServer=false\n"
+            f"tickTime=500\ndataDir={base / 'data'}\n{listen}admin.enableServer=false\n"
             "minSessionTimeout=1000\nmaxSessionTimeout=60000\n"
             "4lw.commands.whitelist=*\n")
         self.paused = False
@@ -44,7 +63,10 @@ class ZooKeeperProcess:
     def start(self, timeout: float = 30) -> ZooKeeperProcess:
         log = open(self.base / "zookeeper.log", "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            [*self.command_prefix, "java", "-Xmx256m", "-cp", f"/etc/zookeeper/conf:{ZK_JAR}", f"-Dzookeeper.log.dir={self.base}",
+            [*self.command_prefix, "java", "-Xmx256m", *self.jvm_flags, "-cp",
+             # Debian's zookeeper.jar leaves netty-codec (TLS) off its class path
+             f"/etc/zookeeper/conf:{ZK_JAR}" + (":/usr/share/java/netty-codec.jar" if self.tls else ""),
+             f"-Dzookeeper.log.dir={self.base}",
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(self.base / "zoo.cfg")],
             stdout=log, stderr=log)
         log.close()

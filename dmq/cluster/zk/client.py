@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
@@ -40,6 +41,7 @@ from kazoo.protocol.states import ZnodeStat as Stat
 from kazoo.retry import KazooRetry
 
 from dmq.cluster.metadata import MetadataError
+from dmq.config import BrokerConfig
 
 log = logging.getLogger("dmq.zookeeper")
 
@@ -85,12 +87,75 @@ class _BoundedConnectHandler(SequentialThreadingHandler):
         return super().create_connection(*args, **kwargs)
 
 
-def new_kazoo_client(connect: str, session_timeout_ms: int) -> KazooClient:
+@dataclass(frozen=True, slots=True)
+class ZooKeeperTls:
+    """TLS to ZooKeeper (KIP-515's ``zookeeper.ssl.*``): the CAs to trust and the broker's
+    key and certificate (one PEM file) for ZooKeeper's ``ssl.clientAuth``."""
+
+    cafile: str | None
+    certfile: str | None = None
+    password: str | None = field(default=None, repr=False)
+    check_hostname: bool = True
+
+    @staticmethod
+    def from_config(config: BrokerConfig) -> ZooKeeperTls | None:
+        """None unless ``zookeeper.ssl.client.enable``; ValueError for a missing file."""
+        if not config["zookeeper.ssl.client.enable"]:
+            return None
+        paths = {}
+        for kind in ("keystore", "truststore"):
+            location = config[f"zookeeper.ssl.{kind}.location"]
+            if location and not os.path.isfile(str(location)):
+                raise ValueError(f"zookeeper.ssl.{kind}.location {location} is not a readable file")
+            paths[kind] = str(location) if location else None
+        password = config["zookeeper.ssl.keystore.password"]
+        return ZooKeeperTls(paths["truststore"], paths["keystore"], str(password) if password else None,
+                            bool(config["zookeeper.ssl.endpoint.identification.enable"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperSasl:
+    """A SASL (DIGEST-MD5) login to ZooKeeper, as the JAAS Client section's
+    DigestLoginModule gives Kafka's brokers (``zookeeper.sasl.jaas.config``)."""
+
+    username: str
+    password: str = field(repr=False)
+
+    @staticmethod
+    def from_config(config: BrokerConfig) -> ZooKeeperSasl | None:
+        """None without ``zookeeper.sasl.jaas.config``; ValueError says what is wrong
+        (never the values)."""
+        text = config["zookeeper.sasl.jaas.config"]
+        if not text:
+            return None
+        from dmq.protocol.jaas import JaasError, parse_jaas
+
+        try:
+            entry = parse_jaas(str(text))
+        except JaasError as e:
+            raise ValueError(f"zookeeper.sasl.jaas.config: {e}") from None
+        if not entry.login_module.endswith("DigestLoginModule") or not entry.username \
+                or entry.password is None:
+            raise ValueError("zookeeper.sasl.jaas.config must be 'org.apache.zookeeper.server.auth."
+                             "DigestLoginModule required username=\"...\" password=\"...\";'")
+        return ZooKeeperSasl(entry.username, entry.password)
+
+
+def new_kazoo_client(connect: str, session_timeout_ms: int, tls: ZooKeeperTls | None = None,
+                     sasl: ZooKeeperSasl | None = None) -> KazooClient:
     """A KazooClient for ``connect`` (``host:port[,...][/chroot]``), not yet started."""
     session_s = session_timeout_ms / 1000
+    secure: dict[str, Any] = {}
+    if tls is not None:
+        secure = {"use_ssl": True, "verify_certs": True, "check_hostname": tls.check_hostname,
+                  "ca": tls.cafile, "certfile": tls.certfile, "keyfile": tls.certfile,
+                  "keyfile_password": tls.password}
+    if sasl is not None:
+        secure["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": sasl.username,
+                                  "password": sasl.password}
     return KazooClient(hosts=connect, timeout=session_s,
                        connection_retry=connection_retry(session_timeout_ms),
-                       handler=_BoundedConnectHandler(max(0.5, session_s / 3)))
+                       handler=_BoundedConnectHandler(max(0.5, session_s / 3)), **secure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +193,11 @@ class ZooKeeperClient:
     to ``watch_data``, ``watch_children`` and ``on_state`` run on the event loop.
     """
 
-    def __init__(self, connect: str, session_timeout_ms: int, timeout_s: float | None = None) -> None:
+    def __init__(self, connect: str, session_timeout_ms: int, timeout_s: float | None = None,
+                 tls: ZooKeeperTls | None = None, sasl: ZooKeeperSasl | None = None) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.timeout_s = timeout_s if timeout_s is not None else session_timeout_ms / 1000
-        self.kazoo = new_kazoo_client(connect, session_timeout_ms)
+        self.kazoo = new_kazoo_client(connect, session_timeout_ms, tls, sasl)
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zk")
         self.loop: asyncio.AbstractEventLoop | None = None
         # How many times the session (re)connected; kazoo's thread counts, anyone reads.

@@ -36,16 +36,32 @@ def topic_id_from_kafka(text: str) -> str:
 # ------------------------------------------------------------- /brokers/ids/<id>
 
 def encode_broker(info: BrokerInfo, timestamp_ms: int, session_timeout_ms: int) -> bytes:
-    endpoint = f"PLAINTEXT://{info.host}:{info.port}"
-    return dump({"version": 5, "host": info.host, "port": info.port, "endpoints": [endpoint],
-                 "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"}, "rack": info.rack,
+    endpoints = info.endpoints or (("PLAINTEXT", info.host, info.port, "PLAINTEXT"),)
+    protocols = {name: proto for name, _, _, proto in endpoints}
+    # Kafka: host and port are the PLAINTEXT endpoint's, for old clients; dmq keeps the
+    # inter-broker address there (what its brokers connect to) and in the endpoints.
+    return dump({"version": 5, "host": info.host, "port": info.port,
+                 "endpoints": [f"{name}://{host}:{port}" for name, host, port, _ in endpoints],
+                 "listener_security_protocol_map": protocols, "rack": info.rack,
                  "jmx_port": -1, "timestamp": str(timestamp_ms), "features": {},
                  "session_timeout_ms": session_timeout_ms})
 
 
 def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
     raw = load(data)
-    return BrokerInfo(broker_id, str(raw["host"]), int(raw["port"]), raw.get("rack"))
+    protocols = raw.get("listener_security_protocol_map") or {}
+    endpoints = []
+    for text in raw.get("endpoints") or ():
+        name, sep, address = str(text).partition("://")
+        ep_host, _, ep_port = address.rpartition(":")
+        if sep and ep_port.isdigit():
+            if ep_host.startswith("[") and ep_host.endswith("]"):  # an IPv6 address
+                ep_host = ep_host[1:-1]
+            endpoints.append((name, ep_host, int(ep_port), str(protocols.get(name, name))))
+    host, port = str(raw["host"]), int(raw["port"])
+    if endpoints == [("PLAINTEXT", host, port, "PLAINTEXT")]:
+        endpoints = []  # one PLAINTEXT listener: what BrokerInfo says without endpoints
+    return BrokerInfo(broker_id, host, port, raw.get("rack"), tuple(endpoints))
 
 
 def broker_session_timeout_ms(data: bytes | None) -> int:

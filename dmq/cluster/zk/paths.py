@@ -10,6 +10,8 @@ CONFIG_BROKERS = "/config/brokers"
 # Group configs (Kafka keeps them in KRaft's metadata only; dmq's ZooKeeper clusters here,
 # in the shape of the topic and broker configs).
 CONFIG_GROUPS = "/config/groups"
+# User configs: SCRAM credentials in Kafka's form ({"version":1,"config":{"SCRAM-SHA-256":"salt=..."}}).
+CONFIG_USERS = "/config/users"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
@@ -22,7 +24,7 @@ LEADER_RESIGNATIONS = "/admin/leader_resignations"
 
 # Created at startup by every broker.
 PERSISTENT_PARENTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_GROUPS,
-                      DELETE_TOPICS, CONTROLLED_SHUTDOWN)
+                      DELETE_TOPICS, CONTROLLED_SHUTDOWN, CONFIG_USERS)
 
 
 def broker(broker_id: int | str) -> str:
@@ -55,6 +57,23 @@ def broker_config(entity: str) -> str:
 
 def group_config(group_id: str) -> str:
     return f"{CONFIG_GROUPS}/{group_id}"
+
+
+def sanitize(name: str) -> str:
+    """Kafka's Sanitizer: an entity name as a znode name (URL-encoded, UTF-8)."""
+    from urllib.parse import quote
+
+    return quote(name, safe="").replace("~", "%7E")
+
+
+def desanitize(name: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(name)
+
+
+def user_config(user: str) -> str:
+    return f"{CONFIG_USERS}/{sanitize(user)}"
 
 
 def controlled_shutdown(broker_id: int) -> str:

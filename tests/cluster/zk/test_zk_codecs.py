@@ -36,6 +36,18 @@ def test_broker_registration_round_trips(broker_id: int, host: str, port: int, r
     assert raw["version"] == 5 and raw["endpoints"] == [f"PLAINTEXT://{host}:{port}"]
 
 
+def test_a_registration_with_several_listeners_round_trips_in_kafkas_format() -> None:
+    endpoints = (("CLIENTS", "10.0.0.1", 9092, "SASL_SSL"), ("INTERNAL", "127.0.0.1", 9093, "SSL"))
+    info = BrokerInfo(2, "127.0.0.1", 9093, "r1", endpoints)
+    raw = json.loads(codecs.encode_broker(info, 1, 6000))
+    assert raw["endpoints"] == ["CLIENTS://10.0.0.1:9092", "INTERNAL://127.0.0.1:9093"]
+    assert raw["listener_security_protocol_map"] == {"CLIENTS": "SASL_SSL", "INTERNAL": "SSL"}
+    decoded = codecs.decode_broker(2, codecs.encode_broker(info, 1, 6000))
+    assert decoded == info
+    assert decoded.endpoint("CLIENTS") == ("10.0.0.1", 9092)
+    assert decoded.endpoint("OTHER") == ("127.0.0.1", 9093)  # unknown listener: inter-broker address
+
+
 def test_a_kafka_registration_without_dmqs_field_has_no_session_timeout() -> None:
     kafka = b'{"version":5,"host":"h","port":9092,"endpoints":["PLAINTEXT://h:9092"],"jmx_port":-1}'
     assert codecs.decode_broker(3, kafka) == BrokerInfo(3, "h", 9092, None)

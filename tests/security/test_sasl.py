@@ -1,0 +1,176 @@
+"""A connection's SASL state (ConnectionAuth) and the mechanism servers, without a broker."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmq.client.security import SaslClient
+from dmq.cluster.metadata import EmbeddedMetadataStore
+from dmq.config import BrokerConfig
+from dmq.protocol import scram
+from dmq.security.credentials import ScramCredentials
+from dmq.security.sasl import Authenticator, ConnectionAuth, SaslSettings, sasl_settings
+
+METADATA, PRODUCE = 3, 0
+
+
+class Users:
+    """A stand-in metadata store holding user configs only (what ScramCredentials reads)."""
+
+    def __init__(self) -> None:
+        self.configs: dict[str, dict[str, str]] = {}
+
+    def user_configs(self, user: str) -> dict[str, str]:
+        return dict(self.configs.get(user, {}))
+
+    def users(self) -> list[str]:
+        return sorted(self.configs)
+
+    def add(self, user: str, password: str) -> None:
+        self.configs[user] = {m: scram.new_credential(m, password).to_kafka() for m in scram.MECHANISMS}
+
+
+def authenticator(reauth_ms: int = 0) -> Authenticator:
+    users = Users()
+    users.add("bob", "bob-pw")
+    settings_ = SaslSettings(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), reauth_ms,
+                             {"SASL_PLAINTEXT": {"alice": "alice-pw"}})
+    return Authenticator(settings_, ScramCredentials(users))  # type: ignore[arg-type]
+
+
+def login(auth: ConnectionAuth, mechanism: str, user: str, password: str, now: int = 0) -> tuple[str, str | None]:
+    error, _ = auth.handshake(mechanism)
+    assert error == "none"
+    client = SaslClient(mechanism, user, password)
+    token: bytes | None = client.first()
+    while token is not None:
+        error, message, answer, _ = asyncio.run(auth.authenticate(token, now))
+        if error != "none":
+            return error, message
+        token = client.step(answer)
+    return "none", None
+
+
+def test_only_sasl_apis_until_authenticated() -> None:
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
+    assert auth.allows(18, 0) and auth.allows(17, 0) and auth.allows(36, 0)
+    assert not auth.allows(METADATA, 0) and not auth.allows(PRODUCE, 0)
+    assert login(auth, "SCRAM-SHA-256", "bob", "bob-pw") == ("none", None)
+    assert auth.principal == "User:bob" and auth.allows(METADATA, 0)
+    plain = ConnectionAuth("PLAINTEXT", "PLAINTEXT", None)
+    assert plain.allows(METADATA, 0) and plain.principal == "User:ANONYMOUS"
+    assert plain.handshake("PLAIN")[0] == "illegal_sasl_state"
+
+
+def test_plain_from_jaas_and_from_scram_credentials() -> None:
+    for user, password in (("alice", "alice-pw"), ("bob", "bob-pw")):
+        auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
+        assert login(auth, "PLAIN", user, password) == ("none", None)
+        assert auth.principal == f"User:{user}"
+    # JAAS users belong to their listener.
+    auth = ConnectionAuth("SASL_SSL", "SASL_SSL", authenticator())
+    assert login(auth, "PLAIN", "alice", "alice-pw")[0] == "sasl_authentication_failed"
+
+
+def test_failures_close_the_connection() -> None:
+    for mechanism, user, password in (("PLAIN", "alice", "nope"), ("SCRAM-SHA-512", "bob", "nope"),
+                                      ("SCRAM-SHA-256", "nobody", "x")):
+        auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
+        error, message = login(auth, mechanism, user, password)
+        assert error == "sasl_authentication_failed" and message
+        assert auth.close_after_response and not auth.authenticated
+        assert "nope" not in message
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
+    assert auth.handshake("GSSAPI") == ("unsupported_sasl_mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    assert auth.close_after_response
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
+    assert asyncio.run(auth.authenticate(b"x", 0))[0] == "illegal_sasl_state"
+
+
+def test_reauthentication_keeps_principal_and_mechanism_and_sessions_expire() -> None:
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator(reauth_ms=1000))
+    assert login(auth, "SCRAM-SHA-256", "bob", "bob-pw", now=0) == ("none", None)
+    assert auth.expires_ms == 1000 and auth.allows(METADATA, 999) and not auth.allows(METADATA, 1000)
+    assert login(auth, "SCRAM-SHA-256", "bob", "bob-pw", now=900) == ("none", None)
+    assert auth.expires_ms == 1900 and auth.authentications == 2
+    # Another mechanism, or another user, on re-authentication: refused.
+    assert auth.handshake("SCRAM-SHA-512")[0] == "unsupported_sasl_mechanism"
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator(reauth_ms=1000))
+    assert login(auth, "PLAIN", "bob", "bob-pw") == ("none", None)
+    error, message = login(auth, "PLAIN", "alice", "alice-pw")
+    assert error == "sasl_authentication_failed" and "principal" in (message or "")
+    assert auth.principal == "User:bob"
+
+
+@settings(max_examples=300, deadline=None)
+@given(mechanism=st.sampled_from(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
+       tokens=st.lists(st.binary(max_size=200) | st.sampled_from([
+           b"n,,n=bob,r=x", b"\0bob\0", b"c=biws,r=x,p=AAAA", b"n,,n=bob,r=x,tokenauth=true",
+           b"\0alice\0alice-p", b"n,a=eve,n=bob,r=x", b"y,,n=bob,r=x"]), min_size=1, max_size=4))
+def test_malformed_tokens_never_authenticate(mechanism: str, tokens: list[bytes]) -> None:
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
+    assert auth.handshake(mechanism)[0] == "none"
+    for token in tokens:
+        error, _, _, _ = asyncio.run(auth.authenticate(token, 0))
+        assert error in ("none", "sasl_authentication_failed", "illegal_sasl_state")
+        if error != "none":
+            break
+    assert not auth.authenticated and auth.principal == "User:ANONYMOUS"
+    assert not auth.allows(METADATA, 0)
+
+
+def test_sasl_settings_refuse_unsupported_mechanisms() -> None:
+    import pytest
+
+    from dmq.config import ConfigError
+
+    with pytest.raises(ConfigError, match="GSSAPI"):
+        sasl_settings(BrokerConfig(), ["SASL_SSL"])
+    assert sasl_settings(BrokerConfig(), []).enabled == ("GSSAPI",)  # no SASL listener: unused
+    config = BrokerConfig({"sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                           "listener.name.sasl_ssl.plain.sasl.jaas.config":
+                               'x.PlainLoginModule required user_a="a-secret";'})
+    got = sasl_settings(config, ["SASL_SSL"])
+    assert got.plain_users == {"SASL_SSL": {"a": "a-secret"}} and "a-secret" not in repr(got)
+    assert config.unknown == []
+    # Per listener, as Kafka: listener.name.<l>.sasl.enabled.mechanisms and .connections.max.reauth.ms
+    config = BrokerConfig({"sasl.enabled.mechanisms": "SCRAM-SHA-512", "connections.max.reauth.ms": "1000",
+                           "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+                           "listener.name.internal.connections.max.reauth.ms": "0"})
+    got = sasl_settings(config, ["INTERNAL", "SASL_SSL"])
+    assert got.mechanisms("INTERNAL") == ("PLAIN",) and got.reauth("INTERNAL") == 0
+    assert got.mechanisms("SASL_SSL") == ("SCRAM-SHA-512",) and got.reauth("SASL_SSL") == 1000
+    auth = ConnectionAuth("INTERNAL", "SASL_PLAINTEXT", Authenticator(got, ScramCredentials(Users())))  # type: ignore[arg-type]
+    assert auth.handshake("SCRAM-SHA-512") == ("unsupported_sasl_mechanism", ["PLAIN"])
+
+
+def test_credentials_in_the_embedded_store_survive_a_restart(tmp_path: Path) -> None:
+    from dmq.security.credentials import Deletion, Upsertion
+
+    async def run() -> None:
+        store = EmbeddedMetadataStore(str(tmp_path), 0)
+        creds = ScramCredentials(store)
+        salt = b"s" * 16
+        salted = scram.salted_password("SCRAM-SHA-256", "pw", salt, 4096)
+        results = await creds.alter([], [Upsertion("carol", 1, 4096, salt, salted),
+                                         Upsertion("dave", 1, 100, salt, salted),
+                                         Upsertion("erin", 1, 4096, salt, salted),
+                                         Upsertion("erin", 1, 4096, salt, salted),
+                                         Upsertion("frank", 7, 4096, salt, salted)])
+        assert [(r.user, r.error.name) for r in results] == [
+            ("carol", "none"), ("dave", "unacceptable_credential"), ("erin", "duplicate_resource"),
+            ("frank", "unsupported_sasl_mechanism")]
+        reopened = ScramCredentials(EmbeddedMetadataStore(str(tmp_path), 0))
+        assert reopened.describe("carol") == [(1, 4096)] and reopened.users() == ["carol"]
+        assert reopened.get("carol", "SCRAM-SHA-256") == scram.credential_from_salted("SCRAM-SHA-256", salted, salt, 4096)
+        results = await creds.alter([Deletion("carol", 2), Deletion("gina", 1)], [])
+        assert [(r.user, r.error.name) for r in results] == [
+            ("carol", "resource_not_found"), ("gina", "resource_not_found")]
+        assert [(r.error.name) for r in await creds.alter([Deletion("carol", 1)], [])] == ["none"]
+        assert creds.users() == []
+
+    asyncio.run(run())
