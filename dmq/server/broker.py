@@ -53,6 +53,7 @@ from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, Sh
 from dmq.group.offsets_topic import Coordinators
 from dmq.handlers import EAGER_API_KEYS, HANDLERS, api_versions, supported_apis
 from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
+from dmq.metrics.http import MetricsServer
 from dmq.protocol.codec import (
     FrameError,
     decode_request,
@@ -142,6 +143,7 @@ class Broker:
         self.zk: ZooKeeperMetadataStore | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.controller: Controller | None = None
+        self.metrics_server: MetricsServer | None = None  # metrics.listener: Prometheus' /metrics
         self._loop: asyncio.AbstractEventLoop | None = None
         self._share_settings_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ShareGroupSettings] = {}
 
@@ -303,6 +305,7 @@ class Broker:
         self.transaction_coordinator.send_markers = self.marker_sender.send
         if self.zk is None:
             backend.reconcile()  # leads every partition: loads the coordinators' shards
+        await self._start_metrics()
         self.listener = Listener(self.listen_host, self.listen_port, self.dispatch,
                                  int(self.config["socket.request.max.bytes"]),
                                  on_close=self._connection_closed, eager_api_keys=EAGER_API_KEYS)
@@ -358,6 +361,23 @@ class Broker:
         print(f"dmq broker {self.broker_id} listening on {self.bound[0]}:{self.bound[1]} "
               f"(advertised {host}:{port}, data dir {self.data_dir}, cluster id "
               f"{self.store.cluster_id})", flush=True)
+
+    async def _start_metrics(self) -> None:
+        """Serve /metrics on metrics.listener, when set (dmq.metrics)."""
+        address = self.config["metrics.listener"]
+        if not address:
+            return
+        host, port = parse_host_port(str(address), 9404)
+        self.metrics_server = MetricsServer(self, host, port)
+        try:
+            host, port = await self.metrics_server.start()
+        except OSError as e:
+            self.metrics_server = None
+            reason = ("address already in use" if e.errno == errno.EADDRINUSE
+                      else (e.strerror or str(e)).lower())
+            raise SystemExit(f"error: cannot serve metrics on {address}: {reason}; pick another "
+                             f"address with --metrics HOST:PORT (metrics.listener)") from None
+        print(f"dmq broker {self.broker_id} serves metrics on http://{host}:{port}/metrics", flush=True)
 
     def _write_meta_properties(self) -> None:
         path = os.path.join(self.data_dir, "meta.properties")
@@ -644,6 +664,8 @@ class Broker:
             await self.fetchers.shutdown()
         if self.listener is not None:
             await self.listener.stop()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.marker_sender.close()
         self.marker_writer.close()
         await self.group_coordinator.close()

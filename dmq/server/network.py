@@ -38,6 +38,10 @@ read). The server knows nothing of an API's meaning: it hands each frame to a
 in the process), handed to the dispatcher with every frame; ``on_close(id)`` is
 called once when the connection is lost (share sessions are released then). Frames above
 ``socket.request.max.bytes`` or with a negative size close the connection.
+
+Metrics: each answered request is counted by API key with its time since it
+started, in the listener's ``RequestStats`` (plain numbers; ``dmq.metrics``
+reads them when scraped).
 """
 
 from __future__ import annotations
@@ -49,7 +53,10 @@ import os
 import socket
 from collections import deque
 from collections.abc import Callable, Coroutine
+from time import monotonic
 from typing import Any
+
+from dmq.metrics.requests import RequestStats
 
 log = logging.getLogger("dmq.server")
 
@@ -73,10 +80,13 @@ class _Request:
     ``result`` (or ``error``) once it completed. An eager request's ``coro`` is
     stepped by ``step`` until it ends; another runs in ``task``."""
 
-    __slots__ = ("connection", "coro", "dispatched", "done", "result", "error", "task")
+    __slots__ = ("connection", "coro", "dispatched", "done", "result", "error", "task", "api_key",
+                 "started")
 
-    def __init__(self, connection: KafkaConnection) -> None:
+    def __init__(self, connection: KafkaConnection, api_key: int) -> None:
         self.connection = connection
+        self.api_key = api_key  # for the listener's RequestStats (metrics)
+        self.started = monotonic()
         self.coro: Coroutine[Any, Any, object] | None = None
         self.dispatched = False
         self.done = False
@@ -119,8 +129,10 @@ class _Request:
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatch: Dispatch, max_request_bytes: int,
                  connections: set[KafkaConnection], on_close: CloseHook | None = None,
-                 eager_api_keys: frozenset[int] = frozenset()) -> None:
+                 eager_api_keys: frozenset[int] = frozenset(),
+                 stats: RequestStats | None = None) -> None:
         self.id = next(_connection_ids)
+        self.stats = stats if stats is not None else RequestStats()
         self.dispatch = dispatch
         self.on_close = on_close
         self.max_request_bytes = max_request_bytes
@@ -149,6 +161,7 @@ class KafkaConnection(asyncio.Protocol):
             except OSError:
                 pass
         self.connections.add(self)
+        self.stats.connections_total += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -220,14 +233,15 @@ class KafkaConnection(asyncio.Protocol):
             if self.paused and len(self.frames) < MAX_QUEUED_FRAMES // 2 and self.transport:
                 self.paused = False
                 self.transport.resume_reading()
-            req = _Request(self)
+            api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+            req = _Request(self, api_key)
             in_flight.append(req)
             try:
                 coro = req.coro = self.dispatch(frame, self.peer, req.signal, self.id)
             except Exception as e:  # noqa: BLE001 - a dispatcher that fails to start
                 self._finished(req, None, e)
                 continue
-            if int.from_bytes(frame[:2], "big") not in self.eager_api_keys:
+            if api_key not in self.eager_api_keys:
                 req.task = asyncio.get_running_loop().create_task(self._run(req, coro))
                 continue
             self.starting = True
@@ -270,6 +284,7 @@ class KafkaConnection(asyncio.Protocol):
         while in_flight and in_flight[0].done:
             req = in_flight.popleft()
             req.task = None
+            self.stats.observe(req.api_key, monotonic() - req.started)
             result, req.result = req.result, None
             if self.closed:
                 continue  # dropped with the connection
@@ -347,12 +362,13 @@ class Listener:
         self.max_request_bytes = max_request_bytes
         self.connections: set[KafkaConnection] = set()
         self.server: asyncio.base_events.Server | None = None
+        self.stats = RequestStats()  # read by dmq.metrics
 
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         self.server = await loop.create_server(
             lambda: KafkaConnection(self.dispatch, self.max_request_bytes, self.connections,
-                                    self.on_close, self.eager_api_keys),
+                                    self.on_close, self.eager_api_keys, self.stats),
             self.host, self.port, reuse_address=True, backlog=1024,
         )
         sockname = self.server.sockets[0].getsockname()
