@@ -5,9 +5,8 @@ request per connection, ``GET``/``HEAD`` of ``/metrics`` (the exposition) and
 ``/`` (a page linking to it); anything else gets 404, 405 or 400, and a client
 that sends no request head within ``READ_TIMEOUT_S`` (or one over
 ``MAX_HEAD_BYTES``) is dropped. It runs on the broker's event loop, so a scrape
-reads the broker's objects on the thread that owns them; the work it does there
-is the scrape itself (``dmq.metrics.collector``), a few milliseconds for
-thousands of partitions.
+reads the broker's objects on the thread that owns them (``dmq.metrics.exposition``
+formats the text on a worker thread).
 """
 
 from __future__ import annotations
