@@ -36,7 +36,7 @@ from dmq.cluster.metadata import MetadataStore
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.group.coordinator import GroupCoordinator
 from dmq.handlers import HANDLERS
-from dmq.metrics.requests import BOUNDS, RequestStats
+from dmq.metrics.requests import BOUNDS, LAG_BOUNDS, LoopLag, RequestStats
 from dmq.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("dmq.metrics")
@@ -104,8 +104,8 @@ def _version() -> str:
 
 
 class BrokerCollector(Collector):
-    """The families of one broker. Create it on the broker's event-loop thread: that
-    thread's CPU clock is the event loop's busy time."""
+    """The families of one broker. Create it on the broker's event loop: that thread's
+    CPU clock is the event loop's busy time, and its ``loop_lag`` probe runs there."""
 
     def __init__(self, broker: BrokerView) -> None:
         self.broker = broker
@@ -113,6 +113,11 @@ class BrokerCollector(Collector):
         self._loop_clock = time.pthread_getcpuclockid(threading.get_ident())
         self._end_offsets: dict[tuple[str, int], int] = {}
         self._api_names: dict[int, str] = {}
+        self.loop_lag = LoopLag()
+        try:
+            self.loop_lag.start()
+        except RuntimeError:  # no running loop: no lag samples
+            pass
 
     # ---------------------------------------------------------------- scrape
 
@@ -170,6 +175,12 @@ class BrokerCollector(Collector):
             "RequestHandlerAvgIdlePercent).")
         cpu.add_metric([], time.clock_gettime(self._loop_clock))
         yield cpu
+        lag = self.loop_lag
+        family = HistogramMetricFamily(
+            "dmq_event_loop_lag_seconds", "How late the event loop runs a timer due every half "
+            "second: how long a ready request waits behind other work.")
+        family.add_metric([], _cumulative(LAG_BOUNDS, list(lag.buckets), lag.count), lag.seconds)
+        yield family
 
     def _requests(self) -> Iterator[Metric]:
         listener = self.broker.listener
@@ -186,14 +197,8 @@ class BrokerCollector(Collector):
                     name = self._api_names[api_key] = api_name(api_key)
                 # Copied first: the numbers are one request apart at most, never torn.
                 count, seconds, buckets = s.count, s.seconds, list(s.buckets)
-                cumulative: list[tuple[str, float]] = []
-                running = 0
-                for bound, n in zip(BOUNDS, buckets, strict=False):
-                    running += n
-                    cumulative.append((_le(bound), running))
-                cumulative.append(("+Inf", count))
                 total.add_metric([name], count)
-                latency.add_metric([name], cumulative, seconds)
+                latency.add_metric([name], _cumulative(BOUNDS, buckets, count), seconds)
         yield total
         yield latency
 
@@ -357,6 +362,17 @@ class BrokerCollector(Collector):
                                   value=zk.session_expirations)
         yield CounterMetricFamily("dmq_zookeeper_connections", "Times the ZooKeeper session "
                                   "connected, reconnections included.", value=zk.client.connections)
+
+
+def _cumulative(bounds: tuple[float, ...], buckets: list[int], count: int) -> list[tuple[str, float]]:
+    """Per-bucket counts (the last above every bound) as Prometheus' cumulative buckets."""
+    cumulative: list[tuple[str, float]] = []
+    running = 0
+    for bound, n in zip(bounds, buckets, strict=False):
+        running += n
+        cumulative.append((_le(bound), running))
+    cumulative.append(("+Inf", count))
+    return cumulative
 
 
 def _le(bound: float) -> str:

@@ -37,7 +37,11 @@ class MetricsServer:
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> tuple[str, int]:
-        """Listen; returns the bound address (port 0 picks a free one)."""
+        """Listen; returns the bound address (port 0 picks a free one). The broker's
+        collector starts here, so its event-loop lag probe runs from the start."""
+        from dmq.metrics.exposition import collector_for
+
+        collector_for(self.broker)
         self.server = await asyncio.start_server(self._serve, self.host, self.port,
                                                  limit=MAX_HEAD_BYTES, reuse_address=True)
         sockname = self.server.sockets[0].getsockname()
@@ -46,6 +50,9 @@ class MetricsServer:
     async def stop(self) -> None:
         if self.server is None:
             return
+        from dmq.metrics.exposition import collector_for
+
+        collector_for(self.broker)[0].loop_lag.stop()
         self.server.close()
         for writer in list(self._writers):
             writer.close()

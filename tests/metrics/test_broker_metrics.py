@@ -298,3 +298,21 @@ def test_bytes_out_counts_each_answered_byte_once(metrics_broker: tuple[BrokerPr
     finally:
         c.close()
     assert scrape(f"{url}/metrics").value("dmq_topic_bytes_out_total", topic=topic) == bytes_in
+
+
+def test_the_event_loop_lag_shows_a_blocked_loop(metrics_broker: tuple[BrokerProcess, str]) -> None:
+    """The lag probe runs every half second; creating 2,000 partitions (their logs made on
+    the event loop) holds the loop long enough for a timer to run late by more than 50 ms."""
+    broker, url = metrics_broker
+    before = scrape(f"{url}/metrics")
+    late_before = (before.value("dmq_event_loop_lag_seconds_count")
+                   - before.value("dmq_event_loop_lag_seconds_bucket", le="0.05"))
+    started = time.monotonic()
+    create_topic(broker.bootstrap, "metrics-lag", 2000)
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - started)))
+    after = scrape(f"{url}/metrics")
+    late = (after.value("dmq_event_loop_lag_seconds_count")
+            - after.value("dmq_event_loop_lag_seconds_bucket", le="0.05"))
+    assert after.value("dmq_event_loop_lag_seconds_count") >= before.value("dmq_event_loop_lag_seconds_count") + 2
+    assert late >= late_before + 1
+    assert after.value("dmq_event_loop_lag_seconds_sum") > before.value("dmq_event_loop_lag_seconds_sum") + 0.05
