@@ -137,6 +137,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.dirs", ConfigType.STRING, "./dmq-data", "Directory holding the log data."),
     ConfigDef("listeners", ConfigType.STRING, "127.0.0.1:9092", "Address to listen on."),
     ConfigDef("advertised.listeners", ConfigType.STRING, None, "Address given to clients."),
+    ConfigDef("metrics.listener", ConfigType.STRING, None, "HOST:PORT serving Prometheus metrics at /metrics (dmq's own); unset: not served."),
     ConfigDef("num.partitions", ConfigType.INT, "1", "Default partitions for new topics.", _at_least(1)),
     ConfigDef("default.replication.factor", ConfigType.SHORT, "1", "Default replication factor.", _at_least(1)),
     ConfigDef("auto.create.topics.enable", ConfigType.BOOLEAN, "true", "Create unknown topics on Metadata requests."),

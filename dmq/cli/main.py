@@ -81,6 +81,9 @@ def server(
     zookeeper: Annotated[str | None, typer.Option(
         "--zookeeper", metavar="HOST:PORT[/CHROOT]", help="HOST:PORT[,HOST:PORT...][/chroot]: join a ZooKeeper-coordinated "
                             "cluster (zookeeper.connect)")] = None,
+    metrics: Annotated[str | None, typer.Option(
+        "--metrics", metavar="HOST:PORT", help="serve Prometheus metrics at http://HOST:PORT/metrics "
+                                               "(metrics.listener) [default: off]")] = None,
     log_level: Annotated[LogLevel, typer.Option(
         "--log-level", case_sensitive=False, metavar="[debug|info|warning|error|critical]",
         help="broker log level")] = "info",
@@ -90,7 +93,7 @@ def server(
 
     try:
         cfg = build_config(listen, advertised_listener, data_dir, config, override or [], broker_id,
-                           zookeeper)
+                           zookeeper, metrics)
     except (ConfigError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -27,7 +27,7 @@ def _check_address(value: object, name: str) -> None:
 
 def build_config(listen: str | None, advertised: str | None, data_dir: str | None,
                  config_file: str | None, overrides: list[str], broker_id: int | None,
-                 zookeeper: str | None = None) -> BrokerConfig:
+                 zookeeper: str | None = None, metrics: str | None = None) -> BrokerConfig:
     props: dict[str, str] = {}
     if config_file:
         try:
@@ -51,12 +51,15 @@ def build_config(listen: str | None, advertised: str | None, data_dir: str | Non
         props["broker.id"] = str(broker_id)
     if zookeeper:
         props["zookeeper.connect"] = zookeeper
+    if metrics:
+        props["metrics.listener"] = metrics
     config = BrokerConfig(props)
     _check_address(config["listeners"], "--listen" if listen else "listeners")
     _check_address(config["advertised.listeners"],
                    "--advertised-listener" if advertised else "advertised.listeners")
     listener_endpoints(config)
     listener_endpoints(config, "advertised.listeners")
+    _check_address(config["metrics.listener"], "--metrics" if metrics else "metrics.listener")
     return config
 
 

@@ -105,6 +105,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.removing_replicas: dict[str, dict[int, list[int]]] = {}
         self.registration: BrokerInfo | None = None
         self.session_lost = False
+        self.session_expirations = 0  # sessions lost (Kafka's ZooKeeperExpiresPerSec), for metrics
         self.shutting_down: set[int] = set()
         self._broker_configs: dict[str, dict[str, str]] = {}
         self._group_configs: dict[str, dict[str, str]] = {}
@@ -180,6 +181,7 @@ class ZooKeeperMetadataStore(MetadataStore):
     def _session_state(self, state: str) -> None:
         if state == LOST:
             self.session_lost = True
+            self.session_expirations += 1
             log.warning("ZooKeeper session lost: this broker's registration and watches are gone")
             self._notify("session_lost")
         elif state == CONNECTED and self.session_lost:

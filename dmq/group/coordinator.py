@@ -211,6 +211,16 @@ class GroupCoordinator:
                 groups.extend(shard.listed_groups(wanted, kinds))
         return groups
 
+    def loaded_groups(self) -> list[GroupMetadata]:
+        """The classic groups of every partition coordinated here (read only: metrics read
+        their committed offsets, members and state at scrape time)."""
+        groups: list[GroupMetadata] = []
+        for partition in sorted(self.runtime.loaded_partitions()):
+            shard = self.runtime.shard(partition)
+            if shard is not None:
+                groups.extend(shard.groups.values())
+        return groups
+
     def describe_group(self, group_id: str) -> GroupMetadata | None:
         shard = self.runtime.shard(self.partition_for(group_id))
         return shard.groups.get(group_id) if shard is not None else None

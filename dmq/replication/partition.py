@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from dmq.record.batch import ValidatedBatches
+from dmq.replication.stats import TopicStats
 from dmq.storage.log import AppendResult, Log, OffsetOutOfRangeError
 from dmq.storage.producer_state import AppendOrigin
 from dmq.storage.segment import FileSlice
@@ -103,6 +104,7 @@ class Partition:
         self.visible_bytes = 0
         self.appended_bytes = 0
         self._marks: deque[tuple[int, int]] = deque()  # (end offset, appended_bytes after it)
+        self.stats = TopicStats()  # its topic's counters (the ReplicaManager shares one per topic)
 
     @property
     def high_watermark(self) -> int:
@@ -285,6 +287,9 @@ class Partition:
         self._check_leader_for_append(required_acks)
         result = self.log.append_as_leader(records, batches, self.leader_epoch, origin=origin)
         if not result.duplicate:
+            stats = self.stats
+            stats.messages_in += batches.record_count
+            stats.bytes_in += batches.total_size
             self._track_append(batches.total_size)
             self.maybe_increment_high_watermark()
         return result
@@ -425,6 +430,7 @@ class Partition:
     def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
         appended = self.log.append_as_follower(records) if records else 0
         if appended:
+            self.stats.replication_bytes_in += appended
             self._track_append(appended)
         self.update_follower_high_watermark(leader_high_watermark)
         return appended

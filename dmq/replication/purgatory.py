@@ -93,6 +93,18 @@ class DelayedOperationPurgatory:
                     if not ops:
                         del self._watchers[key]
 
+    def sizes(self) -> tuple[int, int]:
+        """(operations waiting, watcher entries): Kafka's NumDelayedOperations and
+        PurgatorySize, counted when asked (for metrics) rather than kept on the hot path."""
+        entries = 0
+        waiting: set[int] = set()
+        for ops in self._watchers.values():
+            for op in ops:
+                if not op.done():
+                    entries += 1
+                    waiting.add(id(op))
+        return len(waiting), entries
+
     def check_and_complete(self, key: Hashable) -> None:
         ops = self._watchers.get(key)
         if not ops:

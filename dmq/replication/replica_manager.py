@@ -44,6 +44,7 @@ from kio.schema.errors import ErrorCode
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.replication.partition import Partition, PartitionError, ReadResult
 from dmq.replication.purgatory import DelayedOperationPurgatory
+from dmq.replication.stats import TopicStats
 from dmq.storage.log_manager import LogManager, read_checkpoint, write_checkpoint
 from dmq.storage.producer_state import AppendOrigin, ProducerEntry
 
@@ -96,6 +97,11 @@ class ReplicaManager:
         self._isr_tasks: set[asyncio.Task[None]] = set()
         self._hw_path = os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE)
         self._checkpointed_hw = read_checkpoint(self._hw_path)
+        # Metrics (dmq.metrics reads them at scrape time): per-topic counters shared by the
+        # topic's partitions, and the confirmed ISR changes of partitions led here.
+        self.topic_stats: dict[str, TopicStats] = {}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def checkpoint_high_watermarks(self) -> None:
         """Write every hosted partition's high watermark (replaces the file atomically)."""
@@ -111,6 +117,10 @@ class ReplicaManager:
         if partition is None:
             lg = self.log_manager.get_or_create(topic, index, topic_id)
             partition = Partition(topic, index, topic_id, lg, self.broker_id)
+            stats = self.topic_stats.get(topic)
+            if stats is None:
+                stats = self.topic_stats[topic] = TopicStats()
+            partition.stats = stats
             if len(replicas) > 1:
                 # Only what the checkpoint says was committed; without one, nothing yet:
                 # the leader's fetch responses (or the followers' fetches) move it up.
@@ -122,10 +132,13 @@ class ReplicaManager:
     def become_leader(self, topic: str, index: int, topic_id: str, leader_epoch: int,
                       replicas: list[int], isr: list[int], version: int = -1) -> Partition:
         partition = self._get_or_create(topic, index, topic_id, replicas)
+        before = list(partition.isr) if partition.is_leader and partition.leader_epoch == leader_epoch else None
         if partition.make_leader(leader_epoch, replicas, isr, version):
             log.info("%s-%d: leader in epoch %d (replicas %s, isr %s, min.insync.replicas %d, "
                      "log end %d)", topic, index, leader_epoch, replicas, isr,
                      partition.min_insync_replicas, partition.log.log_end_offset)
+        elif before is not None:
+            self._count_isr_change(before, partition.isr)  # written by the controller
         self._wake((topic, index))
         return partition
 
@@ -143,6 +156,8 @@ class ReplicaManager:
         self.partitions.pop((topic, index), None)
         if delete:
             self.log_manager.delete(topic, index)
+            if not any(t == topic for t, _ in self.partitions):
+                self.topic_stats.pop(topic, None)
         self._wake((topic, index))
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
@@ -311,9 +326,12 @@ class ReplicaManager:
 
     def read_from_local_log(self, requests: list[FetchRequestPartition], max_bytes: int,
                             replica_id: int = -1, read_committed: bool = False) -> list[ReadResult]:
+        """Read each partition as its leader; what is read counts as its topic's BytesOut
+        (ReplicationBytesOut for a follower's fetch)."""
         results: list[ReadResult] = []
         remaining = max_bytes
         any_data = False
+        follower = replica_id >= 0
         for req in requests:
             try:
                 partition = self.leader_partition(req.topic, req.partition)
@@ -323,10 +341,16 @@ class ReplicaManager:
                 continue
             limit = max(0, min(req.max_bytes, remaining))
             res = partition.read(req.fetch_offset, limit, min_one_batch=not any_data,
-                                 for_replica=replica_id >= 0, read_committed=read_committed)
-            if res.data is not None and res.data.length:
+                                 for_replica=follower, read_committed=read_committed)
+            data = res.data
+            if data is not None and data.length:
                 any_data = True
-                remaining -= res.data.length
+                size = data.length
+                remaining -= size
+                if follower:
+                    partition.stats.replication_bytes_out += size
+                else:
+                    partition.stats.bytes_out += size
             results.append(res)
         return results
 
@@ -358,6 +382,8 @@ class ReplicaManager:
         has_error = any(r.error != ErrorCode.none for r in results)
         if max_wait_ms <= 0 or not requests or available >= min_bytes or has_error:
             return results
+        if available:
+            self._uncount_bytes_out(requests, results, replica_id >= 0)  # read again below
         keys = [(r.topic, r.partition) for r in requests]
         follower = replica_id >= 0
 
@@ -379,6 +405,19 @@ class ReplicaManager:
             waiting()
         await self.fetch_purgatory.wait_until(keys, max_wait_ms / 1000.0, enough)
         return self.read_from_local_log(requests, max_bytes, replica_id, read_committed)
+
+    def _uncount_bytes_out(self, requests: list[FetchRequestPartition], results: list[ReadResult],
+                           follower: bool) -> None:
+        """Take back what a read added to BytesOut when the fetch waits and reads again
+        instead of answering it (fetch.min.bytes above what there was)."""
+        for req, res in zip(requests, results, strict=True):
+            data = res.data
+            p = self.partitions.get((req.topic, req.partition))
+            if data is not None and data.length and p is not None:
+                if follower:
+                    p.stats.replication_bytes_out -= data.length
+                else:
+                    p.stats.bytes_out -= data.length
 
     # ---------------------------------------------------------------------- ISR
 
@@ -405,6 +444,14 @@ class ReplicaManager:
                 self._change_isr(partition, isr, "lagging")
             else:
                 self._start_resignation(partition)
+
+    def _count_isr_change(self, old: list[int], new: list[int]) -> None:
+        """Kafka's IsrShrinksPerSec/IsrExpandsPerSec: a confirmed ISR of a partition led
+        here lost (or gained) members."""
+        if any(r not in new for r in old):
+            self.isr_shrinks += 1
+        if any(r not in old for r in new):
+            self.isr_expands += 1
 
     def _start_resignation(self, partition: Partition) -> None:
         assert self.resigner is not None
@@ -457,6 +504,7 @@ class ReplicaManager:
             return
         if partition.isr_written(leader_epoch, new_isr, written):
             log.info("%s-%d: ISR %s -> %s (%s)", *tp, old, new_isr, reason)
+            self._count_isr_change(old, new_isr)
         elif written is None:
             log.info("%s-%d: ISR change to %s refused: the partition state changed since "
                      "version %d; waiting for the new state", *tp, new_isr, version)

@@ -65,6 +65,8 @@ from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, Sh
 from dmq.group.offsets_topic import Coordinators
 from dmq.handlers import EAGER_API_KEYS, HANDLERS, api_versions, supported_apis
 from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
+from dmq.metrics.http import MetricsServer
+from dmq.metrics.requests import RequestStats
 from dmq.protocol.codec import (
     FrameError,
     decode_request,
@@ -177,6 +179,8 @@ class Broker:
         self.zk: ZooKeeperMetadataStore | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.controller: Controller | None = None
+        self.metrics_server: MetricsServer | None = None  # metrics.listener: Prometheus' /metrics
+        self.request_stats = RequestStats()  # every listener's requests (read by dmq.metrics)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._share_settings_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ShareGroupSettings] = {}
 
@@ -357,13 +361,15 @@ class Broker:
         self.transaction_coordinator.send_markers = self.marker_sender.send
         if self.zk is None:
             backend.reconcile()  # leads every partition: loads the coordinators' shards
+        await self._start_metrics()
         bound: dict[str, tuple[str, int]] = {}
         for endpoint in self.endpoints:
             listener = Listener(endpoint.host, endpoint.port, self.dispatch,
                                 int(self.config["socket.request.max.bytes"]),
                                 on_close=self._connection_closed, eager_api_keys=EAGER_API_KEYS,
                                 name=endpoint.name, ssl_context=contexts.get(endpoint.name),
-                                on_open=functools.partial(self._connection_opened, endpoint))
+                                on_open=functools.partial(self._connection_opened, endpoint),
+                                stats=self.request_stats)
             try:
                 bound[endpoint.name] = await listener.start()
             except OSError as e:
@@ -435,6 +441,23 @@ class Broker:
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
         return host, port
+
+    async def _start_metrics(self) -> None:
+        """Serve /metrics on metrics.listener, when set (dmq.metrics)."""
+        address = self.config["metrics.listener"]
+        if not address:
+            return
+        host, port = parse_host_port(str(address), 9404)
+        self.metrics_server = MetricsServer(self, host, port)
+        try:
+            host, port = await self.metrics_server.start()
+        except OSError as e:
+            self.metrics_server = None
+            reason = ("address already in use" if e.errno == errno.EADDRINUSE
+                      else (e.strerror or str(e)).lower())
+            raise SystemExit(f"error: cannot serve metrics on {address}: {reason}; pick another "
+                             f"address with --metrics HOST:PORT (metrics.listener)") from None
+        print(f"dmq broker {self.broker_id} serves metrics on http://{host}:{port}/metrics", flush=True)
 
     def _write_meta_properties(self) -> None:
         path = os.path.join(self.data_dir, "meta.properties")
@@ -781,6 +804,8 @@ class Broker:
             await self.fetchers.shutdown()
         for listener in self.listeners:
             await listener.stop()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         await self.marker_sender.close()
         self.marker_writer.close()
         await self.group_coordinator.close()

@@ -46,6 +46,10 @@ authentication state on ``session`` and may lower ``max_request_bytes`` until th
 has authenticated (``sasl.server.max.receive.size``). A dispatcher may answer
 ``CloseAfter(bytes)``: the answer is written, then the connection closed (a failed SASL
 authentication). File ranges are never sendfile'd into a TLS connection.
+
+Metrics: each answered request is counted by API key with its time since it
+started, in the listener's ``RequestStats`` (plain numbers; ``dmq.metrics``
+reads them when scraped).
 """
 
 from __future__ import annotations
@@ -58,7 +62,10 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Callable, Coroutine
+from time import monotonic
 from typing import Any
+
+from dmq.metrics.requests import RequestStats
 
 log = logging.getLogger("dmq.server")
 
@@ -95,10 +102,13 @@ class _Request:
     ``result`` (or ``error``) once it completed. An eager request's ``coro`` is
     stepped by ``step`` until it ends; another runs in ``task``."""
 
-    __slots__ = ("connection", "coro", "dispatched", "done", "result", "error", "task")
+    __slots__ = ("connection", "coro", "dispatched", "done", "result", "error", "task", "api_key",
+                 "started")
 
-    def __init__(self, connection: KafkaConnection) -> None:
+    def __init__(self, connection: KafkaConnection, api_key: int) -> None:
         self.connection = connection
+        self.api_key = api_key  # for the listener's RequestStats (metrics)
+        self.started = monotonic()
         self.coro: Coroutine[Any, Any, object] | None = None
         self.dispatched = False
         self.done = False
@@ -141,12 +151,14 @@ class _Request:
 class KafkaConnection(asyncio.Protocol):
     def __init__(self, dispatch: Dispatch, max_request_bytes: int,
                  connections: set[KafkaConnection], on_close: CloseHook | None = None,
-                 eager_api_keys: frozenset[int] = frozenset(), on_open: OpenHook | None = None) -> None:
+                 eager_api_keys: frozenset[int] = frozenset(), on_open: OpenHook | None = None,
+                 stats: RequestStats | None = None) -> None:
         self.id = next(_connection_ids)
         self.on_open = on_open
         # The broker's per-connection security state (dmq.security.sasl.ConnectionAuth).
         self.session: Any = None
         self.tls = False
+        self.stats = stats if stats is not None else RequestStats()
         self.dispatch = dispatch
         self.on_close = on_close
         self.max_request_bytes = max_request_bytes
@@ -176,6 +188,7 @@ class KafkaConnection(asyncio.Protocol):
                 pass
         self.tls = transport.get_extra_info("ssl_object") is not None
         self.connections.add(self)
+        self.stats.connections_total += 1
         if self.on_open is not None:
             try:
                 self.on_open(self)
@@ -254,14 +267,15 @@ class KafkaConnection(asyncio.Protocol):
             if self.paused and len(self.frames) < MAX_QUEUED_FRAMES // 2 and self.transport:
                 self.paused = False
                 self.transport.resume_reading()
-            req = _Request(self)
+            api_key = int.from_bytes(frame[:2], "big") if len(frame) >= 2 else -1
+            req = _Request(self, api_key)
             in_flight.append(req)
             try:
                 coro = req.coro = self.dispatch(frame, self.peer, req.signal, self.id)
             except Exception as e:  # noqa: BLE001 - a dispatcher that fails to start
                 self._finished(req, None, e)
                 continue
-            if int.from_bytes(frame[:2], "big") not in self.eager_api_keys:
+            if api_key not in self.eager_api_keys:
                 req.task = asyncio.get_running_loop().create_task(self._run(req, coro))
                 continue
             self.starting = True
@@ -304,6 +318,7 @@ class KafkaConnection(asyncio.Protocol):
         while in_flight and in_flight[0].done:
             req = in_flight.popleft()
             req.task = None
+            self.stats.observe(req.api_key, monotonic() - req.started)
             result, req.result = req.result, None
             if self.closed:
                 continue  # dropped with the connection
@@ -379,7 +394,8 @@ class Listener:
     def __init__(self, host: str, port: int, dispatch: Dispatch, max_request_bytes: int,
                  on_close: CloseHook | None = None,
                  eager_api_keys: frozenset[int] = frozenset(), *, name: str = "PLAINTEXT",
-                 ssl_context: ssl.SSLContext | None = None, on_open: OpenHook | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, on_open: OpenHook | None = None,
+                 stats: RequestStats | None = None) -> None:
         self.name = name
         self.ssl_context = ssl_context
         self.on_open = on_open
@@ -391,6 +407,8 @@ class Listener:
         self.max_request_bytes = max_request_bytes
         self.connections: set[KafkaConnection] = set()
         self.server: asyncio.base_events.Server | None = None
+        # Read by dmq.metrics; the broker gives all its listeners one.
+        self.stats = stats if stats is not None else RequestStats()
 
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
@@ -399,7 +417,7 @@ class Listener:
             tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
         self.server = await loop.create_server(
             lambda: KafkaConnection(self.dispatch, self.max_request_bytes, self.connections,
-                                    self.on_close, self.eager_api_keys, self.on_open),
+                                    self.on_close, self.eager_api_keys, self.on_open, self.stats),
             self.host, self.port, reuse_address=True, backlog=1024, **tls,
         )
         sockname = self.server.sockets[0].getsockname()

@@ -222,6 +222,12 @@ class ZooKeeperClient:
     def connected(self) -> bool:
         return bool(self.kazoo.connected)
 
+    @property
+    def state(self) -> str:
+        """The session's state as kazoo last saw it: "CONNECTED", "SUSPENDED" (disconnected,
+        the session may still live) or "LOST" (expired or closed); read by metrics."""
+        return str(self.kazoo.state)
+
     def close(self, timeout: float = 10.0) -> bool:
         """End the session (its ephemeral znodes go), waiting at most ``timeout`` seconds.
 

@@ -1,0 +1,33 @@
+"""RequestStats: per-API counts and latency buckets as the listener keeps them."""
+
+from __future__ import annotations
+
+from dmq.metrics.collector import api_name
+from dmq.metrics.requests import BOUNDS, RequestStats
+
+
+def test_each_request_lands_in_the_first_bucket_its_time_fits() -> None:
+    stats = RequestStats()
+    times = [0.0, 0.0005, 0.00051, 0.2, 0.5, 29.9, 30.0, 31.0, 1000.0]
+    for t in times:
+        stats.observe(0, t)
+    stats.observe(1, 0.002)
+    produce = stats.apis[0]
+    assert produce.count == len(times) == sum(produce.buckets)
+    assert produce.seconds == sum(times)
+    # le semantics: a time equal to a bound is in that bound's bucket.
+    expected = [0] * (len(BOUNDS) + 1)
+    for t in times:
+        expected[next((i for i, b in enumerate(BOUNDS) if t <= b), len(BOUNDS))] += 1
+    assert produce.buckets == expected
+    assert produce.buckets[0] == 2 and produce.buckets[-1] == 2
+    assert stats.apis[1].count == 1 and stats.apis[1].buckets[BOUNDS.index(0.0025)] == 1
+
+
+def test_apis_are_named_as_kafka_names_them() -> None:
+    assert api_name(0) == "Produce"
+    assert api_name(1) == "Fetch"
+    assert api_name(18) == "ApiVersions"
+    assert api_name(23) == "OffsetForLeaderEpoch"
+    assert api_name(22) == "InitProducerId"
+    assert api_name(32000) == "32000"
