@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -61,6 +62,8 @@ class BrokerServices:
     # Share groups' offsets (DescribeShareGroupOffsets, AlterShareGroupOffsets,
     # DeleteShareGroupOffsets); None where a test builds services without one.
     share_admin: ShareGroupAdmin | None = None
+    # Epoch ms the broker started (DescribeBrokerRuntime, the console's "up since").
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
 
 @dataclass(slots=True)
