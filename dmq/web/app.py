@@ -25,6 +25,8 @@ from aiohttp import web
 
 from dmq.web import format as fmt
 from dmq.web.kafka import (
+    LATEST,
+    MAX_TIMESTAMP,
     TOPIC_RESOURCE,
     Cluster,
     ConsoleError,
@@ -36,7 +38,9 @@ from dmq.web.sampler import History, Sampler
 HERE = Path(__file__).parent
 CONSOLE_KEY: web.AppKey[Console] = web.AppKey("console")
 MAX_LIMIT = 500  # records a message browser page shows at most
-SEARCH_SCAN = 2000  # records per partition a search string is looked for in (20,000 in all)
+PAGE_SIZE = 100  # partitions a table shows at a time
+SEARCH_RECORDS = 2000  # records a search string is looked for in
+SEARCH_PARTITIONS = 100  # from the partitions whose records come first
 ACTIVE_STATES = {"Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -201,8 +205,9 @@ class Console:
                 for p in t.partitions]
         total = sum(r["size"] for r in rows if r["size"] is not None)
         count = sum(r["end"] - r["start"] for r in rows if r["end"] is not None and r["start"] is not None)
-        return self.render(request, "topic.html", topic=t, rows=rows, configs=configs, total=total,
-                           count=count)
+        shown, pager = paginate(rows, request)
+        return self.render(request, "topic.html", topic=t, rows=shown, pager_info=pager, configs=configs,
+                           total=total, count=count)
 
     async def alter_configs(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
@@ -279,7 +284,10 @@ class Console:
         if form["partition"] in ("", "all"):
             parts = [p.index for p in t.partitions]
         else:
-            parts = [int(form["partition"])]
+            try:
+                parts = [int(form["partition"])]
+            except ValueError:
+                raise ValueError(f'a partition is "all" or a number, got {form["partition"]!r}') from None
             if parts[0] not in {p.index for p in t.partitions}:
                 raise ValueError(f"{name} has no partition {parts[0]}")
         mode, search = form["mode"], form["search"]
@@ -289,39 +297,61 @@ class Console:
             if search:
                 merged = [m for m in merged if fmt.matches(search, m.value, *(v for _k, v in m.headers))]
             return merged[:limit], sum(len(v) for v in found.values())
-        start, end = await self.cluster.offsets(md, [name])
-        # Where each partition's window starts (oldest first) or ends (newest first); a
-        # partition with nothing there is not asked.
-        starts: dict[int, int] = {}
-        if mode in ("newest", "oldest"):
-            starts = {p: start.get((name, p), 0) for p in parts}
-        elif mode == "offset":
+        latest = await self.cluster.list_offsets(md, {name: parts}, LATEST)
+        hw = {p: latest.get((name, p), 0) for p in parts}
+        records_wanted = SEARCH_RECORDS if search else limit
+        if mode == "offset":
+            # An offset is a position in each partition: the records shown are spread over the
+            # partitions that have some there.
             try:
                 offset = int(form["offset"] or 0)
             except ValueError:
                 raise ValueError(f"an offset is a number, got {form['offset']!r}") from None
-            starts = {p: max(offset, start.get((name, p), 0)) for p in parts}
-        elif mode == "timestamp":
-            at = await self.cluster.list_offsets(md, {name: parts}, parse_time(form["timestamp"]))
-            starts = {p: at[(name, p)] for p in parts if at.get((name, p), -1) >= 0}
+            live = [p for p in parts if hw[p] > offset]
+            if not live:
+                return [], 0
+            window = max(1, -(-records_wanted // len(live)))
+            windows = {p: (offset, min(hw[p], offset + window)) for p in live}
+            ts = -1
         else:
-            raise ValueError(f"unknown mode {mode}")
-        live = [p for p in parts if p in starts and starts[p] < end.get((name, p), 0)]
-        if not live:
-            return [], 0
-        # As Kafbat UI does, the records shown are spread over the partitions that have some
-        # (a search reads more); "newest" is by timestamp within what each partition gave.
-        total = SEARCH_SCAN * 10 if search else limit
-        window = max(1, -(-total // len(live)))
-        if search:
-            window = min(window, SEARCH_SCAN)
-        ends: dict[int, int] = {}
-        if mode == "newest":
-            for p in live:
-                ends[p] = end[(name, p)]
-                starts[p] = max(starts[p], ends[p] - window)
-        found = await self.cluster.query(md, name, live, start_offsets={p: starts[p] for p in live},
-                                         end_offsets=ends, max_records=window)
+            # Newest first, oldest first or from a time: ListOffsets finds each partition's
+            # newest record (max timestamp), first record, or first record at the time; only
+            # the partitions whose records come first are read, the k-th of them for at most
+            # limit - k records, so the page holds exactly the newest (oldest) records.
+            if mode == "newest":
+                at = await self.cluster.list_offsets_at(md, {name: parts}, MAX_TIMESTAMP)
+                ts = -1
+            elif mode == "oldest":
+                at = await self.cluster.list_offsets_at(md, {name: parts}, 0)
+                ts = -1
+            elif mode == "timestamp":
+                ts = parse_time(form["timestamp"])
+                at = await self.cluster.list_offsets_at(md, {name: parts}, ts)
+            else:
+                raise ValueError(f"unknown mode {mode}")
+            found_at = [(t, p) for p in parts for o, t in [at.get((name, p), (-1, -1))]
+                        if 0 <= o < hw[p]]
+            found_at.sort(key=lambda x: (-x[0], x[1]) if mode == "newest" else x)
+            if search:  # a search reads SEARCH_RECORDS records from the first partitions
+                chosen = found_at[:SEARCH_PARTITIONS]
+                sizes = [max(1, SEARCH_RECORDS // max(1, len(chosen)))] * len(chosen)
+            else:
+                chosen = found_at[:limit]
+                sizes = [limit - k for k in range(len(chosen))]
+            if not chosen:
+                return [], 0
+            windows = {}
+            for (_t, p), size in zip(chosen, sizes, strict=True):
+                if mode == "newest":
+                    windows[p] = (max(0, hw[p] - size), hw[p])
+                else:
+                    first = at[(name, p)][0]
+                    windows[p] = (first, min(hw[p], first + size))
+            live = sorted(windows)
+            window = max(sizes)
+        found = await self.cluster.query(md, name, live, start_offsets={p: windows[p][0] for p in live},
+                                         end_offsets={p: windows[p][1] for p in live},
+                                         start_timestamp=ts, max_records=window)
         scanned = sum(len(v) for v in found.values())
         newest = mode == "newest"
         if newest:
@@ -359,10 +389,10 @@ class Console:
 
     async def group_state(self, group: str) -> dict[str, Any]:
         desc = await self.cluster.describe_group(group)
-        md = await self.cluster.metadata()
         rows: list[dict[str, Any]] = []
         if desc.kind == "share":
             share = await self.cluster.share_offsets(group, desc.coordinator)
+            md = await self.cluster.metadata(sorted({t for t, _p in share}))
             for (t, p), (start_offset, lag) in sorted(share.items()):
                 rows.append({"topic": t, "partition": p, "committed": start_offset, "end": None,
                              "lag": lag if lag >= 0 else None, "member": owners(desc.members).get((t, p), "")})
@@ -374,6 +404,7 @@ class Console:
             committed = await self.cluster.committed(group, desc.coordinator)
             assigned = {tp for m in desc.members for tp in m.assignment}
             keys = sorted(set(committed) | assigned)
+            md = await self.cluster.metadata(sorted({t for t, _p in keys}))
             _start, end = await self.cluster.offsets(md, sorted({t for t, _p in keys}))
             who = owners(desc.members)
             for k in keys:
@@ -387,8 +418,10 @@ class Console:
     async def group_page(self, request: web.Request) -> web.Response:
         group = request.match_info["group"]
         state = await self.group_state(group)
+        shown, pager = paginate(state["rows"], request)
         return self.render(request, "group.html", lag=self.history.lag_series(group), plan=None,
-                           reset={"topic": "", "strategy": "earliest", "value": ""}, **state)
+                           reset={"topic": "", "strategy": "earliest", "value": ""}, shown=shown,
+                           pager_info=pager, **state)
 
     async def reset_offsets(self, request: web.Request) -> web.StreamResponse:
         """Plan a reset (earliest, latest, a timestamp or an offset, for all the group's
@@ -401,6 +434,8 @@ class Console:
         execute = form.get("execute") == "1"
         state = await self.group_state(group)
         desc, md = state["desc"], state["md"]
+        if reset["topic"] and reset["topic"] not in md.topics:
+            md = await self.cluster.metadata(sorted({*md.topics, reset["topic"]}))
         keys = [(r["topic"], r["partition"]) for r in state["rows"]
                 if not reset["topic"] or r["topic"] == reset["topic"]]
         if reset["topic"] and reset["topic"] in md.topics and not keys:
@@ -408,8 +443,10 @@ class Console:
         try:
             plan = await self.plan_reset(md, keys, reset["strategy"], reset["value"])
         except ValueError as e:
+            shown, pager = paginate(state["rows"], request)
             return self.render(request, "group.html", lag=self.history.lag_series(group), plan=None,
-                               reset=reset, error=f"cannot plan the reset: {e}", **state)
+                               reset=reset, error=f"cannot plan the reset: {e}", shown=shown, pager_info=pager,
+                               **state)
         current = {(r["topic"], r["partition"]): r["committed"] for r in state["rows"]}
         rows = [{"topic": t, "partition": p, "current": current.get((t, p)), "new": o}
                 for (t, p), o in sorted(plan.items())]
@@ -430,8 +467,10 @@ class Console:
                     error = str(e)
                 else:
                     raise self.back(f"/groups/{group}", notice=f"Reset {len(plan)} offsets of {group}.")
+        shown, pager = paginate(state["rows"], request)
         return self.render(request, "group.html", lag=self.history.lag_series(group), plan=rows,
-                           reset=reset, dry_run=not execute, error=error, notice=notice, **state)
+                           reset=reset, dry_run=not execute, error=error, notice=notice, shown=shown,
+                           pager_info=pager, **state)
 
     async def plan_reset(self, md: Metadata, keys: list[tuple[str, int]], strategy: str,
                          value: str) -> dict[tuple[str, int], int]:
@@ -467,6 +506,19 @@ class Console:
     async def transactions_page(self, request: web.Request) -> web.Response:
         txns = await self.cluster.open_transactions()
         return self.render(request, "transactions.html", txns=txns, now_ms=int(time.time() * 1000))
+
+
+def paginate(rows: list[Any], request: web.Request) -> tuple[list[Any], dict[str, int]]:
+    """The rows of the page ``?page=N`` (PAGE_SIZE to a page: a table of a thousand
+    partitions stays quick to load), and the pager's numbers."""
+    pages = max(1, -(-len(rows) // PAGE_SIZE))
+    try:
+        page = min(max(1, int(request.query.get("page", "1"))), pages)
+    except ValueError:
+        page = 1
+    first = (page - 1) * PAGE_SIZE
+    return rows[first:first + PAGE_SIZE], {"page": page, "pages": pages, "first": first + 1 if rows else 0,
+                                           "last": min(first + PAGE_SIZE, len(rows)), "total": len(rows)}
 
 
 def owners(members: list[Any]) -> dict[tuple[str, int], str]:

@@ -34,7 +34,7 @@ from dmq.record.records import encode_batch
 
 TIMEOUT = timedelta(seconds=30)
 POOL_SIZE = 4  # connections kept per broker
-EARLIEST, LATEST = -2, -1
+EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SET, DELETE = 0, 1
 
@@ -329,6 +329,13 @@ class Cluster:
                            timestamp: int) -> dict[tuple[str, int], int]:
         """{(topic, partition): offset} at ``timestamp`` (EARLIEST, LATEST or ms; -1 where a
         timestamp is past the end), asked of each partition's leader at once."""
+        found = await self.list_offsets_at(md, wanted, timestamp)
+        return {k: o for k, (o, _ts) in found.items()}
+
+    async def list_offsets_at(self, md: Metadata, wanted: Mapping[str, Iterable[int]],
+                              timestamp: int) -> dict[tuple[str, int], tuple[int, int]]:
+        """ListOffsets with the records' timestamps: {(topic, partition): (offset, timestamp)}
+        (MAX_TIMESTAMP: the record with the largest timestamp; (-1, -1): none)."""
         mod = request_module(2, 7)
         by_leader: dict[int, dict[str, list[int]]] = {}
         for topic, parts in wanted.items():
@@ -350,7 +357,7 @@ class Cluster:
 
         answers = await asyncio.gather(*(ask(n, ts) for n, ts in by_leader.items()),
                                        return_exceptions=True)
-        out: dict[tuple[str, int], int] = {}
+        out: dict[tuple[str, int], tuple[int, int]] = {}
         for a in answers:
             if isinstance(a, ConsoleError):
                 continue
@@ -359,7 +366,7 @@ class Cluster:
             for t in a.topics:
                 for p in t.partitions:
                     if p.error_code == ErrorCode.none:
-                        out[(t.name, int(p.partition_index))] = int(p.offset)
+                        out[(t.name, int(p.partition_index))] = (int(p.offset), int(p.timestamp))
         return out
 
     async def offsets(self, md: Metadata, topics: Iterable[str]) -> tuple[dict[tuple[str, int], int],

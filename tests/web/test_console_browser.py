@@ -97,7 +97,7 @@ def test_click_through_browse_messages_and_reset_offsets(broker: BrokerProcess, 
     page.click("#browse")
     page.wait_for_url("**/topics/orders/messages")
     assert page.locator("#messages tr").count() == 31
-    page.select_option("#browse-form select[name=partition]", "1")
+    page.fill("#browse-form input[name=partition]", "1")
     page.select_option("#browse-form select[name=mode]", "offset")
     page.fill("#browse-form input[name=offset]", "7")
     page.click("#browse-form button")
@@ -106,7 +106,7 @@ def test_click_through_browse_messages_and_reset_offsets(broker: BrokerProcess, 
     assert offsets == ["7", "8", "9"]
     assert json.loads(page.locator("#messages pre.value").first.inner_text()) == {"order": 22, "total": 220}
     page.screenshot(path=str(shots / "messages-offset.png"), full_page=True)
-    page.select_option("#browse-form select[name=partition]", "all")
+    page.fill("#browse-form input[name=partition]", "all")
     page.select_option("#browse-form select[name=mode]", "newest")
     page.fill("#browse-form input[name=key]", "customer-3")
     page.click("#browse-form button")
@@ -123,7 +123,7 @@ def test_click_through_browse_messages_and_reset_offsets(broker: BrokerProcess, 
     page.screenshot(path=str(shots / "messages-search-hex.png"), full_page=True)
 
     # Produce a test message from the page
-    page.select_option("#produce select[name=partition]", "2")
+    page.fill("#produce input[name=partition]", "2")
     page.fill("#produce input[name=key]", "from-browser")
     page.fill("#produce textarea[name=value]", '{"order": 1000}')
     page.click("#produce button")
