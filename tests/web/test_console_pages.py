@@ -269,3 +269,49 @@ def test_console_served_by_the_broker(tmp_path: Path) -> None:
         assert b.stop() == 0  # SIGTERM stops both, cleanly
     finally:
         b.close()
+
+
+def test_share_group_members_start_offsets_and_reset(broker: BrokerProcess, console: str) -> None:
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ResourceType
+
+    create(broker.bootstrap, "web-sg", 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    config = ConfigResource(ResourceType.GROUP, "web-share", incremental_configs=[ConfigEntry(
+        "share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([config])[config].result(10)
+    produce(broker.bootstrap, "web-sg", [(None, b"%d" % i, 0) for i in range(20)])
+    c = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": "web-share", "max.poll.records": 5,
+                       "share.acknowledgement.mode": "explicit", "log_level": 0})
+    try:
+        c.subscribe(["web-sg"])
+        accepted = 0
+        deadline = time.monotonic() + 20
+        while accepted < 5 and time.monotonic() < deadline:
+            for m in c.poll(0.5):
+                if accepted < 5:
+                    c.acknowledge(m, AcknowledgeType.ACCEPT)
+                    accepted += 1
+                else:
+                    c.acknowledge(m, AcknowledgeType.RELEASE)
+        c.commit_sync(10)
+        assert ["web-share", "share", "Stable"] == next(
+            r[:3] for r in cells(get(console, "/groups").text, "groups") if r[0] == "web-share")
+        page = get(console, "/groups/web-share")
+        assert "Share group web-share" in page.text and '<b id="group-state">Stable</b>' in page.text
+        [member] = cells(page.text, "members")[1:]
+        assert member[3] == "web-sg-0"
+        [row] = cells(page.text, "offsets")[1:2]
+        assert row[:2] == ["web-sg", "0"] and row[3] == "20" and int(row[2]) >= 5
+        assert int(row[4]) == 20 - int(row[2])  # lag: from the start offset to the end
+        refused = post(console, "/groups/web-share/reset", topic="", strategy="earliest", value="", execute="1")
+        assert "has active members (Stable)" in refused.text
+    finally:
+        c.close()
+    deadline = time.monotonic() + 20
+    while "Empty" not in get(console, "/groups/web-share").text and time.monotonic() < deadline:
+        time.sleep(0.3)
+    done = post(console, "/groups/web-share/reset", topic="web-sg", strategy="offset", value="2", execute="1")
+    assert "Reset 1 offsets of web-share." in done.text, done.text[-3000:]
+    row = cells(get(console, "/groups/web-share").text, "offsets")[1]
+    assert row[:4] == ["web-sg", "0", "2", "20"]  # (the broker knows the lag again once the group reads)
