@@ -68,9 +68,10 @@ def parse_console(value: str | None) -> tuple[str, int] | None:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-async def _run_with_console(broker: Any, address: tuple[str, int]) -> None:
+async def _run_with_console(broker: Any, address: tuple[str, int]) -> str:
     """The broker and its web console on one event loop. The console talks to the broker
-    over the Kafka protocol, as a standalone one does; it stops when the broker stops."""
+    over the Kafka protocol, as a standalone one does; it stops when the broker stops.
+    Returns why the console could not be served ("" once the broker has run)."""
     from dmq.cli.web import bind_error
     from dmq.web import start
 
@@ -78,21 +79,21 @@ async def _run_with_console(broker: Any, address: tuple[str, int]) -> None:
     while broker.bound[1] == 0 and not task.done():  # an ephemeral listener port: wait for it
         await asyncio.sleep(0.05)
     if task.done():
-        return await task
+        await task
+        return ""
     host, port = broker.bound
     try:
         running = await start(f"{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}", *address)
     except OSError as e:
         broker.stopping.set()
         await task
-        print(f"error: cannot serve the console on {address[0]}:{address[1]}: "
-              f"{bind_error(e)}", file=sys.stderr)
-        raise SystemExit(1) from None
+        return f"cannot serve the console on {address[0]}:{address[1]}: {bind_error(e)}"
     print(f"dmq console on {running.url}", flush=True)
     try:
         await task
     finally:
         await running.stop()
+    return ""
 
 
 def run_server(config: BrokerConfig, log_level: str, console: tuple[str, int] | None = None) -> None:
@@ -111,7 +112,13 @@ def run_server(config: BrokerConfig, log_level: str, console: tuple[str, int] | 
         runner = asyncio.run  # type: ignore[assignment]
     broker = Broker(config)
     try:
-        runner(broker.run() if console is None else _run_with_console(broker, console))
+        if console is None:
+            runner(broker.run())
+        else:
+            problem = runner(_run_with_console(broker, console))
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                raise SystemExit(1)
     except OSError as e:
         # Data directory and listener problems have their own messages (dmq.server.broker);
         # anything else is named as it is, not guessed to be a port clash.

@@ -29,18 +29,21 @@ def bind_error(e: OSError) -> str:
     return (os.strerror(e.errno) if e.errno else str(e) or type(e).__name__).lower()
 
 
-async def serve(bootstrap: str, host: str, port: int, sample_interval: float) -> None:
+async def serve(bootstrap: str, host: str, port: int, sample_interval: float) -> str:
+    """Serve until cancelled; the reason when it cannot (exiting is left to the caller:
+    a SystemExit raised inside the loop does not end it cleanly)."""
     from dmq.web import start
 
     try:
         running = await start(bootstrap, host, port, sample_interval)
     except OSError as e:
-        fail(f"cannot listen on {host}:{port}: {bind_error(e)}")
+        return f"cannot listen on {host}:{port}: {bind_error(e)}"
     print(f"dmq console on {running.url} for {bootstrap} (Ctrl-C stops it)", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
         await running.stop()
+    return ""
 
 
 @app.callback()
@@ -56,6 +59,14 @@ def console(
     host, port = parse_listen(listen, "--listen")
     ensure_reachable(bootstrap_server)
     try:
-        asyncio.run(serve(bootstrap_server, host, port, sample_interval))
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run  # type: ignore[assignment]
+    try:
+        problem = runner(serve(bootstrap_server, host, port, sample_interval))
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    if problem:
+        fail(problem)

@@ -39,8 +39,9 @@ HERE = Path(__file__).parent
 CONSOLE_KEY: web.AppKey[Console] = web.AppKey("console")
 MAX_LIMIT = 500  # records a message browser page shows at most
 PAGE_SIZE = 100  # partitions a table shows at a time
-SEARCH_RECORDS = 2000  # records a search string is looked for in
-SEARCH_PARTITIONS = 100  # from the partitions whose records come first
+NEWEST_CACHE = 100_000  # partitions whose newest record the console remembers
+SEARCH_RECORDS = 1000  # records a search string is looked for in
+SEARCH_PARTITIONS = 50  # from the partitions whose records come first
 ACTIVE_STATES = {"Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -56,6 +57,8 @@ class Console:
         self.cluster = Cluster(bootstrap)
         self.history = History()
         self.sampler = Sampler(self.cluster, self.history, sample_interval)
+        # (topic, partition) -> (its end offset, offset and timestamp of its newest record)
+        self._newest: dict[tuple[str, int], tuple[int, int, int]] = {}
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -319,7 +322,7 @@ class Console:
             # the partitions whose records come first are read, the k-th of them for at most
             # limit - k records, so the page holds exactly the newest (oldest) records.
             if mode == "newest":
-                at = await self.cluster.list_offsets_at(md, {name: parts}, MAX_TIMESTAMP)
+                at = await self.newest_records(md, name, parts, hw)
                 ts = -1
             elif mode == "oldest":
                 at = await self.cluster.list_offsets_at(md, {name: parts}, 0)
@@ -361,6 +364,21 @@ class Console:
             merged = [m for m in merged if fmt.matches(search, m.key, m.value, *(v for _k, v in m.headers))]
         return merged[:limit], scanned
 
+    async def newest_records(self, md: Metadata, name: str, parts: list[int],
+                             hw: dict[int, int]) -> dict[tuple[str, int], tuple[int, int]]:
+        """Each partition's record with the largest timestamp (ListOffsets MAX_TIMESTAMP),
+        remembered until the partition's end offset moves: only appends change it, and the
+        lookup costs the broker a time-index search per partition."""
+        cache = self._newest
+        stale = [p for p in parts if cache.get((name, p), (-1,))[0] != hw[p]]
+        if stale:
+            found = await self.cluster.list_offsets_at(md, {name: stale}, MAX_TIMESTAMP)
+            if len(cache) + len(found) > NEWEST_CACHE:
+                cache.clear()
+            for (t, p), (offset, ts) in found.items():
+                cache[(t, p)] = (hw[p], offset, ts)
+        return {(name, p): cache[(name, p)][1:] for p in parts if (name, p) in cache}
+
     async def produce(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
         form = await request.post()
@@ -396,8 +414,8 @@ class Console:
             for (t, p), (start_offset, lag) in sorted(share.items()):
                 rows.append({"topic": t, "partition": p, "committed": start_offset, "end": None,
                              "lag": lag if lag >= 0 else None, "member": owners(desc.members).get((t, p), "")})
-            topics = sorted({t for t, _p in share})
-            _start, end = await self.cluster.offsets(md, topics)
+            end = await self.cluster.list_offsets(md, {t: [p.index for p in md.topics[t].partitions]
+                                                       for t in md.topics}, LATEST)
             for r in rows:
                 r["end"] = end.get((r["topic"], r["partition"]))
         else:
@@ -405,7 +423,10 @@ class Console:
             assigned = {tp for m in desc.members for tp in m.assignment}
             keys = sorted(set(committed) | assigned)
             md = await self.cluster.metadata(sorted({t for t, _p in keys}))
-            _start, end = await self.cluster.offsets(md, sorted({t for t, _p in keys}))
+            wanted: dict[str, list[int]] = {}
+            for t, p in keys:
+                wanted.setdefault(t, []).append(p)
+            end = await self.cluster.list_offsets(md, wanted, LATEST)
             who = owners(desc.members)
             for k in keys:
                 c, e = committed.get(k), end.get(k)

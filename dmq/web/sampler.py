@@ -73,29 +73,34 @@ class Sampler:
         self.history = history
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
 
     def start(self) -> None:
         if self._task is None and self.interval > 0:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="dmq-console-sampler")
 
     async def stop(self) -> None:
+        """End the sampling task. Its cancellation may be swallowed by a request finishing
+        at the same moment (asyncio.wait_for in Python 3.11), so the loop also stops on a
+        flag, and the wait is bounded."""
         task, self._task = self._task, None
+        self._stopping.set()
         if task is not None:
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.wait({task}, timeout=5)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self.sample()
             except ConsoleError as e:
                 log.debug("console sample failed: %s", e)
             except Exception:  # noqa: BLE001 - the sampler must outlive any one bad answer
                 log.exception("console sample failed")
-            await asyncio.sleep(self.interval)
+            try:
+                await asyncio.wait_for(self._stopping.wait(), self.interval)
+            except TimeoutError:
+                pass
 
     async def sample(self) -> None:
         md = await self.cluster.metadata()

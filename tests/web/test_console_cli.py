@@ -19,9 +19,13 @@ def test_console_usage_errors(broker: BrokerProcess, tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        taken = run_dmq(broker.bootstrap, "console", "--listen", f"127.0.0.1:{port}", check=False)
+        taken = run_dmq(broker.bootstrap, "console", "--listen", f"127.0.0.1:{port}", check=False, timeout=60)
+        both = run_dmq(None, "server", "--listen", f"127.0.0.1:{free_port()}", "--data-dir", str(tmp_path / "b"),
+                       "--console", f"127.0.0.1:{port}", check=False, timeout=60)
     assert taken.returncode == 1 and f"error: cannot listen on 127.0.0.1:{port}: address already in use" in taken.stderr
+    assert both.returncode == 1, both.stderr
+    assert f"error: cannot serve the console on 127.0.0.1:{port}: address already in use" in both.stderr
     server = run_dmq(None, "server", "--data-dir", str(tmp_path / "d"), "--console", "8080", check=False)
     assert server.returncode == 2 and "--console expects HOST:PORT, got '8080'" in server.stderr
-    for result in (down, bad, taken, server):
+    for result in (down, bad, taken, both, server):
         assert "Traceback" not in result.stderr
