@@ -1,5 +1,5 @@
 """What the console remembers between page loads: topics' end offsets (for message rates)
-and consumer groups' total lag (for lag over time), sampled in the background.
+and consumer and share groups' total lag (for lag over time), sampled in the background.
 
 Bounded: at most ``HISTORY`` samples per series and ``MAX_GROUPS`` groups (those sampled
 longest ago are dropped first); a group that no longer exists is forgotten. One sample
@@ -110,12 +110,18 @@ class Sampler:
         for (t, _p), e in ends.items():
             per_topic[t] = per_topic.get(t, 0) + e
         self.history.record_topics(now, per_topic)
-        groups = [g for g in await self.cluster.list_groups() if g[1] == "classic"]
+        groups = [g for g in await self.cluster.list_groups() if g[1] in ("classic", "share")]
         self.history.forget_groups_except({g[0] for g in groups})
-        for group, _kind, _state, node in groups[:MAX_GROUPS]:
+        for group, kind, _state, node in groups[:MAX_GROUPS]:
             try:
-                committed = await self.cluster.committed(group, node)
+                if kind == "share":  # the broker's lag: records after the start offset not yet done
+                    lags = [lag for _start, lag in (await self.cluster.share_offsets(group, node)).values()]
+                    if any(lag < 0 for lag in lags):
+                        continue  # not known (yet) for some partition
+                    lag = sum(lags)
+                else:
+                    committed = await self.cluster.committed(group, node)
+                    lag = sum(max(0, ends[tp] - o) for tp, o in committed.items() if tp in ends)
             except ConsoleError:
                 continue
-            lag = sum(max(0, ends[tp] - o) for tp, o in committed.items() if tp in ends)
             self.history.record_lag(group, time.monotonic(), int(time.time() * 1000), lag)

@@ -306,6 +306,10 @@ def test_share_group_members_start_offsets_and_reset(broker: BrokerProcess, cons
         assert int(row[4]) == 20 - int(row[2])  # lag: from the start offset to the end
         refused = post(console, "/groups/web-share/reset", topic="", strategy="earliest", value="", execute="1")
         assert "has active members (Stable)" in refused.text
+        deadline = time.monotonic() + 15  # lag over time: sampled every second here
+        while time.monotonic() < deadline and '<svg class="spark"' not in get(console, "/groups/web-share").text:
+            time.sleep(0.5)
+        assert '<svg class="spark"' in get(console, "/groups/web-share").text
     finally:
         c.close()
     deadline = time.monotonic() + 20
