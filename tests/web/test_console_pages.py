@@ -248,8 +248,32 @@ def test_open_transactions_with_their_age(broker: BrokerProcess, console: str) -
         assert re.fullmatch(r"\d+ s", row[5]) and int(row[5].split()[0]) >= 1
     finally:
         p.abort_transaction(10)
-    rows = cells(get(console, "/transactions").text, "transactions")
-    assert "web-tx-1" not in [r[0] for r in rows]
+
+    def listed() -> list[str]:
+        return [r[0] for r in cells(get(console, "/transactions").text, "transactions")[1:]]
+
+    deadline = time.monotonic() + 10  # PrepareAbort until the markers are written, then gone
+    while "web-tx-1" in listed() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "web-tx-1" not in listed()
+
+
+def test_changes_from_another_sites_page_are_refused(broker: BrokerProcess, console: str) -> None:
+    import urllib.error
+    import urllib.request
+
+    create(broker.bootstrap, "web-csrf", 1)
+    for origin, expected in (("http://evil.example", 403), (console, 200)):
+        request = urllib.request.Request(console + "/topics/web-csrf/delete", data=b"confirm=web-csrf-no",
+                                         method="POST", headers={"Origin": origin})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                status = r.status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        assert status == expected, origin
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert "web-csrf" in admin.list_topics(timeout=10).topics
 
 
 def test_console_served_by_the_broker(tmp_path: Path) -> None:
