@@ -25,6 +25,7 @@ from aiohttp import web
 
 from dmq.web import format as fmt
 from dmq.web.kafka import (
+    EARLIEST,
     LATEST,
     MAX_TIMESTAMP,
     TOPIC_RESOURCE,
@@ -39,7 +40,7 @@ HERE = Path(__file__).parent
 CONSOLE_KEY: web.AppKey[Console] = web.AppKey("console")
 MAX_LIMIT = 500  # records a message browser page shows at most
 PAGE_SIZE = 100  # partitions a table shows at a time
-NEWEST_CACHE = 100_000  # partitions whose newest record the console remembers
+NEWEST_CACHE = 100_000  # partitions whose newest (and oldest) record the console remembers
 SEARCH_RECORDS = 1000  # records a search string is looked for in
 SEARCH_PARTITIONS = 50  # from the partitions whose records come first
 ACTIVE_STATES = {"Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"}
@@ -59,6 +60,8 @@ class Console:
         self.sampler = Sampler(self.cluster, self.history, sample_interval)
         # (topic, partition) -> (its end offset, offset and timestamp of its newest record)
         self._newest: dict[tuple[str, int], tuple[int, int, int]] = {}
+        # (topic, partition) -> (its log start offset, offset and timestamp of its first record)
+        self._oldest: dict[tuple[str, int], tuple[int, int, int]] = {}
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -336,7 +339,7 @@ class Console:
                 at = await self.newest_records(md, name, parts, hw)
                 ts = -1
             elif mode == "oldest":
-                at = await self.cluster.list_offsets_at(md, {name: parts}, 0)
+                at = await self.oldest_records(md, name, parts)
                 ts = -1
             elif mode == "timestamp":
                 ts = parse_time(form["timestamp"])
@@ -388,6 +391,21 @@ class Console:
                 cache.clear()
             for (t, p), (offset, ts) in found.items():
                 cache[(t, p)] = (hw[p], offset, ts)
+        return {(name, p): cache[(name, p)][1:] for p in parts if (name, p) in cache}
+
+    async def oldest_records(self, md: Metadata, name: str,
+                             parts: list[int]) -> dict[tuple[str, int], tuple[int, int]]:
+        """Each partition's first record with a timestamp (ListOffsets at time 0), remembered
+        until the partition's log start offset moves (retention, DeleteRecords)."""
+        starts = await self.cluster.list_offsets(md, {name: parts}, EARLIEST)
+        cache = self._oldest
+        stale = [p for p in parts if cache.get((name, p), (-1,))[0] != starts.get((name, p), -2)]
+        if stale:
+            found = await self.cluster.list_offsets_at(md, {name: stale}, 0)
+            if len(cache) + len(found) > NEWEST_CACHE:
+                cache.clear()
+            for (t, p), (offset, ts) in found.items():
+                cache[(t, p)] = (starts.get((t, p), -2), offset, ts)
         return {(name, p): cache[(name, p)][1:] for p in parts if (name, p) in cache}
 
     async def produce(self, request: web.Request) -> web.StreamResponse:

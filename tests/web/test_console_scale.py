@@ -49,7 +49,8 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
         broker.close()
 
 
-PAGES = ["/cluster", "/topics", f"/topics/{BIG}", f"/topics/{BIG}/messages",
+PAGES = ["/cluster", "/topics", f"/topics/{BIG}", f"/topics/{BIG}/messages", f"/topics/{BIG}/messages?mode=oldest",
+         f"/topics/{BIG}/messages?mode=offset&offset=5", f"/topics/{BIG}/messages?mode=timestamp&timestamp=0",
          f"/topics/{BIG}/messages?mode=oldest&key=k7", f"/topics/{BIG}/messages?search=%22n%22%3A+8999",
          "/groups", "/groups/scale-g", "/transactions"]
 
