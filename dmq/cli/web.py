@@ -14,7 +14,7 @@ from dmq.cli.common import Bootstrap, ensure_reachable, fail
 from dmq.cli.help import Typer
 
 app = Typer(help="Serve the web console of a cluster (cluster, topics, messages, groups, "
-                 "transactions).", invoke_without_command=True)
+                 "transactions).", invoke_without_command=True, subcommand_metavar="")
 
 
 def parse_listen(text: str, flag: str) -> tuple[str, int]:
