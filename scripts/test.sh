@@ -7,10 +7,10 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 if ! command -v kcat >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ] \
-    || ! command -v ip >/dev/null 2>&1; then
-  echo "==> installing Debian packages (kcat, zookeeper, iproute2)"
+    || ! command -v ip >/dev/null 2>&1 || [ ! -x /usr/bin/chromium ]; then
+  echo "==> installing Debian packages (kcat, zookeeper, iproute2, chromium)"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat zookeeper iproute2 >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat zookeeper iproute2 chromium >/dev/null
 fi
 
 PY=${PYTHON:-python3}
@@ -21,7 +21,7 @@ fi
 echo "==> installing dmq with its test extras"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -i "warning" || true
-.venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis, importlinter, xdist"
+.venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis, importlinter, xdist, aiohttp, jinja2, playwright"
 
 echo "==> ruff"
 .venv/bin/ruff check dmq tests bench

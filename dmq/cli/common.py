@@ -103,6 +103,16 @@ def make_table(*headers: str, numbers: tuple[str, ...] = (), **kwargs: Any) -> T
 ADMIN_TIMEOUT = 30
 
 
+def format_bytes(n: int) -> str:
+    """A size as people read it: ``812 B``, ``97.7 KiB``, ``1.2 GiB`` (binary units, as du -h)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 def kafka_error_text(e: BaseException | KafkaError) -> str:
     """The human text of a client error: a KafkaError's ``str()``, never its
     ``KafkaError{code=...}`` repr."""

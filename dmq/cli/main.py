@@ -87,17 +87,21 @@ def server(
     log_level: Annotated[LogLevel, typer.Option(
         "--log-level", case_sensitive=False, metavar="[debug|info|warning|error|critical]",
         help="broker log level")] = "info",
+    console: Annotated[str | None, typer.Option(
+        "--console", metavar="HOST:PORT", help="also serve the web console there (docs/console.md) "
+                                              "[default: off]")] = None,
 ) -> None:
     """Run a dmq broker: alone with embedded metadata, or in a cluster with --zookeeper."""
-    from dmq.cli.server import build_config, run_server
+    from dmq.cli.server import build_config, parse_console, run_server
 
     try:
         cfg = build_config(listen, advertised_listener, data_dir, config, override or [], broker_id,
                            zookeeper, metrics)
+        console_address = parse_console(console)
     except (ConfigError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    run_server(cfg, log_level)
+    run_server(cfg, log_level, console_address)
 
 
 @app.command()
@@ -166,7 +170,7 @@ SUBCOMMANDS = {
     "configs": "dmq.cli.configs", "bench": "dmq.cli.bench", "pipeline": "dmq.cli.pipeline",
     "cluster": "dmq.cli.cluster", "partitions": "dmq.cli.partitions",
     "transactions": "dmq.cli.transactions", "retry": "dmq.cli.retry", "acls": "dmq.cli.acls",
-    "users": "dmq.cli.users",
+    "users": "dmq.cli.users", "console": "dmq.cli.web",
 }
 
 

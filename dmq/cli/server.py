@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
+from typing import Any
 
 from dmq.config import BrokerConfig, ConfigError, listener_endpoints, parse_properties
 
@@ -63,7 +65,47 @@ def build_config(listen: str | None, advertised: str | None, data_dir: str | Non
     return config
 
 
-def run_server(config: BrokerConfig, log_level: str) -> None:
+def parse_console(value: str | None) -> tuple[str, int] | None:
+    """``--console HOST:PORT`` (None: no console)."""
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--console expects HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+async def _run_with_console(broker: Any, address: tuple[str, int]) -> str:
+    """The broker and its web console on one event loop. The console talks to the broker
+    over the Kafka protocol, as a standalone one does; it stops when the broker stops.
+    Returns why the console could not be served ("" once the broker has run)."""
+    from dmq.cli.web import bind_error
+    from dmq.metrics import exposition
+    from dmq.web import start
+
+    task = asyncio.ensure_future(broker.run())
+    while broker.bound[1] == 0 and not task.done():  # an ephemeral listener port: wait for it
+        await asyncio.sleep(0.05)
+    if task.done():
+        await task
+        return ""
+    host, port = broker.bound
+    try:
+        running = await start(f"{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}", *address,
+                              metrics=functools.partial(exposition, broker))
+    except OSError as e:
+        broker.stopping.set()
+        await task
+        return f"cannot serve the console on {address[0]}:{address[1]}: {bind_error(e)}"
+    print(f"dmq console on {running.url}", flush=True)
+    try:
+        await task
+    finally:
+        await running.stop()
+    return ""
+
+
+def run_server(config: BrokerConfig, log_level: str, console: tuple[str, int] | None = None) -> None:
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -79,7 +121,13 @@ def run_server(config: BrokerConfig, log_level: str) -> None:
         runner = asyncio.run  # type: ignore[assignment]
     broker = Broker(config)
     try:
-        runner(broker.run())
+        if console is None:
+            runner(broker.run())
+        else:
+            problem = runner(_run_with_console(broker, console))
+            if problem:
+                print(f"error: {problem}", file=sys.stderr)
+                raise SystemExit(1)
     except OSError as e:
         # Data directory and listener problems have their own messages (dmq.server.broker);
         # anything else is named as it is, not guessed to be a port clash.

@@ -19,6 +19,7 @@ from dmq.cli.common import (
     Bootstrap,
     admin_client,
     fail,
+    format_bytes,
     kafka_error_text,
     list_topics,
     make_console,
@@ -131,6 +132,37 @@ def _delayed_records(md: Any, topic: str, parts: list[Any]) -> dict[int, str]:
     return out
 
 
+def _sizes(md: Any, topic: str, parts: list[Any]) -> dict[int, int]:
+    """Bytes of each partition's log on its leader (DescribeLogDirs, asked of each leader);
+    a partition whose leader does not answer is left out."""
+    from dmq.client.wire import WireClient
+    from dmq.protocol.codec import make, request_class, request_module
+
+    by_leader: dict[int, list[int]] = {}
+    for p in parts:
+        if p.leader >= 0:
+            by_leader.setdefault(p.leader, []).append(p.id)
+    out: dict[int, int] = {}
+    module = request_module(35, 4)
+    for leader, ids in by_leader.items():
+        broker = md.brokers.get(leader)
+        if broker is None:
+            continue
+        try:
+            with WireClient(broker.host, broker.port, client_id="dmq-topics", timeout=5) as c:
+                resp = c.request(make(request_class(35, 4), topics=(
+                    make(module.DescribableLogDirTopic, topic=topic, partitions=tuple(ids)),)))
+        except (OSError, ValueError):
+            continue
+        wanted = set(ids)
+        for log_dir in resp.results:
+            for t in log_dir.topics if log_dir.error_code == 0 else ():
+                for r in t.partitions:
+                    if t.name == topic and r.partition_index in wanted:
+                        out[int(r.partition_index)] = int(r.partition_size)
+    return out
+
+
 @app.command()
 def describe(
     name: Annotated[str | None, typer.Argument(
@@ -143,8 +175,8 @@ def describe(
         "--exclude-internal", help="leave out internal topics when no topic is named")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
 ) -> None:
-    """Show each topic's id, replication factor, partitions (leader, replicas, ISR, records
-    waiting for their delivery time) and config overrides."""
+    """Show each topic's id, replication factor, size, partitions (leader, replicas, ISR,
+    records waiting for their delivery time, size of the leader's log) and config overrides."""
     a = admin_client(bootstrap_server)
     try:
         # Ask for all topics: a request naming one may auto-create it.
@@ -170,16 +202,19 @@ def describe(
                 continue
         shown += 1
         rf = max((len(p.replicas) for p in t.partitions.values()), default=0)
+        sizes = _sizes(md, topic_name, parts)
+        total = format_bytes(sum(sizes.values())) if len(sizes) == len(parts) else "?"
         title = (f"{topic_name}  id {ids.get(topic_name, '-')}  {len(t.partitions)} partitions  "
-                 f"replication factor {rf}")
+                 f"replication factor {rf}  size {total}")
         console.print(title, highlight=False)
         delayed = _delayed_records(md, topic_name, parts)
-        table = make_table("partition", "leader", "replicas", "isr", "delayed",
-                           numbers=("partition", "leader", "delayed"))
+        table = make_table("partition", "leader", "replicas", "isr", "delayed", "size",
+                           numbers=("partition", "leader", "delayed", "size"))
         for p in parts:
+            size = sizes.get(p.id)
             table.add_row(str(p.id), str(p.leader) if p.leader >= 0 else "none",
                           ",".join(map(str, p.replicas)), ",".join(map(str, p.isrs)),
-                          delayed.get(p.id, "?"))
+                          delayed.get(p.id, "?"), "?" if size is None else format_bytes(size))
         console.print(table)
         if filtering:
             continue

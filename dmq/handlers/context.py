@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -70,6 +71,8 @@ class BrokerServices:
     # SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials); None
     # where a test builds services without one.
     credentials: ScramCredentials | None = None
+    # Epoch ms the broker started (DescribeBrokerRuntime, the console's "up since").
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 
 
 @dataclass(slots=True)

@@ -124,6 +124,23 @@ start offsets and lag of DescribeShareGroupOffsets; Kafka has no API for it)::
           acquired          int32   records acquired by members now
           archiving         int32   records waiting for their dead letters
           delivery_complete int32   records done at or past the start offset
+
+DescribeBrokerRuntime (key 10004), version 0, flexible: what a broker knows of itself that
+Kafka's APIs do not carry (the web console's cluster page, docs/console.md)::
+
+    DescribeBrokerRuntimeRequest          (no fields)
+
+    DescribeBrokerRuntimeResponse
+      throttle_time_ms  int32
+      error_code        int16
+      broker_id         int32
+      start_time_ms     int64    epoch ms the broker started
+      metadata_mode     string   "embedded" (one broker) or "zookeeper" (a cluster)
+      zookeeper_connect string   nullable: zookeeper.connect in a cluster
+      zookeeper_state   string   nullable: "CONNECTED", "SUSPENDED" (no server reachable,
+                                 the session may still be alive) or "LOST"
+      zookeeper_session int64    the session id (0: none)
+      version           string   dmq's version
 """
 
 
@@ -144,6 +161,7 @@ CHECK_TRANSACTIONS_KEY = 10000
 QUERY_RECORDS_KEY = 10001
 DESCRIBE_DELAYED_KEY = 10002
 DESCRIBE_SHARE_PARTITIONS_KEY = 10003
+DESCRIBE_BROKER_RUNTIME_KEY = 10004
 
 
 class Resolution(IntEnum):
@@ -445,6 +463,33 @@ class DescribeSharePartitionsResponse:
     topics: tuple[DescribedShareTopic, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeBrokerRuntimeRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_BROKER_RUNTIME_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeBrokerRuntimeResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(DESCRIBE_BROKER_RUNTIME_KEY)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    broker_id: i32 = field(metadata={"kafka_type": "int32"})
+    start_time_ms: i64 = field(metadata={"kafka_type": "int64"})
+    metadata_mode: str = field(metadata={"kafka_type": "string"})
+    zookeeper_connect: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    zookeeper_state: str | None = field(metadata={"kafka_type": "string"}, default=None)
+    zookeeper_session: i64 = field(metadata={"kafka_type": "int64"}, default=i64(0))
+    version: str = field(metadata={"kafka_type": "string"})
+
+
 def _module(name: str, *entities: type) -> ModuleType:
     module = ModuleType(name)
     for entity in entities:
@@ -474,5 +519,9 @@ EXTENSIONS: dict[int, dict[int, tuple[ModuleType, ModuleType]]] = {
         _module("describe_share_partitions_v0_request", DescribeSharePartitionsRequest, SharePartitionsTopic),
         _module("describe_share_partitions_v0_response", DescribeSharePartitionsResponse, DescribedShareTopic,
                 DescribedSharePartition),
+    )},
+    DESCRIBE_BROKER_RUNTIME_KEY: {0: (
+        _module("describe_broker_runtime_v0_request", DescribeBrokerRuntimeRequest),
+        _module("describe_broker_runtime_v0_response", DescribeBrokerRuntimeResponse),
     )},
 }

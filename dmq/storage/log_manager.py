@@ -18,7 +18,8 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 
 from dmq.config import LogConfig
 from dmq.storage.log import Log, now_ms, partition_dir_name
@@ -68,6 +69,27 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
     if not sep or not topic or not part.isdigit():
         return None
     return topic, int(part)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogInfo:
+    """One partition's log in the data directory, as DescribeLogDirs reports it."""
+
+    topic: str
+    partition: int
+    size: int  # bytes of its segments
+    offset_lag: int  # Kafka's: max(high watermark - log end offset, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """The data directory (Kafka's one log dir): its logs and its volume's space
+    (-1 when the volume cannot be asked)."""
+
+    path: str
+    total_bytes: int
+    usable_bytes: int
+    replicas: list[ReplicaLogInfo]
 
 
 class LogManager:
@@ -146,6 +168,22 @@ class LogManager:
         except OSError:
             target = path
         threading.Thread(target=shutil.rmtree, args=(target, True), daemon=True).start()
+
+    def describe(self, wanted: Mapping[str, Collection[int]] | None) -> LogDirDescription:
+        """The logs of this data directory (DescribeLogDirs): all of them (``wanted`` None),
+        or the partitions named (topic -> indexes); one not hosted here is left out, as
+        Kafka does. In memory but
+        for one statvfs of the volume."""
+        replicas = [
+            ReplicaLogInfo(t, p, lg.size_in_bytes, max(lg.high_watermark - lg.log_end_offset, 0))
+            for (t, p), lg in sorted(self.logs.items())
+            if wanted is None or p in wanted.get(t, ())]
+        try:
+            st = os.statvfs(self.data_dir)
+            total, usable = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        except OSError:
+            total = usable = -1
+        return LogDirDescription(self.data_dir, total, usable, replicas)
 
     def update_config(self, topic: str) -> None:
         config = self.config_for(topic)

@@ -43,6 +43,21 @@ def test_topics_list_and_describe_show_what_kafka_topics_shows(broker: BrokerPro
     assert "No under-replicated or unavailable partitions." in healthy
 
 
+def test_topics_describe_shows_each_partitions_size(broker: BrokerProcess) -> None:
+    """The size column is the leader's log size from DescribeLogDirs: the segment files on disk."""
+    run_dmq(broker.bootstrap, "topics", "create", "adm-size", "-p", "2")
+    p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    for _ in range(300):
+        p.produce("adm-size", b"x" * 1000, partition=0)
+    assert p.flush(30) == 0
+    on_disk = sum(f.stat().st_size for f in (broker.data_dir / "adm-size-0").glob("*.log"))
+    assert on_disk > 300_000
+    out = run_dmq(broker.bootstrap, "topics", "describe", "adm-size").stdout
+    rows = [[c.strip() for c in line.strip("│┃ ").split("│")] for line in out.splitlines() if "│" in line]
+    assert [(r[0], r[5]) for r in rows] == [("0", f"{on_disk / 1024:.1f} KiB"), ("1", "0 B")], out
+    assert f"replication factor 1  size {on_disk / 1024:.1f} KiB" in out, out
+
+
 def test_groups_describe_views_and_total_lag(broker: BrokerProcess) -> None:
     run_dmq(broker.bootstrap, "topics", "create", "adm-lag", "-p", "1")
     _produce(broker.bootstrap, "adm-lag", 30)

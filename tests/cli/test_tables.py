@@ -137,8 +137,8 @@ def test_topics_at_80_columns(broker: BrokerProcess, member: dict[str, Any]) -> 
     assert TOPIC in at_80(broker.bootstrap, "topics", "list").splitlines()
     out = at_80(broker.bootstrap, "topics", "describe", TOPIC)
     (table,) = tables(out)
-    assert table.headers == ["partition", "leader", "replicas", "isr", "delayed"]
-    numbers_right_aligned(table, "partition", "leader", "delayed")
+    assert table.headers == ["partition", "leader", "replicas", "isr", "delayed", "size"]
+    numbers_right_aligned(table, "partition", "leader", "delayed", "size")
     assert TOPIC in "".join(out.split()), out  # the title wraps at a space, the name whole
 
 

@@ -94,6 +94,8 @@ def build(api_key: int, version: int, topic: str) -> Any:
         return make(R, state_filters=("Empty",), producer_id_filters=())
     if api_key == 61:
         return make(R, topics=(m("TopicRequest", name=topic, partition_indexes=(0,)),))
+    if api_key == 35:
+        return make(R, topics=(m("DescribableLogDirTopic", topic=topic, partitions=(0,)),))
     if api_key == 22:
         return make(R, transactional_id=None, transaction_timeout=timedelta(seconds=60), producer_id=-1,
                     producer_epoch=-1)
@@ -175,6 +177,10 @@ def errors_of(api_key: int, resp: Any) -> list[ErrorCode]:
     if api_key == 61:  # the Produce above was not idempotent: no producer state
         assert [p.active_producers for t in resp.topics for p in t.partitions] == [()]
         return [p.error_code for t in resp.topics for p in t.partitions]
+    if api_key == 35:  # the topic's one partition, holding the record produced above
+        assert [[(p.partition_index, p.partition_size > 0) for p in t.partitions]
+                for r in resp.results for t in r.topics] == [[(0, True)]], resp
+        return [getattr(resp, "error_code", ErrorCode.none)] + [r.error_code for r in resp.results]
     if api_key in (2, 21):
         return [p.error_code for t in resp.topics for p in t.partitions]
     if api_key == 45:

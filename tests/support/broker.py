@@ -22,13 +22,16 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None,
                  port: int | None = None, log_path: Path | None = None, host: str = "127.0.0.1",
-                 command_prefix: list[str] | None = None, listeners: str | None = None) -> None:
+                 command_prefix: list[str] | None = None, listeners: str | None = None,
+                 extra_args: list[str] | None = None) -> None:
         """``host`` and ``command_prefix`` run it elsewhere, e.g. in a test network
         namespace (``ip netns exec NAME``, see support.netns). ``listeners`` replaces the
         one PLAINTEXT listener (``NAME://HOST:PORT,...``; ``port`` should be its first's)."""
         self.listeners = listeners
         self.host = host
         self.command_prefix = list(command_prefix or [])
+        self.extra_args = list(extra_args or [])  # more `dmq server` options
+        self.lines: list[str] = []  # stdout lines read while starting
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
         self.port = port or free_port()
@@ -46,6 +49,7 @@ class BrokerProcess:
                "--data-dir", str(self.data_dir)]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
+        cmd += self.extra_args
         logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=logf,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -54,6 +58,7 @@ class BrokerProcess:
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline().decode()
+            self.lines.append(line)
             if not line:
                 raise RuntimeError(f"broker exited early (code {self.proc.wait()}); see {self.log_path}:\n"
                                    + self.log_path.read_text()[-3000:])
