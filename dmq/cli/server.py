@@ -27,6 +27,21 @@ def _check_address(value: object, name: str) -> None:
                               f"to 65535), got {text!r}") from None
 
 
+def _check_host_port(value: object, name: str) -> None:
+    """One HOST:PORT (what a side listener such as metrics.listener binds)."""
+    from dmq.config import parse_endpoint
+
+    if value is None or value == "":
+        return
+    text = str(value)
+    try:
+        if "," in text or "://" in text:
+            raise ValueError("one address only")
+        parse_endpoint(text)
+    except ValueError:
+        raise ConfigError(f"{name} expects one HOST:PORT (PORT from 0 to 65535), got {text!r}") from None
+
+
 def build_config(listen: str | None, advertised: str | None, data_dir: str | None,
                  config_file: str | None, overrides: list[str], broker_id: int | None,
                  zookeeper: str | None = None, metrics: str | None = None) -> BrokerConfig:
@@ -61,7 +76,7 @@ def build_config(listen: str | None, advertised: str | None, data_dir: str | Non
                    "--advertised-listener" if advertised else "advertised.listeners")
     listener_endpoints(config)
     listener_endpoints(config, "advertised.listeners")
-    _check_address(config["metrics.listener"], "--metrics" if metrics else "metrics.listener")
+    _check_host_port(config["metrics.listener"], "--metrics" if metrics else "metrics.listener")
     return config
 
 
