@@ -16,6 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 
@@ -32,7 +33,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         for t in request.topics:
             # Partitions are named one by one, as in Kafka: a topic without any asks for none.
             wanted.setdefault(t.topic, set()).update(int(p) for p in t.partitions)
-    # Authorisation (Kafka: DESCRIBE on the CLUSTER) goes here once the broker has an authoriser.
+    if not authorize(services, ctx, AclOperation.DESCRIBE):
+        # Kafka: DESCRIBE on the cluster; refused, no result (v3+ also says why).
+        return make(schema.DescribeLogDirsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, results=())
     found = services.log_manager.describe(wanted)
     by_topic: dict[str, list[Any]] = {}
     for r in found.replicas:

@@ -9,9 +9,9 @@ takes a snapshot of the broker's state (topics, every partition's offsets, confi
 groups, committed offsets, ACLs, transactions), the intruder sends every probe of
 ``support.acl_sweep``, and the snapshot afterwards must be the same.
 
-Until the broker authenticates (SASL), both are ``User:ANONYMOUS`` and the ACLs tell them
-apart by address: the admin connects from 127.0.0.2. With SASL, ``ADMIN`` and ``INTRUDER``
-become two principals with credentials; nothing else changes.
+Both authenticate with SASL PLAIN on the broker's SASL_PLAINTEXT listener, as
+``User:sweep-admin`` and ``User:mallory``: the intruder is a real, authenticated principal
+the ACLs say nothing of.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 from support.acl_sweep import UNCHECKED, Names, Probe, error_codes, extension_probes, probes
 from support.broker import BrokerProcess
+from support.ports import free_port
 
+from dmq.client.security import ClientSecurity
 from dmq.client.wire import WireClient
 from dmq.handlers import HANDLERS
 from dmq.protocol.codec import make, request_class, request_module
@@ -41,16 +43,25 @@ ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 class Identity:
     """Who a connection is to the broker, as ACLs name it (principal and host)."""
 
-    principal: str
-    host: str
-    source: str  # the local address it connects from
+    user: str
+    password: str
+    host: str = "*"
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.user}"
 
     def connect(self, broker: BrokerProcess) -> WireClient:
-        return WireClient(broker.host, broker.port, client_id="acl-sweep", source_host=self.source)
+        """Authenticated with SASL PLAIN on the broker's SASL_PLAINTEXT listener."""
+        return WireClient(broker.host, SASL_PORTS[broker.port], client_id="acl-sweep",
+                          security=ClientSecurity(mechanism="PLAIN", username=self.user, password=self.password))
 
 
-ADMIN = Identity("User:ANONYMOUS", "127.0.0.2", "127.0.0.2")
-INTRUDER = Identity("User:ANONYMOUS", "127.0.0.1", "127.0.0.1")
+ADMIN = Identity("sweep-admin", "sweep-admin-secret")
+INTRUDER = Identity("mallory", "mallory-secret")
+SASL_PORTS: dict[int, int] = {}  # the broker's PLAINTEXT port -> its SASL_PLAINTEXT port
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        + " ".join(f'user_{i.user}="{i.password}"' for i in (ADMIN, INTRUDER)) + ";")
 NAMES = dict(topic="sweep-orders", group="sweep-billing", share_group="sweep-workers",
              transactional_id="sweep-txn")
 
@@ -180,9 +191,13 @@ def settled(c: WireClient, timeout: float = 20.0) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, dict[str, Any], Names]]:
     base: Path = tmp_path_factory.mktemp("acl-sweep")
-    broker = BrokerProcess(base / "data", overrides={
+    port, sasl_port = free_port(), free_port()
+    broker = BrokerProcess(base / "data", port=port, overrides={
         "authorizer.class.name": ACL_AUTHORIZER, "allow.everyone.if.no.acl.found": "true",
-        "group.initial.rebalance.delay.ms": "0"}).start()
+        "group.initial.rebalance.delay.ms": "0", "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS},
+        listeners=f"PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}").start()
+    SASL_PORTS[port] = sasl_port
     try:
         with ADMIN.connect(broker) as admin:
             topic_id = set_scene(admin)
@@ -245,7 +260,7 @@ def test_every_api_refuses_the_intruder_and_changes_nothing(
 
 def test_the_admin_still_may(secured: tuple[BrokerProcess, dict[str, Any], Names]) -> None:
     """The ACLs that refuse the intruder allow the admin (the sweep's refusals are ACLs'
-    doing, not a broken request): the same kind of request from the admin's address works."""
+    doing, not a broken request): the same request from the admin works."""
     broker, _, names = secured
     with ADMIN.connect(broker) as admin, INTRUDER.connect(broker) as intruder:
         for c, expected in ((admin, ErrorCode.none), (intruder, ErrorCode.topic_authorization_failed)):

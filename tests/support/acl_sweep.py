@@ -271,6 +271,12 @@ def probes(versions: dict[int, tuple[int, int]], n: Names) -> list[Probe]:
                 key, v, data, topic_id=n.topic_id, partitions=(m(
                     key, v, "PartitionData", partition=0, state_epoch=1, leader_epoch=0, start_offset=0,
                     delivery_complete_count=0, state_batches=()),)),))
+        elif key == 35:  # Kafka: Describe on the cluster; before v3 only an empty answer says no
+            topics = (m(key, v, "DescribableLogDirTopic", topic=t, partitions=(0,)),)
+            if v >= 3:
+                add("describe log dirs", key, v, {CLUSTER_AUTH}, topics=topics)
+            else:
+                add("describe log dirs", key, v, set(), listing="results", topics=topics)
         elif key == 50:  # Kafka: Describe on the cluster (the SASL part's API)
             add("describe user SCRAM credentials", key, v, {CLUSTER_AUTH}, users=None)
         elif key == 51:  # Kafka: Alter on the cluster
