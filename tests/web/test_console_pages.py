@@ -359,3 +359,17 @@ def test_names_that_need_quoting_in_urls(broker: BrokerProcess, console: str) ->
 
     assert unquote(done.url.split("?")[0]).endswith("/groups/orders & refunds") and "Reset 1 offsets" in done.text
     assert committed(broker.bootstrap, "orders & refunds", "web-q", 1) == [0]
+
+
+def test_topics_list_shows_the_message_rate(broker: BrokerProcess, console: str) -> None:
+    create(broker.bootstrap, "web-rate", 2)
+
+    def rate() -> str:
+        return next(r for r in cells(get(console, "/topics").text, "topics")[1:] if r[0] == "web-rate")[5]
+
+    time.sleep(2.5)  # the console samples every second here
+    produce(broker.bootstrap, "web-rate", [(None, b"v", i % 2) for i in range(300)])
+    shown = rate()
+    m = re.fullmatch(r"([\d.]+)/s", shown)
+    # 300 records since a sample taken at most a minute ago, at least a second ago
+    assert m and 300 / 60 <= float(m.group(1)) <= 300, shown
