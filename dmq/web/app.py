@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from aiohttp import web
@@ -207,7 +207,7 @@ class Console:
             await self.cluster.create_topic(name, partitions, rf, configs)
         except ConsoleError as e:
             raise self.back("/topics", error=f"cannot create {name}: {e}") from None
-        raise self.back(f"/topics/{name}", notice=f"Created topic {name}.")
+        raise self.back(f"/topics/{quote(name, safe='')}", notice=f"Created topic {name}.")
 
     async def topic_page(self, request: web.Request) -> web.Response:
         name = request.match_info["topic"]
@@ -244,13 +244,13 @@ class Console:
         else:
             changes[key] = str(form.get("value", ""))
         if not key:
-            raise self.back(f"/topics/{name}", error="give the config's name")
+            raise self.back(f"/topics/{quote(name, safe='')}", error="give the config's name")
         try:
             await self.cluster.alter_topic_configs(name, changes)
         except ConsoleError as e:
-            raise self.back(f"/topics/{name}", error=f"cannot change {key}: {e}") from None
+            raise self.back(f"/topics/{quote(name, safe='')}", error=f"cannot change {key}: {e}") from None
         what = f"Removed the override of {key}." if changes[key] is None else f"Set {key}={changes[key]}."
-        raise self.back(f"/topics/{name}", notice=what)
+        raise self.back(f"/topics/{quote(name, safe='')}", notice=what)
 
     async def add_partitions(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
@@ -259,20 +259,20 @@ class Console:
             count = int(str(form.get("count", "")))
             await self.cluster.create_partitions(name, count)
         except ValueError:
-            raise self.back(f"/topics/{name}", error="the partition count must be a number") from None
+            raise self.back(f"/topics/{quote(name, safe='')}", error="the partition count must be a number") from None
         except ConsoleError as e:
-            raise self.back(f"/topics/{name}", error=f"cannot add partitions: {e}") from None
-        raise self.back(f"/topics/{name}", notice=f"{name} now has {count} partitions.")
+            raise self.back(f"/topics/{quote(name, safe='')}", error=f"cannot add partitions: {e}") from None
+        raise self.back(f"/topics/{quote(name, safe='')}", notice=f"{name} now has {count} partitions.")
 
     async def delete_topic(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
         form = await request.post()
         if form.get("confirm") != name:
-            raise self.back(f"/topics/{name}", error=f"type the topic's name ({name}) to delete it")
+            raise self.back(f"/topics/{quote(name, safe='')}", error=f"type the topic's name ({name}) to delete it")
         try:
             await self.cluster.delete_topic(name)
         except ConsoleError as e:
-            raise self.back(f"/topics/{name}", error=f"cannot delete {name}: {e}") from None
+            raise self.back(f"/topics/{quote(name, safe='')}", error=f"cannot delete {name}: {e}") from None
         raise self.back("/topics", notice=f"Deleted topic {name}.")
 
     # ------------------------------------------------------------------ messages
@@ -419,7 +419,7 @@ class Console:
     async def produce(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["topic"]
         form = await request.post()
-        back = f"/topics/{name}/messages"
+        back = f"/topics/{quote(name, safe='')}/messages"
         try:
             partition = int(str(form.get("partition") or 0))
             headers: list[tuple[str, bytes | None]] = [
@@ -524,7 +524,7 @@ class Console:
                 except ConsoleError as e:
                     error = str(e)
                 else:
-                    raise self.back(f"/groups/{group}", notice=f"Reset {len(plan)} offsets of {group}.")
+                    raise self.back(f"/groups/{quote(group, safe='')}", notice=f"Reset {len(plan)} offsets of {group}.")
         shown, pager = paginate(state["rows"], request)
         return self.render(request, "group.html", lag=self.history.lag_series(group), plan=rows,
                            reset=reset, dry_run=not execute, error=error, notice=notice, shown=shown,
@@ -556,7 +556,7 @@ class Console:
         try:
             await self.cluster.delete_group(group)
         except ConsoleError as e:
-            raise self.back(f"/groups/{group}", error=str(e)) from None
+            raise self.back(f"/groups/{quote(group, safe='')}", error=str(e)) from None
         raise self.back("/groups", notice=f"Deleted group {group}.")
 
     # ------------------------------------------------------------------ transactions

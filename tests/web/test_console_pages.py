@@ -346,3 +346,33 @@ def test_share_group_members_start_offsets_and_reset(broker: BrokerProcess, cons
     assert "Reset 1 offsets of web-share." in done.text, done.text[-3000:]
     row = cells(get(console, "/groups/web-share").text, "offsets")[1]
     assert row[:4] == ["web-sg", "0", "2", "20"]  # (the broker knows the lag again once the group reads)
+
+
+def test_names_that_need_quoting_in_urls(broker: BrokerProcess, console: str) -> None:
+    create(broker.bootstrap, "web-q", 1)
+    produce(broker.bootstrap, "web-q", [(None, b"v", 0)])
+    commit(broker.bootstrap, "orders & refunds", {("web-q", 0): 1})
+    groups = get(console, "/groups")
+    assert 'href="/groups/orders%20%26%20refunds"' in groups.text
+    page = get(console, "/groups/orders%20%26%20refunds")
+    assert "Consumer group orders &amp; refunds" in page.text
+    done = post(console, "/groups/orders%20%26%20refunds/reset", topic="web-q", strategy="earliest", value="",
+                execute="1")
+    from urllib.parse import unquote
+
+    assert unquote(done.url.split("?")[0]).endswith("/groups/orders & refunds") and "Reset 1 offsets" in done.text
+    assert committed(broker.bootstrap, "orders & refunds", "web-q", 1) == [0]
+
+
+def test_topics_list_shows_the_message_rate(broker: BrokerProcess, console: str) -> None:
+    create(broker.bootstrap, "web-rate", 2)
+
+    def rate() -> str:
+        return next(r for r in cells(get(console, "/topics").text, "topics")[1:] if r[0] == "web-rate")[5]
+
+    time.sleep(2.5)  # the console samples every second here
+    produce(broker.bootstrap, "web-rate", [(None, b"v", i % 2) for i in range(300)])
+    shown = rate()
+    m = re.fullmatch(r"([\d.]+)/s", shown)
+    # 300 records since a sample taken at most a minute ago, at least a second ago
+    assert m and 300 / 60 <= float(m.group(1)) <= 300, shown
