@@ -20,7 +20,15 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess, free_port
-from support.metrics import Scrape, dashboard_metric_names, dashboard_queries, get, parse, scrape
+from support.metrics import (
+    DASHBOARD,
+    Scrape,
+    dashboard_metric_names,
+    dashboard_queries,
+    get,
+    parse,
+    scrape,
+)
 
 RECORDS = 3000
 VALUE = b"v" * 100
@@ -276,6 +284,10 @@ def test_every_metric_the_dashboard_queries_is_scraped(metrics_broker: tuple[Bro
         c.close()
     names = dashboard_metric_names()
     assert len(dashboard_queries()) >= 30 and len(names) >= 25
+    dashboard = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"] if p["type"] != "row")
     missing = sorted(n for n in names if not n.startswith("dmq_zookeeper_") and n not in s.samples)
     assert not missing, f"the dashboard queries metrics no scrape has: {missing}"
 
