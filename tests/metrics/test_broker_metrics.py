@@ -268,7 +268,8 @@ def test_a_taken_metrics_port_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_every_metric_the_dashboard_queries_is_scraped(metrics_broker: tuple[BrokerProcess, str]) -> None:
     """docs/grafana/dmq.json cannot silently rot: each name its queries use is a sample of a
-    real scrape (the ZooKeeper ones in tests/metrics/test_metrics_cluster.py)."""
+    real scrape (the ZooKeeper ones in tests/metrics/test_metrics_cluster.py, the share
+    groups' in tests/metrics/test_sharegroup_metrics.py)."""
     broker, url = metrics_broker
     topic = "metrics-dashboard"
     create_topic(broker.bootstrap, topic, 1)
@@ -288,7 +289,8 @@ def test_every_metric_the_dashboard_queries_is_scraped(metrics_broker: tuple[Bro
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids)), "panel ids are unique"
     assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"] if p["type"] != "row")
-    missing = sorted(n for n in names if not n.startswith("dmq_zookeeper_") and n not in s.samples)
+    missing = sorted(n for n in names if not n.startswith(("dmq_zookeeper_", "dmq_sharegroup_"))
+                     and n not in s.samples)
     assert not missing, f"the dashboard queries metrics no scrape has: {missing}"
 
 
