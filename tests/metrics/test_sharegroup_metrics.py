@@ -62,6 +62,9 @@ def test_a_share_groups_lag_goes_to_zero_as_its_records_are_accepted(
                 got += 1
         assert got == 20
         assert c.commit_sync(10) is not None
+        # Share fetches count as the topic's BytesOut: each record delivered once here.
+        now = scrape(url)
+        assert now.value("dmq_topic_bytes_out_total", topic=TOPIC) == now.value("dmq_topic_bytes_in_total", topic=TOPIC)
 
         def done() -> bool:
             now = scrape(url)
