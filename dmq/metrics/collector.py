@@ -7,7 +7,7 @@ session state); ``collect`` reads them when Prometheus scrapes and builds the
 families, Kafka's metrics under the names docs/metrics.md lists.
 
 The consumer-group lag needs the end offsets of partitions other brokers may
-lead, which takes requests: ``refresh_end_offsets`` (async, bounded) fetches
+lead, which takes requests: ``refresh`` (async, bounded) fetches
 them right before a scrape's ``collect``. Event-loop thread only: every object
 read here belongs to the broker's event loop.
 """
@@ -123,7 +123,12 @@ class BrokerCollector(Collector):
 
     # ---------------------------------------------------------------- scrape
 
-    async def refresh_end_offsets(self) -> None:
+    async def refresh(self) -> None:
+        """Before ``collect``: what the lag families need from other brokers and the share
+        coordinator, both at once, each within END_OFFSETS_TIMEOUT_S."""
+        await asyncio.gather(self._refresh_end_offsets(), self._refresh_share_offsets())
+
+    async def _refresh_end_offsets(self) -> None:
         """Read the end offsets (high watermarks) of every partition a group coordinated
         here has committed offsets for: locally where this broker leads it, else from
         its leader, within END_OFFSETS_TIMEOUT_S."""
@@ -151,12 +156,14 @@ class BrokerCollector(Collector):
                 if not isinstance(value, ErrorCode):
                     found[tp] = value
         self._end_offsets = found
-        self._share_offsets = await self._read_share_offsets(admin)
 
-    async def _read_share_offsets(self, admin: Any) -> dict[tuple[str, str, int], tuple[int, int]]:
+    async def _refresh_share_offsets(self) -> None:
         """Start offset and lag of every initialized share-partition of the share groups
-        coordinated here (what DescribeShareGroupOffsets answers), within
-        END_OFFSETS_TIMEOUT_S."""
+        coordinated here (what DescribeShareGroupOffsets answers)."""
+        self._share_offsets = await self._read_share_offsets()
+
+    async def _read_share_offsets(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        admin = getattr(self.broker.services, "share_admin", None)
         if admin is None:
             return {}
         groups = [g.group_id for g in self.broker.group_coordinator.list_groups(types=["share"])]

@@ -38,7 +38,7 @@ def test_a_share_groups_lag_goes_to_zero_as_its_records_are_accepted(
         # The share-partition is initialized (at the log end: share.auto.offset.reset is
         # latest) by the member's first fetch with its assignment.
         deadline = time.monotonic() + 30
-        while not scrape(url).values("dmq_sharegroup_start_offset", **labels):
+        while not scrape(url).values("dmq_sharegroup_lag", **labels):  # known once initialized
             assert not c.poll(0.3)
             assert time.monotonic() < deadline, "the share-partition was never initialized"
         assert scrape(url).value("dmq_sharegroup_lag", **labels) == 0
