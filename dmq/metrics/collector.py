@@ -7,7 +7,7 @@ session state); ``collect`` reads them when Prometheus scrapes and builds the
 families, Kafka's metrics under the names docs/metrics.md lists.
 
 The consumer-group lag needs the end offsets of partitions other brokers may
-lead, which takes requests: ``refresh_end_offsets`` (async, bounded) fetches
+lead, which takes requests: ``refresh`` (async, bounded) fetches
 them right before a scrape's ``collect``. Event-loop thread only: every object
 read here belongs to the broker's event loop.
 """
@@ -114,6 +114,8 @@ class BrokerCollector(Collector):
         self.version = _version()
         self._loop_clock = time.pthread_getcpuclockid(threading.get_ident())
         self._end_offsets: dict[tuple[str, int], int] = {}
+        # (group, topic, partition) -> (start offset, lag) of the share groups coordinated here
+        self._share_offsets: dict[tuple[str, str, int], tuple[int, int]] = {}
         self._api_names: dict[int, str] = {}
         self.loop_lag = LoopLag()
         try:
@@ -123,7 +125,12 @@ class BrokerCollector(Collector):
 
     # ---------------------------------------------------------------- scrape
 
-    async def refresh_end_offsets(self) -> None:
+    async def refresh(self) -> None:
+        """Before ``collect``: what the lag families need from other brokers and the share
+        coordinator, both at once, each within END_OFFSETS_TIMEOUT_S."""
+        await asyncio.gather(self._refresh_end_offsets(), self._refresh_share_offsets())
+
+    async def _refresh_end_offsets(self) -> None:
         """Read the end offsets (high watermarks) of every partition a group coordinated
         here has committed offsets for: locally where this broker leads it, else from
         its leader, within END_OFFSETS_TIMEOUT_S."""
@@ -151,6 +158,34 @@ class BrokerCollector(Collector):
                 if not isinstance(value, ErrorCode):
                     found[tp] = value
         self._end_offsets = found
+
+    async def _refresh_share_offsets(self) -> None:
+        """Start offset and lag of every initialized share-partition of the share groups
+        coordinated here (what DescribeShareGroupOffsets answers)."""
+        self._share_offsets = await self._read_share_offsets()
+
+    async def _read_share_offsets(self) -> dict[tuple[str, str, int], tuple[int, int]]:
+        admin = getattr(self.broker.services, "share_admin", None)
+        if admin is None:
+            return {}
+        groups = [g.group_id for g in self.broker.group_coordinator.list_groups(types=["share"])]
+        if not groups:
+            return {}
+        try:
+            described = await asyncio.wait_for(
+                asyncio.gather(*(admin.describe_offsets(g, None) for g in groups)), END_OFFSETS_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - a scrape never fails for the lag's sake
+            log.info("metrics: no share-group offsets (%s)", str(e) or type(e).__name__)
+            return {}
+        out: dict[tuple[str, str, int], tuple[int, int]] = {}
+        for group in described:
+            if group.error is not ErrorCode.none:
+                continue
+            for topic in group.topics:
+                for p in topic.partitions:
+                    if p.error is ErrorCode.none and p.start_offset >= 0:
+                        out[(group.group_id, topic.name, p.partition)] = (p.start_offset, p.lag)
+        return out
 
     def collect(self) -> Iterator[Metric]:
         yield from self._broker()
@@ -344,6 +379,18 @@ class BrokerCollector(Collector):
                 if end is not None:
                     lag.add_metric(values, max(end - om.offset, 0))
         yield from (lag, committed, members)
+        share_lag = GaugeMetricFamily("dmq_sharegroup_lag", "A share group's lag on a partition: "
+                                      "records from its start offset to the end offset not yet "
+                                      "delivered and acknowledged, for the share groups this broker "
+                                      "coordinates.", labels=labels)
+        share_start = GaugeMetricFamily("dmq_sharegroup_start_offset", "A share group's start offset "
+                                        "on a partition (records below it are done).", labels=labels)
+        for (group_id, topic, index), (start, lag_value) in sorted(self._share_offsets.items()):
+            values = [group_id, topic, str(index)]
+            share_start.add_metric(values, start)
+            if lag_value >= 0:
+                share_lag.add_metric(values, lag_value)
+        yield from (share_lag, share_start)
 
     def _zookeeper(self) -> Iterator[Metric]:
         zk = self.broker.zk

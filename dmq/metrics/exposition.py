@@ -55,6 +55,6 @@ class _Snapshot:
 
 async def render(broker: BrokerView) -> bytes:
     collector, process = collector_for(broker)
-    await collector.refresh_end_offsets()
+    await collector.refresh()
     families = list(collector.collect())  # on the loop: reads the broker's objects
     return await asyncio.to_thread(generate_latest, _Snapshot(families, process))  # type: ignore[arg-type]

@@ -256,7 +256,9 @@ class SharePartitionManager:
         self._schedule(entry)
         parts = [data[pos:pos + h.size] for pos, h in headers
                  if any(a.first <= h.last_offset and h.base_offset <= a.last for a in acquired)]
-        return PartitionFetch(records=b"".join(parts), acquired=acquired)
+        records = b"".join(parts)
+        partition.stats.bytes_out += len(records)  # the topic's BytesOut (metrics)
+        return PartitionFetch(records=records, acquired=acquired)
 
     async def _wait_for_more(self, group_id: str, partitions: Sequence[TopicIdPartition],
                              timeout_s: float) -> bool:

@@ -20,7 +20,15 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess, free_port
-from support.metrics import Scrape, dashboard_metric_names, dashboard_queries, get, parse, scrape
+from support.metrics import (
+    DASHBOARD,
+    Scrape,
+    dashboard_metric_names,
+    dashboard_queries,
+    get,
+    parse,
+    scrape,
+)
 
 RECORDS = 3000
 VALUE = b"v" * 100
@@ -260,7 +268,8 @@ def test_a_taken_metrics_port_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_every_metric_the_dashboard_queries_is_scraped(metrics_broker: tuple[BrokerProcess, str]) -> None:
     """docs/grafana/dmq.json cannot silently rot: each name its queries use is a sample of a
-    real scrape (the ZooKeeper ones in tests/metrics/test_metrics_cluster.py)."""
+    real scrape (the ZooKeeper ones in tests/metrics/test_metrics_cluster.py, the share
+    groups' in tests/metrics/test_sharegroup_metrics.py)."""
     broker, url = metrics_broker
     topic = "metrics-dashboard"
     create_topic(broker.bootstrap, topic, 1)
@@ -276,7 +285,12 @@ def test_every_metric_the_dashboard_queries_is_scraped(metrics_broker: tuple[Bro
         c.close()
     names = dashboard_metric_names()
     assert len(dashboard_queries()) >= 30 and len(names) >= 25
-    missing = sorted(n for n in names if not n.startswith("dmq_zookeeper_") and n not in s.samples)
+    dashboard = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids are unique"
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in dashboard["panels"] if p["type"] != "row")
+    missing = sorted(n for n in names if not n.startswith(("dmq_zookeeper_", "dmq_sharegroup_"))
+                     and n not in s.samples)
     assert not missing, f"the dashboard queries metrics no scrape has: {missing}"
 
 
@@ -301,13 +315,14 @@ def test_bytes_out_counts_each_answered_byte_once(metrics_broker: tuple[BrokerPr
 
 
 def test_the_event_loop_lag_shows_a_blocked_loop(metrics_broker: tuple[BrokerProcess, str]) -> None:
-    """The lag probe runs every half second; creating 2,000 partitions (their logs made on
-    the event loop) holds the loop long enough for a timer to run late by more than 50 ms."""
+    """The lag probe runs every half second; creating 200 partitions (their logs made on
+    the event loop, about 5 ms each) holds the loop long enough for a timer to run late by
+    more than 50 ms."""
     broker, url = metrics_broker
     before = scrape(f"{url}/metrics")
     late_before = (before.value("dmq_event_loop_lag_seconds_count")
                    - before.value("dmq_event_loop_lag_seconds_bucket", le="0.05"))
-    create_topic(broker.bootstrap, "metrics-lag", 2000)
+    create_topic(broker.bootstrap, "metrics-lag", 200)
     time.sleep(1.2)  # the probe runs twice more once the loop is free
     after = scrape(f"{url}/metrics")
     late = (after.value("dmq_event_loop_lag_seconds_count")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from dmq.metrics.collector import api_name
 from dmq.metrics.requests import BOUNDS, RequestStats
 
@@ -31,3 +34,12 @@ def test_apis_are_named_as_kafka_names_them() -> None:
     assert api_name(23) == "OffsetForLeaderEpoch"
     assert api_name(22) == "InitProducerId"
     assert api_name(32000) == "32000"
+
+
+def test_the_listener_counts_without_loading_prometheus_client() -> None:
+    """The hot path's counters are plain Python: importing the listener (and the
+    replication layer that counts bytes) loads no prometheus-client module."""
+    code = ("import sys, dmq.server.network, dmq.replication.replica_manager; "
+            "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
