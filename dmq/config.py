@@ -268,6 +268,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("zookeeper.ssl.truststore.password", ConfigType.PASSWORD, None, "Password of the trust store (PEM: unused)."),
     ConfigDef("zookeeper.ssl.truststore.type", ConfigType.STRING, None, "PEM (the only format dmq reads).", _one_of("PEM")),
     ConfigDef("zookeeper.ssl.endpoint.identification.enable", ConfigType.BOOLEAN, "true", "Check ZooKeeper's host name against its certificate."),
+    ConfigDef("zookeeper.set.acl", ConfigType.BOOLEAN, "false", "Create znodes with ACLs: the broker's SASL identity may change them, everyone else only read them (nothing under /config/users and /config/brokers)."),
     # dmq's own: Kafka reads this login from the JVM's JAAS file (its Client section).
     ConfigDef("zookeeper.sasl.jaas.config", ConfigType.PASSWORD, None, "SASL (DIGEST-MD5) login to ZooKeeper: 'org.apache.zookeeper.server.auth.DigestLoginModule required username=\"...\" password=\"...\";' (the JAAS Client section's entry)."),
 )

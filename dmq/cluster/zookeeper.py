@@ -783,7 +783,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         try:
             await self.client.set(path, codecs.encode_config(configs))
         except NoNodeError:
-            await self.client.create(path, codecs.encode_config(configs), makepath=True)
+            await self.client.create(path, codecs.encode_config(configs), makepath=True, sensitive=True)
         if entity in self._broker_configs:  # watched: what the watch will bring
             self._broker_configs[entity] = dict(configs)
 
@@ -919,7 +919,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         try:
             await self.client.set(path, codecs.encode_config(configs))
         except NoNodeError:
-            await self.client.create(path, codecs.encode_config(configs), makepath=True)
+            await self.client.create(path, codecs.encode_config(configs), makepath=True, sensitive=True)
         self._user_configs[user] = dict(configs)  # what the watch will bring
 
     async def allocate_producer_ids(self, count: int) -> int:

@@ -209,6 +209,9 @@ class Broker:
             try:
                 zk_tls = ZooKeeperTls.from_config(self.config)
                 zk_sasl = ZooKeeperSasl.from_config(self.config)
+                if self.config["zookeeper.set.acl"] and zk_sasl is None:
+                    raise ValueError("zookeeper.set.acl needs the broker's ZooKeeper identity: set "
+                                     "zookeeper.sasl.jaas.config")
             except ValueError as e:
                 raise SystemExit(f"error: {e}") from None
             try:

@@ -39,6 +39,7 @@ from kazoo.exceptions import NoNodeError as NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.states import ZnodeStat as Stat
 from kazoo.retry import KazooRetry
+from kazoo.security import make_acl
 
 from dmq.cluster.metadata import MetadataError
 from dmq.config import BrokerConfig
@@ -116,10 +117,18 @@ class ZooKeeperTls:
 @dataclass(frozen=True, slots=True)
 class ZooKeeperSasl:
     """A SASL (DIGEST-MD5) login to ZooKeeper, as the JAAS Client section's
-    DigestLoginModule gives Kafka's brokers (``zookeeper.sasl.jaas.config``)."""
+    DigestLoginModule gives Kafka's brokers (``zookeeper.sasl.jaas.config``); with
+    ``set_acl`` (``zookeeper.set.acl``) the znodes this broker creates get Kafka's secure
+    ACLs: all rights for this identity, read for everyone, none for anyone else on
+    sensitive znodes (``create(..., sensitive=True)``: credentials, broker configs)."""
 
     username: str
     password: str = field(repr=False)
+    set_acl: bool = False
+
+    def acls(self, sensitive: bool) -> list[Any]:
+        owner = make_acl("sasl", self.username, all=True)
+        return [owner] if sensitive else [owner, make_acl("world", "anyone", read=True)]
 
     @staticmethod
     def from_config(config: BrokerConfig) -> ZooKeeperSasl | None:
@@ -138,7 +147,7 @@ class ZooKeeperSasl:
                 or entry.password is None:
             raise ValueError("zookeeper.sasl.jaas.config must be 'org.apache.zookeeper.server.auth."
                              "DigestLoginModule required username=\"...\" password=\"...\";'")
-        return ZooKeeperSasl(entry.username, entry.password)
+        return ZooKeeperSasl(entry.username, entry.password, bool(config["zookeeper.set.acl"]))
 
 
 def new_kazoo_client(connect: str, session_timeout_ms: int, tls: ZooKeeperTls | None = None,
@@ -153,6 +162,8 @@ def new_kazoo_client(connect: str, session_timeout_ms: int, tls: ZooKeeperTls | 
     if sasl is not None:
         secure["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": sasl.username,
                                   "password": sasl.password}
+        if sasl.set_acl:
+            secure["default_acl"] = sasl.acls(sensitive=False)
     return KazooClient(hosts=connect, timeout=session_s,
                        connection_retry=connection_retry(session_timeout_ms),
                        handler=_BoundedConnectHandler(max(0.5, session_s / 3)), **secure)
@@ -198,6 +209,8 @@ class ZooKeeperClient:
         self.session_timeout_ms = session_timeout_ms
         self.timeout_s = timeout_s if timeout_s is not None else session_timeout_ms / 1000
         self.kazoo = new_kazoo_client(connect, session_timeout_ms, tls, sasl)
+        # ACLs of sensitive znodes (zookeeper.set.acl); None: the default ones
+        self.sensitive_acl = sasl.acls(sensitive=True) if sasl is not None and sasl.set_acl else None
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zk")
         self.loop: asyncio.AbstractEventLoop | None = None
         # How many times the session (re)connected; kazoo's thread counts, anyone reads.
@@ -303,10 +316,12 @@ class ZooKeeperClient:
 
     async def create(self, path: str, data: bytes = b"", ephemeral: bool = False,
                      makepath: bool = False, timeout: float | None = None,
-                     sequence: bool = False) -> str:
+                     sequence: bool = False, sensitive: bool = False) -> str:
+        """``sensitive``: with zookeeper.set.acl, nobody but this broker's identity may read it."""
+        acl = self.sensitive_acl if sensitive else None
         result: str = await self._call(
             f"create {path}",
-            lambda: self.kazoo.create_async(path, data, ephemeral=ephemeral, makepath=makepath,
+            lambda: self.kazoo.create_async(path, data, acl=acl, ephemeral=ephemeral, makepath=makepath,
                                             sequence=sequence),
             timeout)
         return result
