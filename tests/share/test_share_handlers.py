@@ -50,7 +50,7 @@ class Metadata:
 
 def services(env: ShareEnv | None) -> Any:
     share = ShareService(ShareSessionCache(), env.manager) if env is not None else None
-    return SimpleNamespace(share=share, metadata=Metadata())
+    return SimpleNamespace(share=share, metadata=Metadata(), authorizer=None)
 
 
 def fetch_request(epoch: int, topics: list[tuple[uuid.UUID, list[tuple[int, list[tuple[int, int, int]]]]]],
@@ -207,7 +207,7 @@ def test_session_limit_and_replaced_sessions(tmp_path: Path) -> None:
     async def scenario(env: ShareEnv) -> None:
         await env.init_state()
         env.produce(3)
-        svc = SimpleNamespace(share=ShareService(ShareSessionCache(max_sessions=1), env.manager),
+        svc = SimpleNamespace(share=ShareService(ShareSessionCache(max_sessions=1), env.manager), authorizer=None,
                               metadata=Metadata())
         await call(svc, fetch_request(0, [(TID, [(0, [])])], member="a"))
         r = await call(svc, fetch_request(0, [(TID, [(0, [])])], member="b", max_wait_ms=20))
