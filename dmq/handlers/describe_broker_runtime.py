@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.handlers.authorize import AclOperation, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
 from dmq.protocol.extensions import DESCRIBE_BROKER_RUNTIME_KEY
@@ -33,6 +34,10 @@ VERSION = _dmq_version()
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
+    if not authorize(services, ctx, AclOperation.DESCRIBE):  # as DescribeLogDirs: Describe on the cluster
+        return make(ctx.schema.DescribeBrokerRuntimeResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.cluster_authorization_failed, broker_id=services.broker_id,
+                    start_time_ms=0, metadata_mode="", version="")
     store = services.metadata
     # The ZooKeeper store has a session (its client); the embedded store has none.
     client = getattr(store, "client", None)

@@ -316,4 +316,6 @@ def extension_probes(n: Names) -> list[Probe]:
         Probe("describe share partitions", ext.DESCRIBE_SHARE_PARTITIONS_KEY, 0, ext.DescribeSharePartitionsRequest(
             group_id=s, topics=(ext.SharePartitionsTopic(topic_id=n.topic_id, partitions=(0,)),)),
               frozenset({GROUP_AUTH})),
+        Probe("describe broker runtime", ext.DESCRIBE_BROKER_RUNTIME_KEY, 0, ext.DescribeBrokerRuntimeRequest(),
+              frozenset({CLUSTER_AUTH})),
     ]
