@@ -8,7 +8,15 @@ import typer
 from confluent_kafka import KafkaException
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dmq.cli.common import Bootstrap, fail, kafka_error_text, make_console, make_table
+from dmq.cli.common import (
+    COMMAND_CONFIG,
+    Bootstrap,
+    CommandConfigOption,
+    fail,
+    kafka_error_text,
+    make_console,
+    make_table,
+)
 from dmq.cli.help import Typer
 
 app = Typer(help="Retry and dead-letter topics of consumer groups (dmq.client.RetryingConsumer).",
@@ -27,6 +35,7 @@ def redrive(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="count what would be re-driven; send nothing, remember nothing")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Send dead letters back to the topics they came from (their dmq headers removed).
 
@@ -46,7 +55,8 @@ def redrive(
             progress.update(task, completed=done, total=total)
 
         try:
-            sent = run_redrive(bootstrap_server, dlq, step, limit, dry_run)
+            sent = run_redrive(bootstrap_server, dlq, step, limit, dry_run,
+                               dict(COMMAND_CONFIG.settings.librdkafka))
         except KafkaException as e:
             fail(f"cannot re-drive {dlq}: {kafka_error_text(e)}")
     if not sent:
