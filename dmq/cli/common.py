@@ -91,12 +91,23 @@ def use_command_config(path: str | None) -> str | None:
     return path
 
 
+_CLIENT_FILE_HELP = (
+    "client security settings for a TLS or SASL listener, Kafka's client properties file "
+    "(security.protocol, sasl.mechanism, sasl.username/sasl.password or sasl.jaas.config, "
+    "ssl.ca.location or ssl.truststore.location ...) [env: DMQ_COMMAND_CONFIG]")
 CommandConfigOption = Annotated[str | None, typer.Option(
     "--command-config", envvar="DMQ_COMMAND_CONFIG", metavar="FILE", callback=use_command_config,
     show_envvar=False,
-    help="client security settings for a TLS or SASL listener, Kafka's client properties file "
-         "(security.protocol, sasl.mechanism, sasl.username/sasl.password or sasl.jaas.config, "
-         "ssl.ca.location or ssl.truststore.location ...) [env: DMQ_COMMAND_CONFIG]")]
+    help=_CLIENT_FILE_HELP)]
+
+
+# ``dmq produce``/``consume`` also take kafka-console-producer.sh's and -consumer.sh's names.
+ProducerConfigOption = Annotated[str | None, typer.Option(
+    "--command-config", "--producer.config", envvar="DMQ_COMMAND_CONFIG", metavar="FILE",
+    callback=use_command_config, show_envvar=False, help=_CLIENT_FILE_HELP)]
+ConsumerConfigOption = Annotated[str | None, typer.Option(
+    "--command-config", "--consumer.config", envvar="DMQ_COMMAND_CONFIG", metavar="FILE",
+    callback=use_command_config, show_envvar=False, help=_CLIENT_FILE_HELP)]
 
 
 def client_security() -> ClientSecurity | None:

@@ -184,3 +184,23 @@ def test_client_certificate_over_ssl(secured: SecureBroker, tmp_path: Path) -> N
         # connection ends, or ends with an alert.
         assert res.stderr.startswith("error: ") and ("--command-config" in res.stderr
                                                      or "TLS handshake" in res.stderr), res.stderr
+
+
+def test_console_clients_take_kafkas_producer_and_consumer_config(secured: SecureBroker, tmp_path: Path) -> None:
+    """kafka-console-producer.sh's --producer.config and -consumer.sh's --consumer.config."""
+    plain = plain_file(tmp_path / "plain.properties")
+    run(secured, "PLAINTEXT", "topics", "create", "cc-console")
+    res = run(secured, "SASL_PLAINTEXT", "produce", "cc-console", "--producer.config", str(plain),
+              stdin=b"one\ntwo\n")
+    assert "produced 2 records" in res.stderr
+    out = run(secured, "SASL_PLAINTEXT", "consume", "cc-console", "--from-beginning", "-n", "2",
+              "--consumer.config", str(plain)).stdout
+    assert out.splitlines() == ["one", "two"]
+
+
+def test_cluster_status_of_a_secured_cluster(secured: SecureBroker, tmp_path: Path) -> None:
+    res = run(secured, "SASL_SSL", "cluster", "status", "-b", secured.address("SASL_SSL"),
+              config=scram_file(tmp_path / "client.properties", secured))
+    row = next(line.replace("│", " ").split() for line in res.stdout.splitlines() if "controller" in line
+               and "running" in line)
+    assert row[2:4] == ["127.0.0.1", str(secured.ports["SASL_SSL"])], res.stdout
