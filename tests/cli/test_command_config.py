@@ -95,6 +95,11 @@ def exercise(secured: SecureBroker, listener: str, topic: str, **how: Path) -> N
         "--topic", topic, **how)
     acls = run(secured, listener, "acls", "list", "--topic", topic, **how).stdout
     assert "User:carol" in acls
+    # dmq's wire client to every broker (DescribeProducers, ListTransactions, ElectLeaders)
+    producers = run(secured, listener, "transactions", "describe-producers", "-t", topic, "-p", "0", **how)
+    assert producers.returncode == 0
+    run(secured, listener, "transactions", "list", **how)
+    run(secured, listener, "partitions", "elect-leaders", "--topic", topic, **how)
 
 
 def test_scram_over_sasl_ssl_with_kafka_names(secured: SecureBroker, tmp_path: Path) -> None:
