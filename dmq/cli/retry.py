@@ -12,6 +12,7 @@ from dmq.cli.common import (
     COMMAND_CONFIG,
     Bootstrap,
     CommandConfigOption,
+    ensure_reachable,
     fail,
     kafka_error_text,
     make_console,
@@ -47,6 +48,7 @@ def redrive(
     if (group is None) == (topic is None):
         fail("give either --group GROUP or --topic DEAD_LETTER_TOPIC", 2)
     dlq = topic if topic is not None else dead_letter_topic(str(group))
+    ensure_reachable(bootstrap_server)  # with --command-config: it also logs in
     with Progress(TextColumn(f"{'counting' if dry_run else 're-driving'} {dlq}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task("redrive", total=None)

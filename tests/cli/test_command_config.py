@@ -100,6 +100,9 @@ def exercise(secured: SecureBroker, listener: str, topic: str, **how: Path) -> N
     assert producers.returncode == 0
     run(secured, listener, "transactions", "list", **how)
     run(secured, listener, "partitions", "elect-leaders", "--topic", topic, **how)
+    run(secured, listener, "topics", "create", f"{topic}-dlq", **how)
+    redrive = run(secured, listener, "retry", "redrive", "--topic", f"{topic}-dlq", "--dry-run", **how)
+    assert f"No dead letters to re-drive in {topic}-dlq" in redrive.stdout, redrive.stdout + redrive.stderr
 
 
 def test_scram_over_sasl_ssl_with_kafka_names(secured: SecureBroker, tmp_path: Path) -> None:
