@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import ssl
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -271,18 +272,46 @@ def unreachable(bootstrap: str) -> list[str]:
 
 
 def ensure_reachable(bootstrap: str) -> None:
-    """Return once one bootstrap address accepts a TCP connection; otherwise fail with one
-    line (exit 1) rather than let the client retry and log for half a minute. With TLS or
-    SASL from ``--command-config`` the connection also does the handshake and logs in
-    (dmq's wire client), so a wrong password or certificate is one line here too: librdkafka
-    only logs it and retries until its request times out."""
+    """Return once one bootstrap address accepts a TCP connection and answers; otherwise
+    fail with one line (exit 1) rather than let the client retry and log for half a minute.
+    With TLS or SASL from ``--command-config`` the connection also does the handshake and
+    logs in (dmq's wire client), so a wrong password or certificate is one line here too:
+    librdkafka only logs it and retries until its request times out. Without, a broker that
+    closes the connection at a plaintext Metadata request (a TLS or SASL listener) is one
+    line saying to pass --command-config."""
     security = client_security()
     if security is not None:
         connect_first(bootstrap, lambda host, port: _log_in(host, port, security))
         return
-    reasons = unreachable(bootstrap)
-    if reasons:
-        cannot_reach(bootstrap, reasons)
+    connect_first(bootstrap, _ask_plaintext)
+
+
+# The plaintext probe: Metadata v4 (Kafka 0.11 to 4.x all answer it) for no topics and no
+# auto-creation, correlation id 1, client id "dmq".
+_PROBE_CORRELATION = 1
+_PROBE = (lambda body: struct.pack(">i", len(body)) + body)(
+    struct.pack(">hhih", 3, 4, _PROBE_CORRELATION, 3) + b"dmq" + struct.pack(">ib", 0, 0))
+
+
+def _ask_plaintext(host: str, port: int) -> None:
+    """Connect, send ``_PROBE`` and wait (at most REACH_TIMEOUT) for its answer's first
+    bytes: ConnectionError("connection closed by the broker") when the broker closes the
+    connection or answers with anything else. A slow answer counts as an answer."""
+    with socket.create_connection((host, port), timeout=REACH_TIMEOUT) as sock:
+        try:
+            sock.sendall(_PROBE)
+            head = b""
+            while len(head) < 8:
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+        except TimeoutError:
+            return
+        except ConnectionResetError:
+            head = b""
+        if len(head) < 8 or struct.unpack(">i", head[4:8])[0] != _PROBE_CORRELATION:
+            raise ConnectionError("connection closed by the broker")
 
 
 def _log_in(host: str, port: int, security: ClientSecurity) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,3 +213,14 @@ def test_cluster_status_of_a_secured_cluster(secured: SecureBroker, tmp_path: Pa
     row = next(line.replace("│", " ").split() for line in res.stdout.splitlines() if "controller" in line
                and "running" in line)
     assert row[2:4] == ["127.0.0.1", str(secured.ports["SASL_SSL"])], res.stdout
+
+
+@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL", "SASL_PLAINTEXT"])
+def test_a_secured_listener_without_a_file_says_to_pass_one(secured: SecureBroker, listener: str) -> None:
+    """At once, not after librdkafka's 30 s of retries."""
+    for command in (("topics", "list"), ("acls", "list")):
+        started = time.monotonic()
+        res = run(secured, listener, *command, check=False)
+        assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
+        assert res.stderr.strip().endswith("(a TLS or SASL listener? pass --command-config FILE)"), res.stderr
+        assert time.monotonic() - started < 15
