@@ -43,7 +43,6 @@ Bootstrap = Annotated[str, typer.Option(
 class CommandConfig:
     """Set by the ``--command-config`` option's callback, before the command runs."""
 
-    path: str | None = None
     settings: ClientSettings = ClientSettings()
 
 
@@ -87,7 +86,6 @@ def _unknown_to_librdkafka(settings: ClientSettings) -> str:
 def use_command_config(path: str | None) -> str | None:
     """The option's callback: read the file (or forget an earlier one)."""
     path = path or None
-    COMMAND_CONFIG.path = path
     COMMAND_CONFIG.settings = read_command_config(path) if path else ClientSettings()
     return path
 
@@ -315,18 +313,18 @@ def _ask_plaintext(host: str, port: int) -> None:
 
 
 def _log_in(host: str, port: int, security: ClientSecurity) -> None:
-    """Connect, log in and ask ApiVersions: a TLS 1.3 server refuses a client certificate
-    only after the client's side of the handshake, at the first read."""
-    from kio.schema.api_versions.v3.request import ApiVersionsRequest
-
+    """Connect, log in and send ``_PROBE``: a TLS 1.3 server refuses a client certificate
+    only after the client's side of the handshake, at the first read, and a SASL listener
+    given no SASL closes the connection at the Metadata request."""
     from dmq.client.wire import WireClient  # kio: imported by the commands that use it
 
     with WireClient(host, port, client_id="dmq-login-check", timeout=ANSWER_TIMEOUT, security=security) as c:
         try:
-            c.request(ApiVersionsRequest(client_software_name="dmq", client_software_version="1"))
-        except ssl.SSLError:
-            raise
-        except (ConnectionError, EOFError):
+            c.send_raw(_PROBE)
+            answered = struct.unpack_from(">i", c.recv_frame())[0] == _PROBE_CORRELATION
+        except (ConnectionError, struct.error):
+            answered = False
+        if not answered:
             after = "the TLS handshake" if security.mechanism is None else "logging in"
             fail(f"{host}:{port} closed the connection after {after}{security_hint()}")
 
