@@ -70,3 +70,24 @@ def test_broker_console_needs_a_plaintext_listener(tmp_path: Path) -> None:
     assert res.returncode == 1, res.stderr
     assert res.stderr.strip().splitlines()[-1].startswith(
         "error: --console connects to the broker through a PLAINTEXT listener"), res.stderr
+
+
+def test_broker_console_uses_the_plaintext_listener_when_it_is_not_the_first(tmp_path: Path) -> None:
+    from support.broker import BrokerProcess
+    from support.console import SERVING, wait_for_line
+
+    sasl, plain, console_port = free_port(), free_port(), free_port()
+    b = BrokerProcess(tmp_path / "data", port=sasl,
+                      listeners=f"SASL_PLAINTEXT://127.0.0.1:{sasl},PLAINTEXT://127.0.0.1:{plain}",
+                      overrides={"sasl.enabled.mechanisms": "SCRAM-SHA-256"},
+                      extra_args=["--console", f"127.0.0.1:{console_port}"]).start()
+    try:
+        assert b.proc is not None
+        m = next((SERVING.search(line) for line in b.lines if SERVING.search(line)), None)
+        url = m.group(1) if m else wait_for_line(b.proc, 30, b.log_path)
+        page = get(url, "/cluster")
+        assert page.status == 200, page.text
+        [header, row] = cells(page.text, "brokers")
+        assert dict(zip(header, row, strict=True))["address"] == f"127.0.0.1:{plain}"
+    finally:
+        b.close()
