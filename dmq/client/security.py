@@ -7,6 +7,9 @@ TLS trust store (and key store, for ``ssl.client.auth``), and for SASL
 ``sasl.mechanism.inter.broker.protocol`` with the ``username``/``password`` of the
 listener's JAAS config, as a Kafka broker logs in to its peers.
 
+Tools and the console connect with a client properties file instead (``--command-config``,
+``client_settings``: Kafka's or librdkafka's names, read into a ``ClientSettings``).
+
 ``SaslClient`` is the sans-io exchange; ``AsyncWireClient`` and ``WireClient`` drive it
 over SaslHandshake v1 and SaslAuthenticate v2 once connected. Passwords are kept in
 memory only, never logged or shown in a repr.
