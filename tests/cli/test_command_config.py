@@ -224,3 +224,11 @@ def test_a_secured_listener_without_a_file_says_to_pass_one(secured: SecureBroke
         assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
         assert res.stderr.strip().endswith("(a TLS or SASL listener? pass --command-config FILE)"), res.stderr
         assert time.monotonic() - started < 15
+
+
+def test_bench_over_sasl_ssl(secured: SecureBroker, tmp_path: Path) -> None:
+    config = scram_file(tmp_path / "client.properties", secured)
+    res = run(secured, "SASL_SSL", "bench", "produce", "-t", "cc-bench", "-n", "2000", "-s", "100", config=config)
+    assert "2,000" in res.stderr and "records/s" in res.stderr
+    res = run(secured, "SASL_SSL", "bench", "consume", "-t", "cc-bench", "-n", "2000", config=config)
+    assert "2,000" in res.stderr and "records/s" in res.stderr
