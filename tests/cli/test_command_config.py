@@ -151,13 +151,18 @@ def test_a_bad_file_is_one_line(secured: SecureBroker, tmp_path: Path, content: 
 
 
 def test_an_unreadable_file_is_one_line(secured: SecureBroker, tmp_path: Path) -> None:
-    path = tmp_path / "locked.properties"
-    path.write_text("security.protocol=PLAINTEXT\n")
-    path.chmod(0)
-    if os.access(path, os.R_OK):
-        pytest.skip("running as root: every file is readable")
-    res = run(secured, "PLAINTEXT", "topics", "list", config=path, check=False)
-    assert res.returncode == 2 and res.stderr.strip().endswith("permission denied"), res.stderr
+    binary = tmp_path / "client.jks"
+    binary.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02")
+    cases = [(tmp_path, "is a directory"), (binary, "not a text file")]
+    locked = tmp_path / "locked.properties"
+    locked.write_text("security.protocol=PLAINTEXT\n")
+    locked.chmod(0)
+    if not os.access(locked, os.R_OK):  # as root every file is readable
+        cases.append((locked, "permission denied"))
+    for path, says in cases:
+        res = run(secured, "PLAINTEXT", "topics", "list", config=path, check=False)
+        assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr
+        assert res.stderr.strip().endswith(says), res.stderr
 
 
 def test_dmq_users_still_takes_librdkafka_names(secured: SecureBroker, tmp_path: Path) -> None:
