@@ -20,6 +20,7 @@ from confluent_kafka.admin import ResourceType as CkResourceType
 
 from dmq.cli.common import (
     Bootstrap,
+    CommandConfigOption,
     admin_client,
     fail,
     make_console,
@@ -152,6 +153,7 @@ def list_(
     principal: Annotated[str | None, typer.Option("--principal", metavar="TYPE:NAME",
                                                   help="only this principal's ACLs")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """ACLs (of one resource with its pattern type; --resource-pattern-type match: every ACL that applies to it)."""
     resource_type, name = _resource(topic, group, cluster, transactional_id, required=False)
@@ -189,6 +191,7 @@ def add(
     topic: Topic = None, group: Group = None, cluster: Cluster = False, transactional_id: TransactionalId = None,
     resource_pattern_type: PatternOption = "literal", host: Host = "*",
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Add ACLs: each principal gets each operation on the resource."""
     resource_type, name = _resource(topic, group, cluster, transactional_id, required=True)
@@ -214,6 +217,7 @@ def remove(
     resource_pattern_type: PatternOption = "literal", host: Annotated[str | None, typer.Option(
         "--host", metavar="HOST", help="only ACLs of this host")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Remove the resource's ACLs (only those of the given principals and operations, if any)."""
     resource_type, name = _resource(topic, group, cluster, transactional_id, required=True)

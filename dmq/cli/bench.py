@@ -23,6 +23,7 @@ from rich.table import Table
 from dmq.cli.common import (
     Acks,
     Bootstrap,
+    CommandConfigOption,
     Compression,
     admin_client,
     client_config,
@@ -112,6 +113,7 @@ def produce(
     properties: Annotated[list[str] | None, typer.Option(
         "-X", metavar="KEY=VALUE", help="librdkafka producer property, repeatable (as kcat -X)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Send records as fast as possible (or at --throughput) and report rate and latency."""
     if acks is None:
@@ -180,6 +182,7 @@ def consume(
     properties: Annotated[list[str] | None, typer.Option(
         "-X", metavar="KEY=VALUE", help="librdkafka consumer property, repeatable (as kcat -X)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Read records from the beginning of every partition and report the rate."""
     if timeout_s <= 0:

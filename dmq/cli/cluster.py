@@ -37,6 +37,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from dmq.cli.common import (
+    CommandConfigOption,
     admin_client,
     cannot_reach,
     fail,
@@ -762,6 +763,7 @@ def status(
              "--data-dir, else 127.0.0.1:9092]")] = None,
     include_internal: Annotated[bool, typer.Option(
         "--include-internal", metavar="", help="also list internal topics' partitions (__consumer_offsets)")] = False,
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Brokers (running or stopped, with pid and port, for the local cluster), the controller,
     and every partition's leader, replicas and ISR."""

@@ -1,5 +1,10 @@
-"""Shared CLI helpers: the bootstrap option, key=value parsing, Kafka clients that stay
-quiet unless asked (``dmq --verbose`` / ``--debug``), clear failures."""
+"""Shared CLI helpers: the bootstrap and ``--command-config`` options, key=value parsing,
+Kafka clients that stay quiet unless asked (``dmq --verbose`` / ``--debug``), clear failures.
+
+``--command-config FILE`` (or ``DMQ_COMMAND_CONFIG``) is Kafka's client properties file
+(docs/security.md): its option callback reads it once into ``COMMAND_CONFIG``, which
+``client_config`` (confluent-kafka clients) and ``wire_client``/``client_security`` (dmq's
+own wire clients) apply, so a command only declares the option."""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import contextlib
 import os
 import shutil
 import socket
+import ssl
+import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +26,9 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 from rich.table import Table
 
+from dmq.client.security import AuthenticationError, ClientSecurity, ClientSettings, client_settings
+from dmq.config import ConfigError, parse_properties
+
 if TYPE_CHECKING:
     from dmq.client.wire import WireClient
 
@@ -27,6 +37,81 @@ T = TypeVar("T")
 Bootstrap = Annotated[str, typer.Option(
     "--bootstrap-server", "-b", envvar="DMQ_BOOTSTRAP_SERVER", metavar="HOST:PORT",
     help="broker(s) to connect to, comma-separated")]
+
+
+@dataclass
+class CommandConfig:
+    """Set by the ``--command-config`` option's callback, before the command runs."""
+
+    settings: ClientSettings = ClientSettings()
+
+
+COMMAND_CONFIG = CommandConfig()
+
+
+def read_command_config(path: str) -> ClientSettings:
+    """The client settings of the properties file at ``path``; a file that cannot be read
+    or a wrong value is one line and exit 2."""
+    try:
+        with open(path) as f:
+            props = parse_properties(f.read())
+    except OSError as e:
+        fail(f"cannot read --command-config {path}: {(e.strerror or str(e)).lower()}", 2)
+    except UnicodeDecodeError:
+        fail(f"--command-config {path}: not a text file", 2)
+    except ConfigError as e:
+        fail(f"--command-config {path}: {e}", 2)
+    try:
+        settings = client_settings(props)
+    except ConfigError as e:
+        fail(f"--command-config {path}: {e}", 2)
+    unknown = _unknown_to_librdkafka(settings)
+    if unknown:
+        fail(f"--command-config {path}: {unknown}", 2)
+    return settings
+
+
+def _unknown_to_librdkafka(settings: ClientSettings) -> str:
+    """librdkafka's complaint about an entry it does not know ("" when it knows them all):
+    a client made without bootstrap servers checks the names and connects nowhere."""
+    from confluent_kafka import Producer
+
+    try:
+        Producer({"log_level": 0, **settings.librdkafka})
+    except (KafkaException, ValueError, TypeError) as e:
+        return kafka_error_text(e)
+    return ""
+
+
+def use_command_config(path: str | None) -> str | None:
+    """The option's callback: read the file (or forget an earlier one)."""
+    path = path or None
+    COMMAND_CONFIG.settings = read_command_config(path) if path else ClientSettings()
+    return path
+
+
+_CLIENT_FILE_HELP = (
+    "client security settings for a TLS or SASL listener, Kafka's client properties file "
+    "(security.protocol, sasl.mechanism, sasl.username/sasl.password or sasl.jaas.config, "
+    "ssl.ca.location or ssl.truststore.location ...) [env: DMQ_COMMAND_CONFIG]")
+CommandConfigOption = Annotated[str | None, typer.Option(
+    "--command-config", envvar="DMQ_COMMAND_CONFIG", metavar="FILE", callback=use_command_config,
+    show_envvar=False,
+    help=_CLIENT_FILE_HELP)]
+
+
+# ``dmq produce``/``consume`` also take kafka-console-producer.sh's and -consumer.sh's names.
+ProducerConfigOption = Annotated[str | None, typer.Option(
+    "--command-config", "--producer.config", envvar="DMQ_COMMAND_CONFIG", metavar="FILE",
+    callback=use_command_config, show_envvar=False, help=_CLIENT_FILE_HELP)]
+ConsumerConfigOption = Annotated[str | None, typer.Option(
+    "--command-config", "--consumer.config", envvar="DMQ_COMMAND_CONFIG", metavar="FILE",
+    callback=use_command_config, show_envvar=False, help=_CLIENT_FILE_HELP)]
+
+
+def client_security() -> ClientSecurity | None:
+    """The security of dmq's wire clients from ``--command-config`` (None: PLAINTEXT)."""
+    return COMMAND_CONFIG.settings.security
 
 
 @dataclass
@@ -134,6 +219,7 @@ def client_config(bootstrap: str, **extra: Any) -> dict[str, Any]:
         conf["log_level"] = 0
     if VERBOSITY.debug:
         conf["debug"] = DEBUG_CONTEXTS
+    conf.update(COMMAND_CONFIG.settings.librdkafka)
     conf.update(extra)
     return conf
 
@@ -184,11 +270,63 @@ def unreachable(bootstrap: str) -> list[str]:
 
 
 def ensure_reachable(bootstrap: str) -> None:
-    """Return once one bootstrap address accepts a TCP connection; otherwise fail with one
-    line (exit 1) rather than let the client retry and log for half a minute."""
-    reasons = unreachable(bootstrap)
-    if reasons:
-        cannot_reach(bootstrap, reasons)
+    """Return once one bootstrap address accepts a TCP connection and answers; otherwise
+    fail with one line (exit 1) rather than let the client retry and log for half a minute.
+    With TLS or SASL from ``--command-config`` the connection also does the handshake and
+    logs in (dmq's wire client), so a wrong password or certificate is one line here too:
+    librdkafka only logs it and retries until its request times out. Without, a broker that
+    closes the connection at a plaintext Metadata request (a TLS or SASL listener) is one
+    line saying to pass --command-config."""
+    security = client_security()
+    if security is not None:
+        connect_first(bootstrap, lambda host, port: _log_in(host, port, security))
+        return
+    connect_first(bootstrap, _ask_plaintext)
+
+
+# The plaintext probe: Metadata v4 (Kafka 0.11 to 4.x all answer it) for no topics and no
+# auto-creation, correlation id 1, client id "dmq".
+_PROBE_CORRELATION = 1
+_PROBE = (lambda body: struct.pack(">i", len(body)) + body)(
+    struct.pack(">hhih", 3, 4, _PROBE_CORRELATION, 3) + b"dmq" + struct.pack(">ib", 0, 0))
+
+
+def _ask_plaintext(host: str, port: int) -> None:
+    """Connect, send ``_PROBE`` and wait (at most REACH_TIMEOUT) for its answer's first
+    bytes: ConnectionError("connection closed by the broker") when the broker closes the
+    connection or answers with anything else. A slow answer counts as an answer."""
+    with socket.create_connection((host, port), timeout=REACH_TIMEOUT) as sock:
+        try:
+            sock.sendall(_PROBE)
+            head = b""
+            while len(head) < 8:
+                chunk = sock.recv(8 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+        except TimeoutError:
+            return
+        except ConnectionResetError:
+            head = b""
+        if len(head) < 8 or struct.unpack(">i", head[4:8])[0] != _PROBE_CORRELATION:
+            raise ConnectionError("connection closed by the broker")
+
+
+def _log_in(host: str, port: int, security: ClientSecurity) -> None:
+    """Connect, log in and send ``_PROBE``: a TLS 1.3 server refuses a client certificate
+    only after the client's side of the handshake, at the first read, and a SASL listener
+    given no SASL closes the connection at the Metadata request."""
+    from dmq.client.wire import WireClient  # kio: imported by the commands that use it
+
+    with WireClient(host, port, client_id="dmq-login-check", timeout=ANSWER_TIMEOUT, security=security) as c:
+        try:
+            c.send_raw(_PROBE)
+            answered = struct.unpack_from(">i", c.recv_frame())[0] == _PROBE_CORRELATION
+        except (ConnectionError, struct.error):
+            answered = False
+        if not answered:
+            after = "the TLS handshake" if security.mechanism is None else "logging in"
+            fail(f"{host}:{port} closed the connection after {after}{security_hint()}")
 
 
 def cannot_reach(bootstrap: str, reasons: list[str]) -> NoReturn:
@@ -198,16 +336,46 @@ def cannot_reach(bootstrap: str, reasons: list[str]) -> NoReturn:
 
 def connect_first(bootstrap: str, connect: Callable[[str, int], T]) -> T:
     """``connect(host, port)`` to the first bootstrap address that answers, or fail with
-    the one line of ensure_reachable."""
+    the one line of ensure_reachable; a refused login or TLS handshake is its own line."""
     reasons: list[str] = []
     for host, port in bootstrap_addresses(bootstrap):
         try:
             return connect(host, port)
+        except AuthenticationError as e:
+            fail(f"authentication failed at {host}:{port}: {e} (check --command-config)")
+        except ssl.SSLError as e:
+            fail(f"TLS handshake with {host}:{port} failed: {tls_reason(e)} (check --command-config)")
+        except ConnectionError as e:
+            if type(e) is not ConnectionError:  # refused, reset: not there
+                reason = reach_reason(e, host)
+                if reason not in reasons:
+                    reasons.append(reason)
+                continue
+            # It accepted the connection, then closed it: it wants another protocol.
+            fail(f"{host}:{port} closed the connection{security_hint()}")
         except OSError as e:
             reason = reach_reason(e, host)
             if reason not in reasons:
                 reasons.append(reason)
     cannot_reach(bootstrap, reasons)
+
+
+def tls_reason(e: ssl.SSLError) -> str:
+    """"certificate verify failed: ..." rather than ssl's bracketed codes."""
+    if isinstance(e, ssl.SSLCertVerificationError) and e.verify_message:
+        return f"certificate verify failed: {e.verify_message}"
+    return str(e.reason or e.strerror or e).lower().replace("_", " ")
+
+
+def security_hint() -> str:
+    """What to try when a broker closed the connection and no security was given."""
+    security = COMMAND_CONFIG.settings.security
+    if security is None:
+        return " (a TLS or SASL listener? pass --command-config FILE)"
+    if security.ssl_context is not None:
+        return (" (does the listener take --command-config's settings: its protocol, its CA, "
+                "the client certificate?)")
+    return " (does the listener take --command-config's settings?)"
 
 
 # Seconds dmq's own wire client waits for a broker's answer.
@@ -221,15 +389,17 @@ def wire_client(bootstrap: str, client_id: str) -> Iterator[WireClient]:
     is one line and exit 1, not a traceback."""
     from dmq.client.wire import WireClient  # kio: imported by the commands that use it
 
+    security = client_security()
     c = connect_first(bootstrap, lambda host, port: WireClient(
-        host, port, client_id=client_id, timeout=ANSWER_TIMEOUT))
+        host, port, client_id=client_id, timeout=ANSWER_TIMEOUT, security=security))
     try:
         yield c
     except TimeoutError:
         fail(f"{bootstrap} did not answer within {c.sock.gettimeout():g} s; is the broker overloaded "
              f"or stopped?")
     except OSError as e:  # ConnectionError: reset or closed by the broker
-        fail(f"lost the connection to {bootstrap}: {(e.strerror or str(e) or type(e).__name__).lower()}")
+        fail(f"lost the connection to {bootstrap}: {(e.strerror or str(e) or type(e).__name__).lower()}"
+             f"{security_hint()}")
     finally:
         c.close()
 

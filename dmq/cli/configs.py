@@ -16,6 +16,7 @@ from rich.table import Table
 
 from dmq.cli.common import (
     Bootstrap,
+    CommandConfigOption,
     admin_client,
     fail,
     make_console,
@@ -131,6 +132,7 @@ def describe(
     all_: Annotated[bool, typer.Option(
         "--all", help="every config with its source and synonyms, defaults included")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Configs set on a topic or broker (with --all: every config, its source and synonyms)."""
     res, what = _resource(topic, broker, broker_defaults)
@@ -182,6 +184,7 @@ def alter(
     delete: Annotated[list[str] | None, typer.Option(
         "--delete", metavar="KEY", help="config to remove so its default applies, repeatable (--delete-config)")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Set or delete configs of a topic or broker (incrementally: others stay as they are)."""
     res, what = _resource(topic, broker, broker_defaults)

@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from dmq.cli.common import (
     Bootstrap,
+    CommandConfigOption,
     admin_client,
     fail,
     kafka_error_text,
@@ -60,7 +61,8 @@ def _list_groups(a: AdminClient) -> list[Any]:
 
 
 @app.command("list")
-def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
+def list_groups(bootstrap_server: Bootstrap = "127.0.0.1:9092",
+                command_config: CommandConfigOption = None) -> None:
     """List consumer groups, classic and share, with their state."""
     a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
     rows = [(g.group_id, "classic", _state_name(g.state)) for g in _list_groups(a)]
@@ -141,6 +143,7 @@ def describe(
     state: Annotated[bool, typer.Option(
         "--state", help="show one line per group: state, assignor, members, coordinator")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Per-partition committed offset, log end offset and lag with a TOTAL-LAG line (like
     kafka-consumer-groups.sh --describe); --members or --state for the other views."""
@@ -213,6 +216,7 @@ def _describe_classic(a: AdminClient, name: str, i: int, all_groups: bool, membe
 def delete(
     group: Annotated[str, typer.Argument(metavar="GROUP", help="consumer group to delete")],
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Delete an empty group and its committed offsets."""
     a = admin_client(bootstrap_server)
@@ -249,6 +253,7 @@ def reset_offsets(
         help="by N records from the committed (share groups: start) offset (negative: back)")] = None,
     execute: Annotated[bool, typer.Option("--execute", help="apply; without it this is a dry run")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Move a stopped group's committed offsets, or a share group's start offsets (dry run
     unless --execute)."""

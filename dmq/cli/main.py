@@ -14,6 +14,8 @@ from dmq.cli.common import (
     Acks,
     Bootstrap,
     Compression,
+    ConsumerConfigOption,
+    ProducerConfigOption,
     exit_on_broken_pipe,
     fail,
     parse_pairs,
@@ -123,6 +125,7 @@ def produce(
         help="idempotent producer: no duplicates on retry (needs --acks all) "
              "[default: on with --acks all, off otherwise]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: ProducerConfigOption = None,
 ) -> None:
     """Read lines from stdin and produce them as records."""
     from dmq.console.producer import run
@@ -155,6 +158,7 @@ def consume(
     timeout_ms: Annotated[int | None, typer.Option(
         "--timeout-ms", min=0, metavar="MS", help="exit after this long without records [default: never]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: ConsumerConfigOption = None,
 ) -> None:
     """Print records to stdout."""
     from dmq.console.consumer import run

@@ -21,6 +21,8 @@ from rich.console import Console
 from dmq.cli.common import (
     ANSWER_TIMEOUT,
     Bootstrap,
+    CommandConfigOption,
+    client_security,
     ensure_reachable,
     fail,
     make_console,
@@ -96,6 +98,7 @@ def query(
         "--isolation-level", case_sensitive=False, metavar="[read_committed|read_uncommitted]",
         help="read_uncommitted adds records of aborted (marked) and open transactions")] = "read_committed",
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Find records by key (newest first), or by time range or offset (oldest first)."""
     if key is None and from_time is None and to_time is None and offset is None:
@@ -123,7 +126,8 @@ def query(
                                   partition=partition, start_offset=offset, start_timestamp=start,
                                   end_timestamp=end, max_records=max_messages,
                                   read_committed=isolation_level.lower() == "read_committed",
-                                  timeout=ANSWER_TIMEOUT, progress=shown, client_id="dmq-messages")
+                                  timeout=ANSWER_TIMEOUT, progress=shown, client_id="dmq-messages",
+                                  security=client_security())
     except QueryError as e:
         fail(str(e))
     where = topic if partition is None else f"{topic}-{partition}"

@@ -22,7 +22,14 @@ import typer
 from kio.schema.errors import ErrorCode
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dmq.cli.common import ANSWER_TIMEOUT, Bootstrap, fail, make_console, wire_client
+from dmq.cli.common import (
+    ANSWER_TIMEOUT,
+    Bootstrap,
+    CommandConfigOption,
+    fail,
+    make_console,
+    wire_client,
+)
 from dmq.cli.help import Typer
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
@@ -112,6 +119,7 @@ def reassign(
         "--cancel", help="stop the moves in progress of these partitions; they go back to their "
                          "replicas before the move")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Move partitions to other brokers while they keep serving."""
     targets: dict[tuple[str, int], list[int] | None] = {}
@@ -190,6 +198,7 @@ def throttle(
         "--rate", min=1, metavar="BYTES_PER_S", help="bytes/s for replicas being added")] = None,
     clear: Annotated[bool, typer.Option("--clear", help="remove the throttle")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Set or clear follower.replication.throttled.rate on brokers (a dynamic broker config)."""
     if (rate is None) == (not clear):
@@ -211,6 +220,7 @@ def elect_leaders(
         "--partition", "-p", min=0, metavar="PARTITION",
         help="only this partition of --topic [default: all of them]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Move leadership back to each partition's preferred (first) replica."""
     if partition is not None and topic is None:

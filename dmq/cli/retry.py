@@ -8,7 +8,16 @@ import typer
 from confluent_kafka import KafkaException
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dmq.cli.common import Bootstrap, fail, kafka_error_text, make_console, make_table
+from dmq.cli.common import (
+    COMMAND_CONFIG,
+    Bootstrap,
+    CommandConfigOption,
+    ensure_reachable,
+    fail,
+    kafka_error_text,
+    make_console,
+    make_table,
+)
 from dmq.cli.help import Typer
 
 app = Typer(help="Retry and dead-letter topics of consumer groups (dmq.client.RetryingConsumer).",
@@ -27,6 +36,7 @@ def redrive(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="count what would be re-driven; send nothing, remember nothing")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Send dead letters back to the topics they came from (their dmq headers removed).
 
@@ -38,6 +48,7 @@ def redrive(
     if (group is None) == (topic is None):
         fail("give either --group GROUP or --topic DEAD_LETTER_TOPIC", 2)
     dlq = topic if topic is not None else dead_letter_topic(str(group))
+    ensure_reachable(bootstrap_server)  # with --command-config: it also logs in
     with Progress(TextColumn(f"{'counting' if dry_run else 're-driving'} {dlq}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True) as progress:
         task = progress.add_task("redrive", total=None)
@@ -46,7 +57,8 @@ def redrive(
             progress.update(task, completed=done, total=total)
 
         try:
-            sent = run_redrive(bootstrap_server, dlq, step, limit, dry_run)
+            sent = run_redrive(bootstrap_server, dlq, step, limit, dry_run,
+                               dict(COMMAND_CONFIG.settings.librdkafka))
         except KafkaException as e:
             fail(f"cannot re-drive {dlq}: {kafka_error_text(e)}")
     if not sent:

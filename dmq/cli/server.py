@@ -92,19 +92,25 @@ def parse_console(value: str | None) -> tuple[str, int] | None:
 
 async def _run_with_console(broker: Any, address: tuple[str, int]) -> str:
     """The broker and its web console on one event loop. The console talks to the broker
-    over the Kafka protocol, as a standalone one does; it stops when the broker stops.
-    Returns why the console could not be served ("" once the broker has run)."""
+    over the Kafka protocol, as a standalone one does, through the broker's first PLAINTEXT
+    listener (it has no login of its own to give a TLS or SASL one); it stops when the
+    broker stops. Returns why the console could not be served ("" once the broker has run)."""
     from dmq.cli.web import bind_error
     from dmq.metrics import exposition
     from dmq.web import start
 
+    plaintext = next((e.name for e in broker.endpoints if e.security_protocol == "PLAINTEXT"), None)
+    if plaintext is None:
+        return ("--console connects to the broker through a PLAINTEXT listener and listeners= has "
+                "none: add one on loopback (PLAINTEXT://127.0.0.1:PORT), or serve the console on its "
+                "own: dmq console -b HOST:PORT --command-config FILE")
     task = asyncio.ensure_future(broker.run())
-    while broker.bound[1] == 0 and not task.done():  # an ephemeral listener port: wait for it
+    while plaintext not in broker.bound_listeners and not task.done():  # until it listens
         await asyncio.sleep(0.05)
     if task.done():
         await task
         return ""
-    host, port = broker.bound
+    host, port = broker.bound_listeners[plaintext]
     try:
         running = await start(f"{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}", *address,
                               metrics=functools.partial(exposition, broker))

@@ -17,7 +17,9 @@ from confluent_kafka.admin import (
 from dmq.cli.common import ADMIN_TIMEOUT as TIMEOUT
 from dmq.cli.common import (
     Bootstrap,
+    CommandConfigOption,
     admin_client,
+    client_security,
     fail,
     format_bytes,
     kafka_error_text,
@@ -51,6 +53,7 @@ def create(
         "--config", "-c", metavar="KEY=VALUE", help="topic config, repeatable")] = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="succeed when the topic already exists")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Create a topic."""
     for flag, value in (("--partitions", partitions), ("--replication-factor", replication_factor)):
@@ -78,6 +81,7 @@ def list_names(
     exclude_internal: Annotated[bool, typer.Option(
         "--exclude-internal", help="leave out internal topics (__consumer_offsets)")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """List topic names."""
     try:
@@ -119,7 +123,8 @@ def _delayed_records(md: Any, topic: str, parts: list[Any]) -> dict[int, str]:
         if broker is None:
             continue
         try:
-            with WireClient(broker.host, broker.port, client_id="dmq-topics", timeout=5) as c:
+            with WireClient(broker.host, broker.port, client_id="dmq-topics", timeout=5,
+                            security=client_security()) as c:
                 resp = c.request(make(request_class(DESCRIBE_DELAYED_KEY, 0), topics=(
                     make(module.DelayedTopicRequest, name=topic, partitions=tuple(ids)),)))
         except (OSError, ValueError):
@@ -149,7 +154,8 @@ def _sizes(md: Any, topic: str, parts: list[Any]) -> dict[int, int]:
         if broker is None:
             continue
         try:
-            with WireClient(broker.host, broker.port, client_id="dmq-topics", timeout=5) as c:
+            with WireClient(broker.host, broker.port, client_id="dmq-topics", timeout=5,
+                            security=client_security()) as c:
                 resp = c.request(make(request_class(35, 4), topics=(
                     make(module.DescribableLogDirTopic, topic=topic, partitions=tuple(ids)),)))
         except (OSError, ValueError):
@@ -174,6 +180,7 @@ def describe(
     exclude_internal: Annotated[bool, typer.Option(
         "--exclude-internal", help="leave out internal topics when no topic is named")] = False,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Show each topic's id, replication factor, size, partitions (leader, replicas, ISR,
     records waiting for their delivery time, size of the leader's log) and config overrides."""
@@ -236,6 +243,7 @@ def describe(
 def delete(
     name: Annotated[str, typer.Argument(metavar="TOPIC", help="topic to delete")],
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Delete a topic and its data."""
     a = admin_client(bootstrap_server)  # keep a reference: a collected client cancels its futures
@@ -253,6 +261,7 @@ def alter(
     delete_config: Annotated[list[str] | None, typer.Option(
         "--delete-config", metavar="KEY", help="config override to remove, repeatable")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Add partitions or change config overrides."""
     if partitions is None and not config and not delete_config:

@@ -32,6 +32,8 @@ from kio.schema.errors import ErrorCode
 from dmq.cli.common import (
     ANSWER_TIMEOUT,
     Bootstrap,
+    CommandConfigOption,
+    client_security,
     fail,
     make_console,
     make_table,
@@ -131,7 +133,8 @@ class Brokers:
         if c is None:
             try:
                 c = self._clients[broker_id] = WireClient(host, port, client_id="dmq-transactions",
-                                                          timeout=ANSWER_TIMEOUT)
+                                                          timeout=ANSWER_TIMEOUT,
+                                                          security=client_security())
             except OSError as e:
                 fail(f"cannot reach {where}: {reach_reason(e, host)}")
         c.sock.settimeout(ANSWER_TIMEOUT + wait)
@@ -229,7 +232,8 @@ def _partition_producers(b: Brokers, topic: str, index: int, broker_id: int | No
 
 
 @app.command("list")
-def list_transactions(bootstrap_server: Bootstrap = "127.0.0.1:9092") -> None:
+def list_transactions(bootstrap_server: Bootstrap = "127.0.0.1:9092",
+                command_config: CommandConfigOption = None) -> None:
     """List the transactional ids every broker coordinates, with their producer ids and states."""
     with _brokers(bootstrap_server, topics=[]) as b:
         rows = _list_transactions(b)
@@ -248,6 +252,7 @@ def describe(
     transactional_id: Annotated[str, typer.Option(
         "--transactional-id", metavar="ID", help="the transactional id to describe")],
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Show a transactional id's coordinator, producer id and epoch, state, timeout, and the
     start and partitions of its transaction."""
@@ -292,6 +297,7 @@ def describe_producers(
     broker_id: Annotated[int | None, typer.Option(
         "--broker-id", metavar="ID", help="ask this replica [default: the leader]")] = None,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Show a partition's active producers: id, epoch, coordinator epoch, last sequence and
     timestamp, and the first offset of an open transaction (-1: none)."""
@@ -337,6 +343,7 @@ def find_hanging(
         help="the brokers' transaction.max.timeout.ms in minutes: an open transaction whose "
              "producer wrote nothing for longer is a candidate")] = 15,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Find open transactions the transaction coordinator does not know (KIP-664): they hold
     the last stable offset, and read_committed consumers, for ever."""
@@ -398,6 +405,7 @@ def abort(
     start_offset: Annotated[int, typer.Option(
         "--start-offset", min=0, metavar="OFFSET", help="first offset of the open transaction to abort")],
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Abort the open transaction that starts at OFFSET on a partition: an ABORT marker from
     its producer id and epoch, written by the partition's leader. Its records vanish for

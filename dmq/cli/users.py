@@ -7,8 +7,7 @@ from the first line of standard input; it is never an argument (it would be in t
 shell's history and in ``ps``) and never printed. The client salts and hashes it: the
 broker receives the salted password only and keeps Kafka's credential (salt, stored
 key, server key, iterations). ``--command-config FILE`` holds the client's security
-settings (``security.protocol``, ``sasl.mechanism``, ``sasl.username``, ``sasl.password``,
-``ssl.ca.location``: librdkafka's names) for a broker that asks for them.
+settings for a broker that asks for them, as for every command (dmq.cli.common).
 """
 
 from __future__ import annotations
@@ -22,41 +21,26 @@ import typer
 from dmq.cli.common import (
     ADMIN_TIMEOUT,
     Bootstrap,
-    client_config,
-    ensure_reachable,
+    CommandConfigOption,
+    admin_client,
     fail,
     kafka_error_text,
     make_console,
     make_table,
 )
 from dmq.cli.help import Typer
-from dmq.config import ConfigError, parse_properties
 
 app = Typer(help="Manage SCRAM users (SASL/SCRAM-SHA-256 and -512 credentials).",
             no_args_is_help=True)
 console = make_console()
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-CommandConfig = Annotated[str | None, typer.Option(
-    "--command-config", metavar="FILE",
-    help="client security settings (librdkafka names: security.protocol, sasl.mechanism, "
-         "sasl.username, sasl.password, ssl.ca.location)")]
+CommandConfig = CommandConfigOption
 
 
 def _admin(bootstrap: str, command_config: str | None) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    extra: dict[str, str] = {}
-    if command_config:
-        try:
-            with open(command_config) as f:
-                extra = parse_properties(f.read())
-        except OSError as e:
-            fail(f"cannot read --command-config {command_config}: {(e.strerror or str(e)).lower()}", 2)
-        except ConfigError as e:
-            fail(f"--command-config {command_config}: {e}", 2)
-    ensure_reachable(bootstrap)
-    return AdminClient(client_config(bootstrap, **{"socket.timeout.ms": 10000, **extra}))
+    """``command_config`` was read by the option's callback (dmq.cli.common)."""
+    return admin_client(bootstrap)
 
 
 def _wait(fut: Any, what: str) -> Any:

@@ -1,6 +1,8 @@
 """``dmq console``: the web console of a cluster, on its own (docs/console.md).
 
-``dmq server --console HOST:PORT`` serves the same console from inside the broker."""
+``dmq server --console HOST:PORT`` serves the same console from inside the broker.
+``--command-config FILE`` gives the client security for a TLS or SASL listener, as for
+every command; the console's connections use it (docs/console.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from dmq.cli.common import Bootstrap, ensure_reachable, fail
+from dmq.cli.common import Bootstrap, CommandConfigOption, client_security, ensure_reachable, fail
 from dmq.cli.help import Typer
 
 app = Typer(help="Serve the web console of a cluster (cluster, topics, messages, groups, "
@@ -35,7 +37,7 @@ async def serve(bootstrap: str, host: str, port: int, sample_interval: float) ->
     from dmq.web import start
 
     try:
-        running = await start(bootstrap, host, port, sample_interval)
+        running = await start(bootstrap, host, port, sample_interval, security=client_security())
     except OSError as e:
         return f"cannot listen on {host}:{port}: {bind_error(e)}"
     print(f"dmq console on {running.url} for {bootstrap} (Ctrl-C stops it)", flush=True)
@@ -54,10 +56,11 @@ def console(
         "--sample-interval", metavar="SECONDS", min=0,
         help="how often to sample message rates and group lag (0: never)")] = 10.0,
     bootstrap_server: Bootstrap = "127.0.0.1:9092",
+    command_config: CommandConfigOption = None,
 ) -> None:
     """Serve the web console of the cluster at --bootstrap-server."""
     host, port = parse_listen(listen, "--listen")
-    ensure_reachable(bootstrap_server)
+    ensure_reachable(bootstrap_server)  # with --command-config: it also logs in
     try:
         import uvloop
 

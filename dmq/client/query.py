@@ -20,6 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.client.security import AuthenticationError, ClientSecurity
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.protocol.extensions import QueryPartition, QueryRecordsRequest, QueryTopic
@@ -70,8 +71,10 @@ def _code(error: ErrorCode) -> str:
 class _Cluster:
     """Connections to the brokers the bootstrap broker's metadata names."""
 
-    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float, client_id: str) -> None:
+    def __init__(self, bootstrap: list[tuple[str, int]], timeout: float, client_id: str,
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap = bootstrap
+        self.security = security
         self.timeout = timeout
         self.client_id = client_id
         self.addresses: dict[int, tuple[str, int]] = {}
@@ -83,7 +86,10 @@ class _Cluster:
         c = self._clients.get(address)
         if c is None:
             try:
-                c = self._clients[address] = WireClient(*address, client_id=self.client_id, timeout=self.timeout)
+                c = self._clients[address] = WireClient(*address, client_id=self.client_id, timeout=self.timeout,
+                                                              security=self.security)
+            except AuthenticationError as e:
+                raise QueryError(f"authentication failed at {address[0]}:{address[1]}: {e}") from None
             except OSError as e:
                 raise QueryError(f"cannot reach {what} at {address[0]}:{address[1]}: "
                                  f"{_reason(e)}") from None
@@ -160,7 +166,7 @@ def query_records(bootstrap: str, topic: str, *, key: bytes | None = None, parti
                   start_timestamp: int | None = None, end_timestamp: int | None = None,
                   max_records: int = 100, read_committed: bool = True, timeout: float = 30.0,
                   retry_for: float = 30.0, progress: Callable[[int, int], None] | None = None,
-                  client_id: str = "dmq-query") -> QueryResult:
+                  client_id: str = "dmq-query", security: ClientSecurity | None = None) -> QueryResult:
     """The records of ``topic`` (or of its ``partition``) with ``key``, newest first, or
     without a key those from ``start_offset``/``start_timestamp`` up to
     ``end_offset``/``end_timestamp`` (exclusive), oldest first: at most
@@ -168,7 +174,7 @@ def query_records(bootstrap: str, topic: str, *, key: bytes | None = None, parti
     interleaved by timestamp. ``progress(requests, records)`` is called after each answer."""
     if max_records < 1:
         raise QueryError(f"max_records must be at least 1, got {max_records}")
-    cluster = _Cluster(parse_bootstrap(bootstrap), timeout, client_id)
+    cluster = _Cluster(parse_bootstrap(bootstrap), timeout, client_id, security)
     try:
         cluster.refresh(topic)
         if partition is not None and partition not in cluster.leaders:

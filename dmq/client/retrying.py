@@ -233,15 +233,19 @@ def ensure_topics(bootstrap: str, topics: list[str]) -> None:
 
 
 def redrive(bootstrap: str, dead_letter: str, progress: Callable[[int, int], None] | None = None,
-            limit: int | None = None, dry_run: bool = False) -> dict[str, int]:
+            limit: int | None = None, dry_run: bool = False,
+            config: dict[str, Any] | None = None) -> dict[str, int]:
     """Produce the dead letters not yet re-driven back to their origin topics (own headers
     removed); progress is kept in the consumer group ``<dead letter topic>-redrive``, so a
     second run sends only what arrived since. Returns {origin topic: records sent}.
-    ``progress(done, total)`` is called as it goes."""
+    ``progress(done, total)`` is called as it goes; ``config``: more client settings
+    (security) for the consumer and the producer."""
     group = f"{dead_letter}-redrive"
+    extra = config or {}
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", "enable.partition.eof": True, "log_level": 0})
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+                  "auto.offset.reset": "earliest", "enable.partition.eof": True, "log_level": 0, **extra})
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "log_level": 0,
+                  **extra})
     sent: dict[str, int] = {}
     try:
         md = c.list_topics(dead_letter, timeout=15).topics.get(dead_letter)

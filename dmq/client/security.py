@@ -7,6 +7,9 @@ TLS trust store (and key store, for ``ssl.client.auth``), and for SASL
 ``sasl.mechanism.inter.broker.protocol`` with the ``username``/``password`` of the
 listener's JAAS config, as a Kafka broker logs in to its peers.
 
+Tools and the console connect with a client properties file instead (``--command-config``,
+``client_settings``: Kafka's or librdkafka's names, read into a ``ClientSettings``).
+
 ``SaslClient`` is the sans-io exchange; ``AsyncWireClient`` and ``WireClient`` drive it
 over SaslHandshake v1 and SaslAuthenticate v2 once connected. Passwords are kept in
 memory only, never logged or shown in a repr.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import base64
 import hmac
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dmq.config import (
@@ -47,14 +51,14 @@ class ClientSecurity:
 
 
 def client_ssl_context(cafile: str | None, certfile: str | None = None, key_password: str | None = None,
-                       check_hostname: bool = True) -> ssl.SSLContext:
+                       check_hostname: bool = True, keyfile: str | None = None) -> ssl.SSLContext:
     """TLS 1.2+ context trusting ``cafile`` (the system's CAs without it), presenting
-    ``certfile`` (key and chain in one PEM) when given."""
+    ``certfile`` (key and chain in one PEM, or the key in ``keyfile``) when given."""
     ctx = ssl.create_default_context(cafile=cafile)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.check_hostname = check_hostname
     if certfile:
-        ctx.load_cert_chain(certfile, password=key_password)
+        ctx.load_cert_chain(certfile, keyfile, password=key_password)
     return ctx
 
 
@@ -92,6 +96,88 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity | None:
         raise ConfigError(f"the inter-broker listener {name} uses SASL {mechanism}: set {key} with "
                           f"the broker's username=\"...\" password=\"...\"")
     return ClientSecurity(ctx, mechanism, entry.username, entry.password)
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """A Kafka client properties file (``--command-config``) read once: ``librdkafka``
+    holds its entries under librdkafka's names, for confluent-kafka clients; ``security``
+    the same settings for dmq's own wire clients (None: PLAINTEXT)."""
+
+    protocol: str = "PLAINTEXT"
+    librdkafka: Mapping[str, str] = field(default_factory=dict, repr=False)
+    security: ClientSecurity | None = None
+
+
+def client_settings(props: Mapping[str, str]) -> ClientSettings:
+    """The settings of a client properties file, with Kafka's (Java client's) names or
+    librdkafka's: ``security.protocol``, ``sasl.mechanism``, ``sasl.username`` and
+    ``sasl.password`` or ``sasl.jaas.config``, ``ssl.ca.location`` or
+    ``ssl.truststore.location`` (PEM), ``ssl.certificate.location`` and ``ssl.key.location``
+    or ``ssl.keystore.location`` (PEM: key and chain), ``ssl.key.password``,
+    ``ssl.endpoint.identification.algorithm``. Other entries are left for librdkafka as
+    they are. ConfigError says what is wrong (never a password)."""
+    rest = {k.strip(): v.strip() for k, v in props.items()}
+    protocol = rest.pop("security.protocol", "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"security.protocol={protocol}: expected one of {', '.join(SECURITY_PROTOCOLS)}")
+    out: dict[str, str] = {"security.protocol": protocol}
+    for kind in ("truststore", "keystore"):
+        store_type = rest.pop(f"ssl.{kind}.type", None)
+        if f"ssl.{kind}.location" in rest and (store_type or "JKS").upper() != "PEM":
+            raise ConfigError(f"ssl.{kind}.type={store_type or 'JKS (the default)'}: dmq's tools read PEM "
+                              f"files only: set ssl.{kind}.type=PEM (or use ssl.ca.location, "
+                              f"ssl.certificate.location and ssl.key.location)")
+    rest.pop("ssl.truststore.password", None)  # a PEM trust store has none
+    if "ssl.truststore.location" in rest:
+        rest.setdefault("ssl.ca.location", rest.pop("ssl.truststore.location"))
+    if "ssl.keystore.location" in rest:
+        keystore = rest.pop("ssl.keystore.location")
+        rest.setdefault("ssl.certificate.location", keystore)
+        rest.setdefault("ssl.key.location", keystore)
+    if "ssl.keystore.password" in rest:  # a PEM key store's password is its key's
+        rest.setdefault("ssl.key.password", rest.pop("ssl.keystore.password"))
+    algorithm = rest.pop("ssl.endpoint.identification.algorithm", "https").lower() or "none"
+    if algorithm not in ("https", "none"):
+        raise ConfigError(f"ssl.endpoint.identification.algorithm={algorithm}: expected https or "
+                          f"none (empty)")
+    jaas = rest.pop("sasl.jaas.config", None)
+    if jaas:
+        try:
+            entry = parse_jaas(jaas)
+        except JaasError as e:
+            raise ConfigError(f"sasl.jaas.config: {e}") from None
+        if entry.username is not None:
+            rest.setdefault("sasl.username", entry.username)
+        if entry.password is not None:
+            rest.setdefault("sasl.password", entry.password)
+    ctx = None
+    if protocol in ("SSL", "SASL_SSL"):
+        out["ssl.endpoint.identification.algorithm"] = algorithm
+        try:
+            ctx = client_ssl_context(rest.get("ssl.ca.location"), rest.get("ssl.certificate.location"),
+                                     rest.get("ssl.key.password"), check_hostname=algorithm == "https",
+                                     keyfile=rest.get("ssl.key.location"))
+        except OSError as e:  # ssl.SSLError is one: a file that is missing, unreadable or not PEM
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            reason = getattr(e, "reason", None) or e.strerror or str(e)
+            raise ConfigError(f"cannot set up TLS: {str(reason).lower().replace('_', ' ')}{where}") from None
+    mechanism = username = password = None
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = rest.pop("sasl.mechanism", rest.pop("sasl.mechanisms", "GSSAPI")).upper()
+        if mechanism not in CLIENT_MECHANISMS:
+            raise ConfigError(f"sasl.mechanism={mechanism}: dmq's tools log in with "
+                              f"{', '.join(CLIENT_MECHANISMS)}")
+        username, password = rest.get("sasl.username"), rest.get("sasl.password")
+        if not username or password is None:
+            raise ConfigError(f"security.protocol={protocol} needs sasl.username and sasl.password "
+                              f"(or sasl.jaas.config with username=\"...\" password=\"...\")")
+        out["sasl.mechanism"] = mechanism
+    security = ClientSecurity(ctx, mechanism, username, password) if ctx or mechanism else None
+    return ClientSettings(protocol, {**out, **rest}, security)
 
 
 class SaslClient:

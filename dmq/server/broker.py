@@ -176,6 +176,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self.listener: Listener | None = None
         self.bound: tuple[str, int] = (self.listen_host, self.listen_port)
+        # listener name -> its bound address, once every listener listens
+        self.bound_listeners: dict[str, tuple[str, int]] = {}
         self.zk: ZooKeeperMetadataStore | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.controller: Controller | None = None
@@ -382,6 +384,7 @@ class Broker:
             self.listeners.append(listener)
         self.listener = self.listeners[0]
         self.bound = bound[self.endpoints[0].name]
+        self.bound_listeners = bound
         advertised = tuple((name, *self._advertised_address(name, bound[name]),
                             next(e.security_protocol for e in self.endpoints if e.name == name))
                            for name in (e.name for e in self.endpoints))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from dmq.client.security import ClientSecurity
 from dmq.web.app import Console
 
 __all__ = ["Console", "RunningConsole", "start"]
@@ -37,10 +38,12 @@ class RunningConsole:
 
 async def start(bootstrap: str, host: str = "127.0.0.1", port: int = 8080,
                 sample_interval: float = 10.0,
-                metrics: Callable[[], Awaitable[bytes]] | None = None) -> RunningConsole:
+                metrics: Callable[[], Awaitable[bytes]] | None = None,
+                security: ClientSecurity | None = None) -> RunningConsole:
     """Serve the console of the cluster at ``bootstrap`` on ``host:port`` (0: any free
-    port) in the running event loop; raises OSError when the address cannot be bound."""
-    console = Console(bootstrap, sample_interval=sample_interval, metrics=metrics)
+    port) in the running event loop, connecting as ``security`` says (None: PLAINTEXT);
+    raises OSError when the address cannot be bound."""
+    console = Console(bootstrap, sample_interval=sample_interval, metrics=metrics, security=security)
     runner = web.AppRunner(console.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)

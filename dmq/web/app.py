@@ -23,6 +23,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import jinja2
 from aiohttp import web
 
+from dmq.client.security import ClientSecurity
 from dmq.web import format as fmt
 from dmq.web.kafka import (
     EARLIEST,
@@ -55,11 +56,12 @@ class Console:
     cleanup stops it and closes the connections. Event-loop thread only."""
 
     def __init__(self, bootstrap: str, sample_interval: float = 10.0,
-                 metrics: Callable[[], Awaitable[bytes]] | None = None) -> None:
+                 metrics: Callable[[], Awaitable[bytes]] | None = None,
+                 security: ClientSecurity | None = None) -> None:
         # The broker's Prometheus text (dmq.metrics.exposition) when the console runs in
         # the broker's process (``dmq server --console``): served at /metrics.
         self.metrics = metrics
-        self.cluster = Cluster(bootstrap)
+        self.cluster = Cluster(bootstrap, security=security)
         self.history = History()
         self.sampler = Sampler(self.cluster, self.history, sample_interval)
         # (topic, partition) -> (its end offset, offset and timestamp of its newest record)

@@ -22,6 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.client.security import AuthenticationError, ClientSecurity
 from dmq.client.wire import AsyncWireClient
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.protocol.extensions import (
@@ -178,13 +179,15 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]]:
 class _Pool:
     """Idle connections to one broker; at most POOL_SIZE are kept."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(self, host: str, port: int, client_id: str, security: ClientSecurity | None = None) -> None:
         self.host, self.port, self.client_id = host, port, client_id
+        self.security = security
         self.idle: list[AsyncWireClient] = []
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[AsyncWireClient]:
-        c = self.idle.pop() if self.idle else AsyncWireClient(self.host, self.port, self.client_id)
+        c = self.idle.pop() if self.idle else AsyncWireClient(
+            self.host, self.port, self.client_id, security=self.security)
         ok = False
         try:
             yield c
@@ -219,10 +222,13 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 
 
 class Cluster:
-    """The console's connections to one cluster (event-loop thread only)."""
+    """The console's connections to one cluster (event-loop thread only), every one over
+    TLS and/or SASL as ``security`` says (None: PLAINTEXT)."""
 
-    def __init__(self, bootstrap: str, client_id: str = "dmq-console", timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "dmq-console", timeout: float = 10.0,
+                 security: ClientSecurity | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.security = security
         self.client_id = client_id
         self.timeout = timeout
         self._pools: dict[tuple[str, int], _Pool] = {}
@@ -238,13 +244,15 @@ class Cluster:
     async def _send(self, address: tuple[str, int], request: Any, what: str) -> Any:
         pool = self._pools.get(address)
         if pool is None:
-            pool = self._pools[address] = _Pool(*address, self.client_id)
+            pool = self._pools[address] = _Pool(*address, self.client_id, self.security)
         try:
             async with pool.connection() as c:
                 return await c.request(request, self.timeout)
         except TimeoutError:
             raise ConsoleError(f"{what} at {address[0]}:{address[1]} did not answer within "
                                f"{self.timeout:g} s") from None
+        except AuthenticationError as e:
+            raise ConsoleError(f"authentication failed at {address[0]}:{address[1]}: {e}") from None
         except (OSError, EOFError) as e:
             reason = "connection refused" if isinstance(e, ConnectionRefusedError) else (
                 str(e) or type(e).__name__)

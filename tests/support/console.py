@@ -35,8 +35,10 @@ def screenshots_dir() -> Path:
 class ConsoleProcess:
     """``python -m dmq console -b BOOTSTRAP --listen 127.0.0.1:PORT`` on a free port."""
 
-    def __init__(self, bootstrap: str, log_path: Path, sample_interval: float = 1.0) -> None:
+    def __init__(self, bootstrap: str, log_path: Path, sample_interval: float = 1.0,
+                 extra_args: list[str] | None = None) -> None:
         self.bootstrap = bootstrap
+        self.extra_args = list(extra_args or [])  # more `dmq console` options
         self.port = free_port()
         self.log_path = log_path
         self.sample_interval = sample_interval
@@ -47,7 +49,7 @@ class ConsoleProcess:
         logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dmq", "console", "-b", self.bootstrap, "--listen",
-             f"127.0.0.1:{self.port}", "--sample-interval", str(self.sample_interval)],
+             f"127.0.0.1:{self.port}", "--sample-interval", str(self.sample_interval), *self.extra_args],
             stdout=subprocess.PIPE, stderr=logf, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         logf.close()
         self.url = wait_for_line(self.proc, timeout, self.log_path)
