@@ -25,6 +25,10 @@ JAAS = ('org.apache.zookeeper.server.auth.DigestLoginModule required username="b
         'password="{password}";')
 
 
+# Twice in the whole suite beside other workers its CreateTopics was not answered within 30 s
+# (the broker had become the controller and logged nothing more); never alone, nor under
+# synthetic CPU load. Run alone until the cause is found (noted on issue 14).
+@pytest.mark.run_alone
 def test_brokers_log_in_to_zookeeper_with_sasl(tmp_path: Path, topic_name: str) -> None:
     if not available():
         pytest.skip("Debian's zookeeper package is not installed (scripts/test.sh installs it)")
