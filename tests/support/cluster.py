@@ -97,11 +97,19 @@ class Cluster:
 
     def create_topic(self, name: str, partitions: int = 1, rf: int = 3,
                      config: dict[str, str] | None = None) -> None:
+        from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import NewTopic
 
         admin = self.admin()
-        futures = admin.create_topics([NewTopic(name, partitions, rf, config=config or {})])
-        futures[name].result(30)
+        deadline = time.monotonic() + 30
+        while True:  # a broker of a just-started cluster may not have registered yet
+            try:
+                admin.create_topics([NewTopic(name, partitions, rf, config=config or {})])[name].result(30)
+                break
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         self.wait_for(lambda: all(
             len(p.isrs) == rf and p.leader >= 0
             for p in self.metadata(name).topics[name].partitions.values()), f"{name} fully in sync")
