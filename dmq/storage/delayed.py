@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import os
 import struct
 from array import array
 from collections.abc import Iterable
@@ -45,6 +44,7 @@ from dmq.record.delayed import (
     decode_delivered,
     read_control_batch,
 )
+from dmq.storage.snapshot_files import SnapshotFiles
 
 log = logging.getLogger("dmq.delayed")
 
@@ -59,6 +59,7 @@ BUCKET_MS = 1000
 class DelayedRecords:
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        self._snapshots = SnapshotFiles(directory, SUFFIX)
         self._buckets: dict[int, array[int]] = {}  # second -> deliver_at, offset, deliver_at, ...
         self._heap: list[int] = []  # bucket keys (possibly stale: empty buckets are skipped)
         self._sorted: set[int] = set()  # buckets in (deliver_at, offset) order
@@ -219,17 +220,7 @@ class DelayedRecords:
     # --------------------------------------------------------------- snapshots
 
     def snapshot_offsets(self) -> list[int]:
-        out = []
-        for name in os.listdir(self.directory):
-            if name.endswith(SUFFIX):
-                try:
-                    out.append(int(name[: -len(SUFFIX)]))
-                except ValueError:
-                    continue
-        return sorted(out)
-
-    def _path(self, offset: int) -> str:
-        return os.path.join(self.directory, f"{offset:020d}{SUFFIX}")
+        return self._snapshots.offsets()
 
     def take_snapshot(self, offset: int, fsync: bool = True) -> None:
         """Write the state as of ``offset`` (= ``scanned_to``); keep the newest two. Written
@@ -240,38 +231,17 @@ class DelayedRecords:
         for deliver_at, entry_offset, producer_id in entries:
             out += _ENTRY.pack(deliver_at, entry_offset, producer_id)
         out += _CRC.pack(crc32c(bytes(out)))
-        tmp = self._path(offset) + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(out)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self._path(offset))
-        for old in self.snapshot_offsets()[:-2]:
-            if old != offset:
-                self._unlink(old)
-
-    def _unlink(self, offset: int) -> None:
-        try:
-            os.unlink(self._path(offset))
-        except FileNotFoundError:
-            pass
+        self._snapshots.write(offset, bytes(out), fsync)
 
     def delete_snapshots_after(self, offset: int) -> None:
-        for snap in self.snapshot_offsets():
-            if snap > offset:
-                self._unlink(snap)
+        self._snapshots.delete_after(offset)
 
     def load_latest_snapshot(self, max_offset: int) -> int:
         """Load the newest readable snapshot at or below ``max_offset``; returns its offset
         (0 and an empty state when there is none: replay from the log start)."""
-        for snap in reversed(self.snapshot_offsets()):
-            if snap > max_offset:
-                continue
+        for snap in self._snapshots.newest_first(max_offset):
             try:
-                with open(self._path(snap), "rb") as f:
-                    data = f.read()
-                self._read(data, snap)
+                self._read(self._snapshots.read(snap), snap)
                 return snap
             except (OSError, ValueError, struct.error) as e:
                 log.warning("%s: delayed-records snapshot %d is unreadable (%s); trying an older one",

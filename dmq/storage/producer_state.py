@@ -57,7 +57,6 @@ Plain synchronous code, called by the owning Log.
 from __future__ import annotations
 
 import json
-import os
 from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
@@ -69,6 +68,7 @@ from crc32c import crc32c
 
 from dmq.record.batch import CONTROL_MASK, BatchHeader, InvalidRecordError
 from dmq.record.control import EndTxnMarker
+from dmq.storage.snapshot_files import SnapshotFiles
 
 BATCHES_KEPT = 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -188,6 +188,7 @@ class ProducerStateManager:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        self._snapshots = SnapshotFiles(directory, SNAPSHOT_SUFFIX)
         self.producers: dict[int, ProducerEntry] = {}
         self._ongoing: dict[int, int] = {}  # first offset -> producer id
         self._ongoing_firsts: list[int] = []  # sorted first offsets of ongoing transactions
@@ -432,17 +433,7 @@ class ProducerStateManager:
     # -------------------------------------------------------------- snapshots
 
     def snapshot_offsets(self) -> list[int]:
-        out = []
-        for name in os.listdir(self.directory):
-            if name.endswith(SNAPSHOT_SUFFIX):
-                try:
-                    out.append(int(name[: -len(SNAPSHOT_SUFFIX)]))
-                except ValueError:
-                    continue
-        return sorted(out)
-
-    def _path(self, offset: int) -> str:
-        return os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+        return self._snapshots.offsets()
 
     def take_snapshot(self, offset: int, fsync: bool = True) -> None:
         """Write the state as of ``offset`` (every batch below it applied); keep two."""
@@ -456,27 +447,13 @@ class ProducerStateManager:
             separators=(",", ":"),
         ).encode()
         data = json.dumps({"version": SNAPSHOT_VERSION, "crc": crc32c(body)}).encode() + b"\n" + body
-        tmp = self._path(offset) + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, self._path(offset))
-        for old in self.snapshot_offsets()[:-2]:
-            if old != offset:
-                self.delete_snapshot(old)
+        self._snapshots.write(offset, data, fsync)
 
     def delete_snapshot(self, offset: int) -> None:
-        try:
-            os.unlink(self._path(offset))
-        except FileNotFoundError:
-            pass
+        self._snapshots.delete(offset)
 
     def delete_snapshots_after(self, offset: int) -> None:
-        for snap in self.snapshot_offsets():
-            if snap > offset:
-                self.delete_snapshot(snap)
+        self._snapshots.delete_after(offset)
 
     def load_latest_snapshot(self, max_offset: int) -> int:
         """Load the newest valid snapshot at or below ``max_offset``; return its offset or -1.
@@ -485,12 +462,9 @@ class ProducerStateManager:
         open transactions become ongoing; completed ones are taken as replicated.
         """
         self._clear()
-        for snap in reversed(self.snapshot_offsets()):
-            if snap > max_offset:
-                continue
+        for snap in self._snapshots.newest_first(max_offset):
             try:
-                with open(self._path(snap), "rb") as f:
-                    head, _, body = f.read().partition(b"\n")
+                head, _, body = self._snapshots.read(snap).partition(b"\n")
                 meta = json.loads(head)
                 version = meta.get("version")
                 if version not in (1, SNAPSHOT_VERSION) or crc32c(body) != meta.get("crc"):

@@ -1,0 +1,87 @@
+"""Offset-named snapshot files of one partition directory.
+
+A log keeps small state snapshots beside its segments (the producer state's
+``.snapshot`` files, the delayed records' ``.delayed`` files). Each is named by
+the offset it was taken at, zero-padded to 20 digits like a segment,
+``<offset:020d><suffix>``, and means "the state with every batch below this
+offset applied". The files' bodies are their owners' business; this class only
+names, writes, lists and removes them.
+
+Invariants:
+
+* a snapshot file is written whole or not at all: the bytes go to
+  ``<name>.tmp`` (fsynced unless the caller says the log itself will be), then
+  ``os.replace`` gives it its name, so a crash leaves the old set intact;
+* after a write the newest ``keep`` files remain, and the one just written
+  (a log truncates its snapshots before it writes below them, so that one is
+  normally among the newest);
+* ``.tmp`` leftovers of a crash are never listed (their suffix differs).
+
+Called from whichever task owns the log (its lock held); plain synchronous
+file code.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+
+class SnapshotFiles:
+    """The ``<offset:020d><suffix>`` files in ``directory`` (see the module docstring)."""
+
+    def __init__(self, directory: str, suffix: str, keep: int = 2) -> None:
+        self.directory = directory
+        self.suffix = suffix
+        self.keep = keep
+
+    def path(self, offset: int) -> str:
+        return os.path.join(self.directory, f"{offset:020d}{self.suffix}")
+
+    def offsets(self) -> list[int]:
+        """Every snapshot's offset, ascending (names that are not an offset are ignored)."""
+        out = []
+        for name in os.listdir(self.directory):
+            if name.endswith(self.suffix):
+                try:
+                    out.append(int(name[: -len(self.suffix)]))
+                except ValueError:
+                    continue
+        return sorted(out)
+
+    def write(self, offset: int, data: bytes, fsync: bool = True) -> None:
+        """Write the snapshot taken at ``offset`` atomically; keep the newest ``keep``."""
+        final = self.path(offset)
+        tmp = final + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, final)
+        for old in self.offsets()[: -self.keep]:
+            if old != offset:
+                self.delete(old)
+
+    def delete(self, offset: int) -> None:
+        try:
+            os.unlink(self.path(offset))
+        except FileNotFoundError:
+            pass
+
+    def delete_after(self, offset: int) -> None:
+        """Remove every snapshot taken after ``offset`` (the log was truncated to it)."""
+        for snap in self.offsets():
+            if snap > offset:
+                self.delete(snap)
+
+    def newest_first(self, max_offset: int) -> Iterator[int]:
+        """The offsets of the snapshots at or below ``max_offset``, newest first: the
+        owner reads them in turn and keeps the first it can parse."""
+        for snap in reversed(self.offsets()):
+            if snap <= max_offset:
+                yield snap
+
+    def read(self, offset: int) -> bytes:
+        with open(self.path(offset), "rb") as f:
+            return f.read()
