@@ -26,6 +26,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ class ZooKeeperUnavailable(MetadataError):
 
     def __init__(self, message: str) -> None:
         super().__init__("request_timed_out", message)
+
+# At most one warning about timed-out calls per this many seconds.
+TIMEOUT_WARN_INTERVAL_S = 10.0
 
 # Longest pause between two reconnect attempts, whatever the session timeout.
 MAX_RECONNECT_PAUSE_S = 0.5
@@ -212,6 +216,11 @@ class ZooKeeperClient:
         # ACLs of sensitive znodes (zookeeper.set.acl); None: the default ones
         self.sensitive_acl = sasl.acls(sensitive=True) if sasl is not None and sasl.set_acl else None
         self.executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="zk")
+        # Calls that timed out since the last warning about them, and when that was: a
+        # request answered REQUEST_TIMED_OUT leaves a trace in the log (at most one line
+        # per TIMEOUT_WARN_INTERVAL_S) instead of nothing.
+        self._timeouts = 0
+        self._timeout_warned_at = -TIMEOUT_WARN_INTERVAL_S
         self.loop: asyncio.AbstractEventLoop | None = None
         # How many times the session (re)connected; kazoo's thread counts, anyone reads.
         self.connections = 0
@@ -273,6 +282,7 @@ class ZooKeeperClient:
         try:
             return await asyncio.wait_for(loop.run_in_executor(self.executor, fn), timeout + 0.5)
         except TimeoutError:
+            self._timed_out(what, timeout)
             raise ZooKeeperUnavailable(f"ZooKeeper did not answer {what} within {timeout:.1f}s") from None
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
@@ -280,6 +290,16 @@ class ZooKeeperClient:
             raise ZooKeeperUnavailable(f"ZooKeeper {what} failed: {type(e).__name__}") from None
         except RuntimeError as e:  # the executor is shut down: the broker is stopping
             raise ZooKeeperUnavailable(f"ZooKeeper {what}: {e}") from None
+
+    def _timed_out(self, what: str, timeout: float) -> None:
+        self._timeouts += 1
+        now = time.monotonic()
+        if now - self._timeout_warned_at >= TIMEOUT_WARN_INTERVAL_S:
+            log.warning("ZooKeeper did not answer %s within %.1fs (session %s; %d call(s) timed out "
+                        "since the last such warning; %d waiting for a ZooKeeper thread)", what, timeout,
+                        self.state, self._timeouts, self.executor._work_queue.qsize())
+            self._timeouts = 0
+            self._timeout_warned_at = now
 
     async def _call(self, what: str, start: Callable[[], Any], timeout: float | None) -> Any:
         bound = self.timeout_s if timeout is None else timeout
