@@ -142,12 +142,14 @@ def test_isr_expansion_does_not_admit_follower_behind_high_watermark(make_cluste
             cluster.zookeeper.resume()
         if cluster.brokers[f].paused:
             cluster.resume(f)
-    state_isr = cluster.wait_for(lambda: (p := cluster.partition(topic, via=[f])).leader == f and p.isrs,
-                                 "F elected after the others' sessions expire", timeout=40)
-    got = consume_all(cluster.brokers[f].bootstrap, topic, 1, len(acked), timeout=30)
+    try:
+        state_isr = cluster.wait_for(lambda: (p := cluster.partition(topic, via=[f])).leader == f and p.isrs,
+                                     "F elected after the others' sessions expire", timeout=40)
+        got = consume_all(cluster.brokers[f].bootstrap, topic, 1, len(acked), timeout=30)
+    finally:
+        prod.close()
     seqs = {int(v.decode().split(":")[1]) for _, v in got[0]}
     missing = sorted(set(acked) - seqs)
-    prod.producer.purge()
     assert not missing, (f"{len(missing)} of {len(acked)} acknowledged records lost after F (ISR {state_isr}) "
                          f"was elected; e.g. {missing[:5]}")
 

@@ -45,7 +45,7 @@ class BackgroundProducer:
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate: int = 400) -> None:
         self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                                   "linger.ms": 5, "message.timeout.ms": 120000,
-                                  "topic.metadata.refresh.interval.ms": 1000})
+                                  "topic.metadata.refresh.interval.ms": 1000, "log_level": 0})
         self.topic = topic
         self.partitions = partitions
         self.rate = rate
@@ -85,6 +85,18 @@ class BackgroundProducer:
         self.thread.join(10)
         remaining = self.producer.flush(timeout)
         assert remaining == 0, f"{remaining} records still unacknowledged after {timeout}s"
+
+    def close(self) -> None:
+        """Stop without waiting for acknowledgements (the brokers may be gone): the records
+        still queued are purged and their delivery callbacks served, which drops the
+        librdkafka handle's references to this object. Left alone, a producer whose brokers
+        were killed lived on in the test worker for the rest of the suite (its callbacks
+        keep it alive), reconnecting and logging 'Connection refused' every second."""
+        self.stop.set()
+        self.thread.join(10)
+        self.producer.purge()
+        self.producer.poll(0)
+        self.producer.flush(0)
 
     @property
     def total_acked(self) -> int:
