@@ -74,7 +74,7 @@ async def run(records: int, partitions: int, in_flight: int, size: int) -> dict[
     leader = replica_manager(base, 1)
     for p in range(partitions):
         leader.become_leader(TOPIC, p, "id", 0, replicas=[1, 2, 3], isr=[1, 2, 3])
-    broker = types.SimpleNamespace(services=types.SimpleNamespace(replica_manager=leader),
+    broker = types.SimpleNamespace(services=types.SimpleNamespace(replica_manager=leader, authorizer=None),
                                    _sessions={})  # no connection security state: PLAINTEXT
 
     async def dispatch(frame: bytes, peer: str, dispatched: Any, connection: int) -> object:
