@@ -78,6 +78,8 @@ __all__ = ["ZooKeeperMetadataStore", "assign_replicas", "stale_registration_wait
 
 # A refresh that failed (ZooKeeper unreachable) is tried again this much later.
 REFRESH_RETRY_S = 1.0
+# Pause before connecting again after kazoo gave up on a failed SASL login.
+RELOGIN_BACKOFF_S = 1.0
 
 
 class ZooKeeperMetadataStore(MetadataStore):
@@ -119,6 +121,7 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._refreshes: asyncio.Queue[tuple[str, Any, asyncio.Future[None] | None]] = asyncio.Queue()
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
+        self._relogin: asyncio.Task[None] | None = None
 
     @classmethod
     async def connect(cls, connect: str, broker_id: int, session_timeout_ms: int = 18000,
@@ -170,6 +173,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._closed = True
         if self._refresher is not None:
             self._refresher.cancel()
+        if self._relogin is not None:
+            self._relogin.cancel()
         return await asyncio.to_thread(self.client.close, timeout)
 
     # ------------------------------------------------------------------ cache
@@ -184,8 +189,32 @@ class ZooKeeperMetadataStore(MetadataStore):
             self.session_expirations += 1
             log.warning("ZooKeeper session lost: this broker's registration and watches are gone")
             self._notify("session_lost")
+            if self.client.login_failed and not self._closed and (self._relogin is None or self._relogin.done()):
+                self._relogin = asyncio.ensure_future(self._connect_again())
         elif state == CONNECTED and self.session_lost:
             self._notify("session")
+
+    async def _connect_again(self) -> None:
+        """kazoo stopped connecting after a failed SASL login: a connection dropped during
+        the login ends there too (ZooKeeper restarting, a network blip), and the broker would
+        stay out of ZooKeeper for good. As Kafka's ZooKeeperClient reinitializes after an
+        AuthFailed once it has been connected, start a new connection, every
+        RELOGIN_BACKOFF_S until one is up (a password changed under a running broker keeps
+        failing, a line each time). The new session then re-registers the broker."""
+        timeout_s = max(2.0, self.session_timeout_ms / 1000)
+        log.warning("the login to ZooKeeper failed (kazoo stops there; a connection dropped during "
+                    "the SASL exchange ends the same way); connecting again every %.0fs", RELOGIN_BACKOFF_S)
+        while not self._closed and not self.client.connected:
+            await asyncio.sleep(RELOGIN_BACKOFF_S)
+            if self._closed:
+                return
+            try:
+                await self.client.reconnect(timeout_s)
+            except MetadataError as e:
+                log.warning("connecting to ZooKeeper again failed: %s", e)
+                continue
+            log.info("connected to ZooKeeper again after the failed login")
+            return
 
     def _broker_config_watch(self, entity: str) -> Callable[[bytes | None, Stat | None], None]:
         def changed(data: bytes | None, stat: Stat | None) -> None:

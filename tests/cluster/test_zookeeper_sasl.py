@@ -5,6 +5,7 @@ a wrong password is refused with one line and never logged."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -19,16 +20,16 @@ from confluent_kafka.admin import (
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from support.broker import BrokerProcess
+from support.proxy import TcpProxy
 from support.zookeeper import ZooKeeperProcess, available
 
 JAAS = ('org.apache.zookeeper.server.auth.DigestLoginModule required username="broker" '
         'password="{password}";')
 
 
-# Twice in the whole suite beside other workers its CreateTopics was not answered within 30 s
-# (the broker had become the controller and logged nothing more); never alone, nor under
-# synthetic CPU load. Run alone until the cause is found (noted on issue 14).
-@pytest.mark.run_alone
+# Its first CreateTopics once went unanswered for 30 s: the broker said it was up before it had
+# elected itself controller, and librdkafka's admin client waited for the controller its first
+# Metadata did not name (fixed in the broker's start; tests/cluster/test_startup.py).
 def test_brokers_log_in_to_zookeeper_with_sasl(tmp_path: Path, topic_name: str) -> None:
     if not available():
         pytest.skip("Debian's zookeeper package is not installed (scripts/test.sh installs it)")
@@ -85,4 +86,49 @@ def test_brokers_log_in_to_zookeeper_with_sasl(tmp_path: Path, topic_name: str) 
         assert "zk-secret" not in broker.log_text()
     finally:
         broker.close()
+        zk.stop()
+
+
+def test_a_connection_dropped_during_the_sasl_login_is_retried(tmp_path: Path, topic_name: str) -> None:
+    """kazoo takes a connection dropped in the middle of its SASL exchange (ZooKeeper
+    restarting, a network blip) for a refused login and stops reconnecting for good: the
+    broker was out of ZooKeeper for ever (every metadata change failing) after a drop at
+    that moment. Once a broker has been connected, it starts a new connection after such
+    a failure, as Kafka's ZooKeeperClient reinitializes after an AuthFailed."""
+    if not available():
+        pytest.skip("Debian's zookeeper package is not installed (scripts/test.sh installs it)")
+    zk = ZooKeeperProcess(tmp_path / "zk", sasl_users={"broker": "zk-secret"}).start()
+    proxy = TcpProxy("127.0.0.1", zk.port).start()
+    broker = BrokerProcess(tmp_path / "b1", {
+        "broker.id": "1", "zookeeper.connect": f"{proxy.address}/dmq", "zookeeper.session.timeout.ms": "4000",
+        "zookeeper.connection.timeout.ms": "3000", "offsets.topic.num.partitions": "1",
+        "zookeeper.sasl.jaas.config": JAAS.format(password="zk-secret")})
+    try:
+        broker.start(timeout=60)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        admin.create_topics([NewTopic(f"{topic_name}-before", 1, 1)])[f"{topic_name}-before"].result(30)
+        # The next connection passes its Connect request and drops on its first SASL token.
+        proxy.drop_after_client_frames = 1
+        proxy.reset()
+        deadline = time.monotonic() + 20
+        while "AUTH_FAILED" not in broker.log_text() and "login to ZooKeeper failed" not in broker.log_text():
+            assert time.monotonic() < deadline, "the reconnection never reached the SASL login"
+            time.sleep(0.2)
+        proxy.drop_after_client_frames = None
+        # Back in ZooKeeper: a topic can be created again (its znodes written, its leader elected).
+        created = None
+        deadline = time.monotonic() + 40
+        while created is None:
+            try:
+                admin.create_topics([NewTopic(f"{topic_name}-after", 1, 1)])[f"{topic_name}-after"].result(15)
+                created = True
+            except Exception as e:  # noqa: BLE001 - REQUEST_TIMED_OUT while ZooKeeper is out of reach
+                assert time.monotonic() < deadline, f"the broker never got back into ZooKeeper: {e}"
+                time.sleep(1)
+        md = admin.list_topics(f"{topic_name}-after", timeout=10)
+        assert md.topics[f"{topic_name}-after"].partitions[0].leader == 1
+        assert "zk-secret" not in broker.log_text()
+    finally:
+        broker.close()
+        proxy.close()
         zk.stop()

@@ -20,6 +20,9 @@ class TcpProxy:
         self._sockets: set[socket.socket] = set()
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        # When set, connections accepted from now on forward this many length-prefixed frames
+        # from the client (ZooKeeper's and Kafka's framing), and drop on the next one.
+        self.drop_after_client_frames: int | None = None
 
     @property
     def address(self) -> str:
@@ -54,16 +57,36 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._sockets.update((client, upstream))
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            limit = self.drop_after_client_frames
+            threading.Thread(target=self._pipe, args=(client, upstream, limit), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, frame_limit: int | None = None) -> None:
         try:
             src.settimeout(None)
+            pending = b""  # bytes of a frame not yet whole (counted only with a frame_limit)
+            frames = 0
             while True:
                 data = src.recv(65536)
                 if not data or self._cut.is_set():
                     break
+                if frame_limit is not None:
+                    pending += data
+                    forward = 0
+                    while len(pending) - forward >= 4:
+                        size = 4 + int.from_bytes(pending[forward:forward + 4], "big")
+                        if frames == frame_limit:
+                            if forward:
+                                dst.sendall(pending[:forward])
+                            return  # the frame after the limit: drop the connection
+                        if len(pending) - forward < size:
+                            break
+                        forward += size
+                        frames += 1
+                    if forward:
+                        dst.sendall(pending[:forward])
+                    pending = pending[forward:]
+                    continue
                 dst.sendall(data)
         except OSError:
             pass
@@ -86,6 +109,10 @@ class TcpProxy:
                 s.close()
             except OSError:
                 pass
+
+    def reset(self) -> None:
+        """Close every proxied connection; new ones are still accepted."""
+        self._drop_all()
 
     def cut(self) -> None:
         """Close every proxied connection and stop listening: new connections are refused."""

@@ -38,6 +38,7 @@ from kazoo.exceptions import KazooException
 from kazoo.exceptions import NodeExistsError as NodeExistsError
 from kazoo.exceptions import NoNodeError as NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.states import KeeperState
 from kazoo.protocol.states import ZnodeStat as Stat
 from kazoo.retry import KazooRetry
 from kazoo.security import make_acl
@@ -224,11 +225,17 @@ class ZooKeeperClient:
         self.loop: asyncio.AbstractEventLoop | None = None
         # How many times the session (re)connected; kazoo's thread counts, anyone reads.
         self.connections = 0
+        # kazoo's KeeperState when the session was last LOST ("EXPIRED_SESSION",
+        # "AUTH_FAILED", "CLOSED"): kazoo moves on to CLOSED right after, so it is taken in
+        # the listener, on kazoo's thread, while it still says why.
+        self.lost_by = ""
         self.kazoo.add_listener(self._count_connection)
 
     def _count_connection(self, state: str) -> None:
         if state == KazooState.CONNECTED:
             self.connections += 1
+        elif state == KazooState.LOST:
+            self.lost_by = str(self.kazoo.client_state)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -243,6 +250,26 @@ class ZooKeeperClient:
     @property
     def connected(self) -> bool:
         return bool(self.kazoo.connected)
+
+    @property
+    def login_failed(self) -> bool:
+        """Whether kazoo gave up for good on a refused SASL login (KeeperState.AUTH_FAILED)
+        and is not connected since. kazoo cannot tell a wrong password from a connection
+        dropped in the middle of the SASL exchange (ZooKeeper drops connections that fail
+        to log in): both end there."""
+        return self.lost_by == str(KeeperState.AUTH_FAILED) and not self.kazoo.connected
+
+    async def reconnect(self, timeout_s: float) -> None:
+        """Start a new connection (and session) after kazoo stopped connecting; raises
+        ZooKeeperUnavailable if it is not up within ``timeout_s``. (Not kazoo's ``stop``
+        first: with the connection loop already ended, the close request it queues would
+        end the next connection.)"""
+        def start() -> None:
+            try:
+                self.kazoo.start(timeout=timeout_s)
+            except self.kazoo.handler.timeout_exception:
+                raise TimeoutError from None
+        await self._run(start, timeout_s + 1, "reconnect")
 
     @property
     def state(self) -> str:
