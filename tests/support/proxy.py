@@ -23,6 +23,10 @@ class TcpProxy:
         # When set, connections accepted from now on forward this many length-prefixed frames
         # from the client (ZooKeeper's and Kafka's framing), and drop on the next one.
         self.drop_after_client_frames: int | None = None
+        # When set, connections accepted from now on are held open and never answered (a
+        # server that accepted the TCP connection but does not serve yet).
+        self.hold_new = False
+        self._held: list[socket.socket] = []
 
     @property
     def address(self) -> str:
@@ -50,6 +54,10 @@ class TcpProxy:
                 continue
             except OSError:
                 return
+            if self.hold_new:
+                with self._lock:
+                    self._held.append(client)
+                continue
             try:
                 upstream = socket.create_connection(self.target, 2)
             except OSError:
@@ -133,3 +141,7 @@ class TcpProxy:
     def close(self) -> None:
         self._closed.set()
         self.cut()
+        with self._lock:
+            held, self._held = self._held, []
+        for s in held:
+            s.close()

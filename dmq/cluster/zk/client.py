@@ -38,6 +38,7 @@ from kazoo.exceptions import KazooException
 from kazoo.exceptions import NodeExistsError as NodeExistsError
 from kazoo.exceptions import NoNodeError as NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KeeperState
 from kazoo.protocol.states import ZnodeStat as Stat
 from kazoo.retry import KazooRetry
@@ -169,9 +170,29 @@ def new_kazoo_client(connect: str, session_timeout_ms: int, tls: ZooKeeperTls | 
                                   "password": sasl.password}
         if sasl.set_acl:
             secure["default_acl"] = sasl.acls(sensitive=False)
-    return KazooClient(hosts=connect, timeout=session_s,
-                       connection_retry=connection_retry(session_timeout_ms),
-                       handler=_BoundedConnectHandler(max(0.5, session_s / 3)), **secure)
+    limit_s = max(0.5, session_s / 3)
+    client = KazooClient(hosts=connect, timeout=session_s, connection_retry=connection_retry(session_timeout_ms),
+                         handler=_BoundedConnectHandler(limit_s), **secure)
+    _bound_connect_handshake(client, limit_s)
+    return client
+
+
+def _bound_connect_handshake(client: KazooClient, limit_s: float) -> None:
+    """Wait at most ``limit_s`` for the answer to the session's Connect request. kazoo waits
+    the whole session timeout (over the number of hosts): a ZooKeeper that accepted the TCP
+    connection but did not serve yet (restarting) held a broker's reconnection for 6 s, and
+    its session expired although ZooKeeper had been back for most of that time (a flaky
+    test_brokers_reconnect_promptly_after_zookeeper_outage). The one place dmq reaches into
+    kazoo's connection handler."""
+    connection = client._connection
+    invoke = connection._invoke
+
+    def bounded(timeout: float, request: Any, xid: int | None = None) -> Any:
+        if isinstance(request, Connect):
+            timeout = min(timeout, limit_s)
+        return invoke(timeout, request, xid)
+
+    connection._invoke = bounded
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from kazoo.client import KazooState
+from support.proxy import TcpProxy
 from support.zookeeper import ZooKeeperProcess, available
 
 from dmq.cluster.metadata import BrokerInfo
@@ -126,4 +127,39 @@ def test_calls_fail_within_the_timeout_while_zookeeper_is_paused(tmp_path: Path,
     try:
         asyncio.run(body())
     finally:
+        zk.stop()
+
+
+@pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
+def test_a_connection_accepted_but_not_served_is_given_up_within_a_third_of_the_session(
+        tmp_path: Path) -> None:
+    """A ZooKeeper that accepts TCP connections but does not serve yet (restarting): kazoo
+    waited for the answer to its Connect request for the whole session timeout, so a broker
+    that reconnected in that window came back after its session had expired. Now the
+    handshake is bounded like the TCP connect (a third of the session timeout)."""
+    zk = ZooKeeperProcess(tmp_path / "zk").start()
+    proxy = TcpProxy("127.0.0.1", zk.port).start()
+
+    async def body() -> None:
+        client = ZooKeeperClient(proxy.address, 6000)
+        await client.start(10)
+        try:
+            connections = client.connections
+            proxy.hold_new = True  # the next connection is accepted and never answered
+            proxy.reset()
+            await asyncio.sleep(1.0)
+            proxy.hold_new = False
+            started = time.monotonic()
+            while client.connections == connections:
+                assert time.monotonic() - started < 10, "never reconnected"
+                await asyncio.sleep(0.05)
+            took = time.monotonic() - started + 1.0
+            assert took < 3.5, f"reconnected {took:.1f}s after the drop (the held attempt waited too long)"
+        finally:
+            await asyncio.to_thread(client.close, 5)
+
+    try:
+        asyncio.run(body())
+    finally:
+        proxy.close()
         zk.stop()
