@@ -16,8 +16,10 @@ after ZooKeeper did and its session had expired meanwhile (ZooKeeper restores
 sessions from its log on restart and gives each its full timeout again: a
 client that reconnects within that timeout keeps its session, its ephemeral
 registration and its watches). Here attempts stay a fraction of the session
-timeout apart for ever, and one TCP connect attempt is bounded the same way,
-so a server that does not answer does not eat the session either.
+timeout apart for ever, and one TCP connect attempt and the wait for the
+answer to its Connect request are bounded the same way (a third of the
+session timeout), so a server that does not answer, or accepts connections
+before it serves them, does not eat the session either.
 """
 
 from __future__ import annotations
