@@ -36,7 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from procs import ZK_JAR, Proc, Processes, broker, stop_on_sigterm, zookeeper  # noqa: E402
+from procs import ZK_JAR, Proc, Processes, broker, start_cluster, stop_on_sigterm  # noqa: E402
 
 QUIET = {"log_level": 0}  # librdkafka's own log lines stay off the terminal
 
@@ -131,9 +131,7 @@ def main() -> int:
     procs = Processes()
     results: list[dict[str, object]] = []
     try:
-        zk = procs.start(zookeeper(work, tick_ms=2000))
-        connect = f"127.0.0.1:{zk.port}/dmq"
-        brokers = {i: procs.start(broker(work, i, connect, args.override)) for i in (1, 2, 3)}
+        brokers = start_cluster(procs, work, args.override)
         single = procs.start(broker(work, 0, None, args.override))
         single_port = single.port
         cluster_bs = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())

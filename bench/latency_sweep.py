@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from procs import ZK_JAR, Processes, broker, stop_on_sigterm, zookeeper  # noqa: E402
+from procs import ZK_JAR, Processes, bootstrap_of, broker, start_cluster, stop_on_sigterm  # noqa: E402
 
 
 def round_trip(bootstrap: str, rf: int, n: int) -> dict[str, float]:
@@ -92,11 +92,9 @@ def main() -> int:
     peaks: dict[str, float | None] = {}
     trips: dict[int, list[dict[str, object]]] = {}
     try:
-        zk = procs.start(zookeeper(work, tick_ms=2000))
-        connect = f"127.0.0.1:{zk.port}/dmq"
-        cluster = [procs.start(broker(work, i, connect, args.override)) for i in (1, 2, 3)]
+        cluster = list(start_cluster(procs, work, args.override).values())
         single = procs.start(broker(work, 0, None, args.override))
-        bootstrap = {1: f"127.0.0.1:{single.port}", 3: ",".join(f"127.0.0.1:{b.port}" for b in cluster)}
+        bootstrap = {1: bootstrap_of([single]), 3: bootstrap_of(cluster)}
         time.sleep(2)
         trips.update({1: [], 3: []})
         for repeat in range(args.repeats):

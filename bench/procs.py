@@ -135,3 +135,16 @@ def broker(work: Path, broker_id: int, zk_connect: str | None, overrides: list[s
     for o in overrides:
         cmd += ["--override", o]
     return Proc(cmd, work / f"broker-{broker_id}.log", port, f"dmq broker {broker_id}")
+
+
+def bootstrap_of(brokers: list[Proc]) -> str:
+    return ",".join(f"127.0.0.1:{b.port}" for b in brokers)
+
+
+def start_cluster(procs: Processes, work: Path, overrides: list[str], size: int = 3,
+                  tick_ms: int = 2000) -> dict[int, Proc]:
+    """ZooKeeper and ``size`` ``dmq server --zookeeper`` brokers (ids 1..size), registered
+    with ``procs``; the brokers by id."""
+    zk = procs.start(zookeeper(work, tick_ms=tick_ms))
+    connect = f"127.0.0.1:{zk.port}/dmq"
+    return {i: procs.start(broker(work, i, connect, overrides)) for i in range(1, size + 1)}

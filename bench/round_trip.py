@@ -23,7 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from latency_sweep import round_trip  # noqa: E402
-from procs import Processes, broker, stop_on_sigterm, zookeeper  # noqa: E402
+from procs import Processes, bootstrap_of, start_cluster, stop_on_sigterm  # noqa: E402
 
 
 def create_offsets_topic(bootstrap: str) -> int:
@@ -57,10 +57,7 @@ def main() -> int:
     procs = Processes()
     medians: dict[str, float] = {}
     try:
-        zk = procs.start(zookeeper(work, tick_ms=2000))
-        connect = f"127.0.0.1:{zk.port}/dmq"
-        cluster = [procs.start(broker(work, i, connect, [])) for i in (1, 2, 3)]
-        bootstrap = ",".join(f"127.0.0.1:{b.port}" for b in cluster)
+        bootstrap = bootstrap_of(list(start_cluster(procs, work, []).values()))
         time.sleep(2)
         for state in ("fresh", "with __consumer_offsets"):
             if state != "fresh":
