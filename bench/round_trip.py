@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """One acks=all record at a time on an RF=3 partition, before and after ``__consumer_offsets``
-exists: what idle followed partitions cost the replicated round trip.
+exists: what idle followed partitions cost the replicated round trip, with and without
+fetch sessions (KIP-227).
 
-Starts Debian's ZooKeeper and three ``dmq server --zookeeper`` brokers on loopback,
-measures ``--round-trips`` single-record round trips (``latency_sweep.round_trip``)
-``--repeats`` times, makes a consumer group commit an offset (which creates the 50
-partitions of ``__consumer_offsets``, RF=3), measures again, and prints one JSON line per
-measurement and the medians. Every loop is bounded; the processes stop on every way out.
+Starts two clusters side by side, each Debian's ZooKeeper and three ``dmq server
+--zookeeper`` brokers on loopback: one as configured by default, one with
+``max.incremental.fetch.session.cache.slots=0`` (every follower fetch a full one, as
+before fetch sessions). Measures ``--round-trips`` single-record round trips
+(``latency_sweep.round_trip``) ``--repeats`` times on each, alternating, makes a
+consumer group commit an offset on each (which creates the 50 partitions of
+``__consumer_offsets``, RF=3), measures again, and prints one JSON line per measurement,
+the medians and their ratios. ``--only-sessions`` starts the first cluster only. Every
+loop is bounded; the processes stop on every way out.
 """
 
 from __future__ import annotations
@@ -47,35 +52,53 @@ def create_offsets_topic(bootstrap: str) -> int:
     raise TimeoutError("__consumer_offsets has no leader for every partition after 30 s")
 
 
+CLUSTERS = {"fetch sessions": [], "no fetch sessions": ["max.incremental.fetch.session.cache.slots=0"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--round-trips", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only-sessions", action="store_true", help="start the default cluster only")
     args = ap.parse_args()
     stop_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="dmq-bench-rt-"))
     procs = Processes()
-    medians: dict[str, float] = {}
+    clusters = dict(list(CLUSTERS.items())[:1]) if args.only_sessions else CLUSTERS
+    medians: dict[tuple[str, str], float] = {}
     try:
-        bootstrap = bootstrap_of(list(start_cluster(procs, work, []).values()))
+        bootstraps = {}
+        for name, overrides in clusters.items():
+            sub = work / name.replace(" ", "-")
+            sub.mkdir()
+            bootstraps[name] = bootstrap_of(list(start_cluster(procs, sub, overrides).values()))
         time.sleep(2)
         for state in ("fresh", "with __consumer_offsets"):
-            if state != "fresh":
-                print(json.dumps({"offsets_partitions": create_offsets_topic(bootstrap)}), flush=True)
-            p50s = []
+            p50s: dict[str, list[float]] = {name: [] for name in clusters}
+            for name in clusters:
+                if state != "fresh":
+                    print(json.dumps({"cluster": name, "offsets_partitions":
+                                      create_offsets_topic(bootstraps[name])}), flush=True)
             for repeat in range(args.repeats):
-                trip = round_trip(bootstrap, 3, args.round_trips)
-                print(json.dumps({"cluster": state, "repeat": repeat, **trip}), flush=True)
-                p50s.append(trip["p50_ms"])
-            medians[state] = statistics.median(p50s)
+                for name in clusters:
+                    trip = round_trip(bootstraps[name], 3, args.round_trips)
+                    print(json.dumps({"cluster": name, "state": state, "repeat": repeat, **trip}),
+                          flush=True)
+                    p50s[name].append(trip["p50_ms"])
+            for name in clusters:
+                medians[(name, state)] = statistics.median(p50s[name])
     except (RuntimeError, TimeoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
         procs.stop_all()
         shutil.rmtree(work, ignore_errors=True)
-    for state, p50 in medians.items():
-        print(f"RF=3 acks=all round trip, {state}: p50 {p50:.3f} ms (median of {args.repeats})")
+    for (name, state), p50 in medians.items():
+        print(f"RF=3 acks=all round trip, {name}, {state}: p50 {p50:.3f} ms (median of {args.repeats})")
+    if not args.only_sessions:
+        for state in ("fresh", "with __consumer_offsets"):
+            ratio = medians[("no fetch sessions", state)] / medians[("fetch sessions", state)]
+            print(f"{state}: fetch sessions make the round trip {ratio:.2f}x as fast")
     return 0
 
 

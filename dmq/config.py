@@ -213,6 +213,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("replica.fetch.min.bytes", ConfigType.INT, "1", "Bytes a follower's fetch waits for.", _at_least(1)),
     ConfigDef("replica.fetch.max.bytes", ConfigType.INT, "1048576", "Bytes per partition in a follower's fetch.", _at_least(0)),
     ConfigDef("replica.fetch.response.max.bytes", ConfigType.INT, "10485760", "Bytes in a follower's fetch response.", _at_least(0)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", ConfigType.INT, "1000", "Most fetch sessions (KIP-227) a broker keeps; 0: every fetch is a full one.", _at_least(0)),
     ConfigDef("replica.fetch.backoff.ms", ConfigType.INT, "1000", "Pause after a failed follower fetch.", _at_least(0)),
     ConfigDef("replica.socket.timeout.ms", ConfigType.INT, "30000", "Socket timeout of follower fetches.", _at_least(1)),
     ConfigDef("controlled.shutdown.enable", ConfigType.BOOLEAN, "true", "Move leadership away before a clean shutdown."),

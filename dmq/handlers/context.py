@@ -14,6 +14,7 @@ from dmq.cluster.metadata import MetadataStore
 from dmq.cluster.producer_ids import ProducerIdManager
 from dmq.config import BrokerConfig
 from dmq.group.offsets_topic import Coordinators
+from dmq.replication.fetch_session import FetchSessionCache
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.security.authorizer import AclAuthorizer
 from dmq.security.credentials import ScramCredentials
@@ -71,6 +72,8 @@ class BrokerServices:
     # SCRAM credentials (DescribeUserScramCredentials, AlterUserScramCredentials); None
     # where a test builds services without one.
     credentials: ScramCredentials | None = None
+    # Fetch sessions (KIP-227): ``max.incremental.fetch.session.cache.slots`` of them.
+    fetch_sessions: FetchSessionCache = field(default_factory=FetchSessionCache)
     # Epoch ms the broker started (DescribeBrokerRuntime, the console's "up since").
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
 

@@ -7,12 +7,14 @@ A follower's fetch (``replica_id >= 0``) reads up to the log end offset and
 tells the leader how far the follower is (its fetch offset), which moves the
 high watermark and the ISR. ``current_leader_epoch`` (v9+) is checked as KIP-320 says.
 
-Fetch sessions (KIP-227) are not kept: every response carries session id 0,
-which tells clients to send full fetch requests.
+Fetch sessions (KIP-227, v7+) are kept in ``services.fetch_sessions``
+(dmq.replication.fetch_session): an incremental request reads every partition of its
+session and is answered with the partitions that changed.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -20,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import SpliceRecords, constructor, make
+from dmq.replication.fetch_session import FetchContext
 from dmq.replication.partition import ReadResult
 from dmq.replication.replica_manager import FetchRequestPartition
 
@@ -32,28 +35,40 @@ READ_COMMITTED = 1
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    wanted = [
+    requested = [
         FetchRequestPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
                               getattr(p, "current_leader_epoch", -1))
         for t in request.topics
         for p in t.partitions
     ]
+    now_ms = int(time.monotonic() * 1000)
+    sessions = services.fetch_sessions
+    if ctx.api_version >= 7:
+        forgotten = [(f.topic, index) for f in request.forgotten_topics_data for index in f.partitions]
+        context = sessions.new_context(request.session_id, request.session_epoch, requested,
+                                       forgotten, request.replica_id >= 0, now_ms)
+    else:
+        context = FetchContext(requested)
+    wanted = context.partitions
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
     max_bytes = getattr(request, "max_bytes", 2**31 - 1)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED and request.replica_id < 0
-    if services.authorizer is None:
+    if not wanted:
+        results: list[ReadResult] = []
+    elif services.authorizer is None:
         results = await services.replica_manager.fetch_messages(
             wanted, max_wait_ms, request.min_bytes, max_bytes, max(request.replica_id, -1),
             read_committed, waiting=ctx.dispatched)
     else:
         results = await _authorized_fetch(services, ctx, request, wanted, max_wait_ms, max_bytes,
                                           read_committed)
+    answer = sessions.respond(context, results, int(time.monotonic() * 1000))
     partition_data = constructor(
         schema.PartitionData, "partition_index", "error_code", "high_watermark",
         "last_stable_offset", "log_start_offset", "aborted_transactions", "preferred_read_replica",
         "records")
     by_topic: dict[str, list[Any]] = {}
-    for req, res in zip(wanted, results, strict=True):
+    for req, res in answer.partitions:
         parts = by_topic.get(req.topic)
         if parts is None:
             parts = by_topic[req.topic] = []
@@ -66,7 +81,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             -1, SpliceRecords.of(res.data) if res.data is not None else b""))
     topic_response = constructor(schema.FetchableTopicResponse, "topic", "partitions")
     return constructor(schema.FetchResponse, "throttle_time", "error_code", "session_id", "responses")(
-        NO_THROTTLE, ErrorCode.none, 0,
+        NO_THROTTLE, answer.error, answer.session_id,
         tuple(topic_response(name, tuple(parts)) for name, parts in by_topic.items()))
 
 

@@ -37,6 +37,7 @@ from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.group.coordinator import GroupCoordinator
 from dmq.handlers import HANDLERS
 from dmq.metrics.requests import BOUNDS, LAG_BOUNDS, LoopLag, RequestStats
+from dmq.replication.fetch_session import FetchSessionCache
 from dmq.replication.replica_manager import ReplicaManager
 
 log = logging.getLogger("dmq.metrics")
@@ -64,6 +65,8 @@ class ListenerView(Protocol):
 class ServicesView(Protocol):
     @property
     def share_admin(self) -> Any: ...  # its ``latest_offsets`` reads partitions' end offsets
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
 
 
 class BrokerView(Protocol):
@@ -314,6 +317,15 @@ class BrokerCollector(Collector):
             size.add_metric([name], entries)
             yield ops
             yield size
+        sessions = self.broker.services.fetch_sessions
+        yield GaugeMetricFamily("dmq_fetch_sessions", "Fetch sessions (KIP-227) kept here "
+                                "(NumIncrementalFetchSessions).", value=len(sessions.sessions))
+        yield GaugeMetricFamily("dmq_fetch_session_partitions", "Partitions in the fetch sessions "
+                                "kept here (NumIncrementalFetchPartitionsCached).",
+                                value=sessions.partitions_cached)
+        yield CounterMetricFamily("dmq_fetch_session_evictions", "Fetch sessions evicted to make "
+                                  "room for new ones (IncrementalFetchSessionEvictionsPerSec).",
+                                  value=sessions.evictions)
 
     def _logs(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]

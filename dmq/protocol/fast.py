@@ -311,18 +311,20 @@ _FOLLOWER_PARTITION = struct.Struct(">iiqiqi")  # partition, epoch, offset, last
 
 def encode_follower_fetch(correlation_id: int, client_id: str, replica_id: int, max_wait_ms: int,
                           min_bytes: int, max_bytes: int,
-                          topics: list[tuple[str, list[tuple[int, int, int, int, int]]]]) -> bytes:
+                          topics: list[tuple[str, list[tuple[int, int, int, int, int]]]],
+                          session_id: int = 0, session_epoch: int = -1,
+                          forgotten: list[tuple[str, list[int]]] | None = None) -> bytes:
     """A follower's FetchRequest v12 frame, from plain values: ``topics`` holds (topic,
     [(partition, current leader epoch, fetch offset, log start offset, partition max
-    bytes)]). The bytes of ``encode_fetch_request`` for the same request with no
-    session, no forgotten topics, last_fetched_epoch -1, rack "" and read_uncommitted;
+    bytes)]), ``forgotten`` (topic, [partition]). The bytes of ``encode_fetch_request``
+    for the same request with last_fetched_epoch -1, rack "" and read_uncommitted;
     without the kio entities a follower would build for every fetch."""
     out = bytearray(4)
     out += _HEAD.pack(FETCH_KEY, 12, correlation_id)
     out += _nullable_string(client_id, False)
     out += b"\x00"
     out += _FETCH_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0)
-    out += _I32_I32.pack(0, -1)  # no fetch session
+    out += _I32_I32.pack(session_id, session_epoch)
     out += _uvarint(len(topics) + 1)
     pack = _FOLLOWER_PARTITION.pack
     for topic, partitions in topics:
@@ -332,7 +334,17 @@ def encode_follower_fetch(correlation_id: int, client_id: str, replica_id: int, 
             out += pack(partition, epoch, offset, -1, log_start, partition_max)
             out += b"\x00"
         out += b"\x00"
-    out += b"\x01\x01\x00"  # no forgotten topics, rack "", no tagged fields
+    if forgotten:
+        out += _uvarint(len(forgotten) + 1)
+        for topic, indexes in forgotten:
+            out += _string(topic, True)
+            out += _uvarint(len(indexes) + 1)
+            for index in indexes:
+                out += _I32.pack(index)
+            out += b"\x00"
+    else:
+        out += b"\x01"  # no forgotten topics
+    out += b"\x01\x00"  # rack "", no tagged fields
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
 

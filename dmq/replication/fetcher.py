@@ -7,7 +7,12 @@ truncates there (KIP-101), so a returning replica never keeps records the new
 leader does not have; then it sends Fetch with ``replica_id`` set to this
 broker, from each partition's log end offset, appends what comes back as
 follower (offsets and epochs kept) and takes the leader's high watermark.
-Its next fetch offset is what tells the leader it has the records.
+Its next fetch offset is what tells the leader it has the records. Fetches go
+through a fetch session (KIP-227, ``FetchSessionHandler``): after the first, full
+one, a fetch lists only the partitions whose offset (or epoch, or size limit)
+changed and forgets those no longer fetched, and the leader answers only the
+partitions with records or a new high watermark, log start offset or error. A
+session error, a broken connection or a timeout starts a new session.
 
 Errors back off per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and
 UNKNOWN_TOPIC_OR_PARTITION wait for the metadata to change; a broken
@@ -33,6 +38,7 @@ from dmq.config import LONG_MAX, BrokerConfig
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.protocol.fast import encode_follower_fetch
 from dmq.record.batch import InvalidRecordError
+from dmq.replication.fetch_session import FetchSessionHandler, PartitionRequest
 from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager, TopicPartition
 
@@ -62,6 +68,7 @@ class ReplicaFetcher:
     task: asyncio.Task[None] | None = None
     client: AsyncWireClient | None = None
     failing: bool = False
+    session: FetchSessionHandler = field(default_factory=FetchSessionHandler)
 
 
 class ReplicaFetcherManager:
@@ -144,6 +151,7 @@ class ReplicaFetcherManager:
                 if fetcher.client is None or (fetcher.client.host, fetcher.client.port) != address:
                     if fetcher.client is not None:
                         fetcher.client.close()
+                    fetcher.session.reset()  # a new connection starts a new fetch session
                     fetcher.client = AsyncWireClient(address[0], address[1],
                                                      f"dmq-replica-{self.broker_id}",
                                                      dead_peer_ms=DEAD_LEADER_MS,
@@ -270,7 +278,7 @@ class ReplicaFetcherManager:
             self._throttle_tokens -= nbytes
 
     async def _fetch(self, fetcher: ReplicaFetcher, states: dict[TopicPartition, FetchState]) -> None:
-        by_topic: dict[str, list[tuple[int, int, int, int, int]]] = {}
+        wanted: dict[TopicPartition, PartitionRequest] = {}
         throttle_open = self._throttle_allows()
         for tp, state in states.items():
             p = self._current(fetcher, tp, state)
@@ -279,22 +287,39 @@ class ReplicaFetcherManager:
             # A throttled fetch asks for at most one second's worth, so one answer cannot
             # overshoot the rate by a whole replica.fetch.max.bytes.
             max_bytes = min(self.max_bytes, max(self.throttle_rate, 1)) if state.throttled else self.max_bytes
-            partitions = by_topic.get(tp[0])
-            if partitions is None:
-                partitions = by_topic[tp[0]] = []
-            partitions.append((tp[1], state.leader_epoch, p.log.log_end_offset,
-                               p.log.log_start_offset, max_bytes))
-        if not by_topic:
+            wanted[tp] = (state.leader_epoch, p.log.log_end_offset, p.log.log_start_offset, max_bytes)
+        if not wanted:
             await asyncio.sleep(0.1)
             return
-        topics = list(by_topic.items())
+        # KIP-227: after the first (full) fetch, only what changed is listed.
+        session = fetcher.session
+        session_id, epoch, listed, forgotten_tps = session.build(wanted)
+        by_topic: dict[str, list[tuple[int, int, int, int, int]]] = {}
+        for (topic, index), (leader_epoch, offset, log_start, max_bytes) in listed.items():
+            partitions = by_topic.get(topic)
+            if partitions is None:
+                partitions = by_topic[topic] = []
+            partitions.append((index, leader_epoch, offset, log_start, max_bytes))
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in forgotten_tps:
+            forgotten.setdefault(topic, []).append(index)
+        topics, forgotten_topics = list(by_topic.items()), list(forgotten.items())
         assert fetcher.client is not None
         client_id, broker_id = fetcher.client.client_id, self.broker_id
         max_wait, min_bytes, response_max = self.max_wait, self.min_bytes, self.response_max_bytes
-        response = await fetcher.client.request_frame(
-            lambda correlation_id: encode_follower_fetch(
-                correlation_id, client_id, broker_id, max_wait, min_bytes, response_max, topics),
-            self._fetch_class, self.socket_timeout + self.max_wait / 1000)
+        try:
+            response = await fetcher.client.request_frame(
+                lambda correlation_id: encode_follower_fetch(
+                    correlation_id, client_id, broker_id, max_wait, min_bytes, response_max, topics,
+                    session_id, epoch, forgotten_topics),
+                self._fetch_class, self.socket_timeout + self.max_wait / 1000)
+        except BaseException:
+            session.reset()  # the leader may have moved the session on without telling
+            raise
+        if not session.handle_response(response.error_code, response.session_id):
+            log.debug("fetch session with broker %d: %s; starting a new one",
+                      fetcher.leader_id, response.error_code.name)
+            return
         for t in response.responses:
             for r in t.partitions:
                 tp = (t.topic, r.partition_index)

@@ -76,6 +76,7 @@ from dmq.protocol.codec import (
 )
 from dmq.replication.delayed import TICK_MS as DELAYED_TICK_MS
 from dmq.replication.delayed import DelayedDelivery
+from dmq.replication.fetch_session import FetchSessionCache
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.security.authorizer import AclAuthorizer, authorizer_for
@@ -341,6 +342,8 @@ class Broker:
             coordinators=self.coordinators, transactions=self.transaction_coordinator,
             supported_apis=supported_apis(), share_coordinator=self.share_coordinator,
             share_admin=share_admin, authorizer=self._authorizer(),
+            fetch_sessions=FetchSessionCache(
+                int(self.config["max.incremental.fetch.session.cache.slots"])),
             share=ShareService(
                 ShareSessionCache(int(self.config["group.share.max.share.sessions"])),
                 SharePartitionManager(

@@ -98,6 +98,12 @@ def test_controller_leaders_and_under_replication_after_a_sigkill(
     everything = partitions_in_metadata(cluster)
     assert sum(x.value("dmq_replica_leader_partitions") for x in s.values()) == len(everything)
     assert s[controller].value("dmq_controller_partitions") == len(everything)
+    # Followers fetch through fetch sessions (KIP-227): every follower replica of every
+    # partition is in a session at its leader, one session per follower and leader.
+    assert sum(x.value("dmq_fetch_session_partitions") for x in s.values()) >= \
+        sum(len(replicas) - 1 for _, replicas, _ in everything) > 0
+    assert all(x.value("dmq_fetch_sessions") >= 2 for i, x in s.items()
+               if any(leader == i for leader, _, _ in everything))
     for x in s.values():
         assert x.value("dmq_zookeeper_session_state", state="CONNECTED") == 1
         assert x.value("dmq_zookeeper_session_state", state="LOST") == 0

@@ -228,22 +228,28 @@ follower_partitions = st.lists(st.tuples(i32, i32, i64, i64, i32), max_size=3)
 
 @SETTINGS
 @given(topics=st.lists(st.tuples(names, follower_partitions), max_size=3), correlation_id=i32,
-       client_id=client_ids, replica_id=i32, max_wait=i32, min_bytes=i32, max_bytes=i32)
+       client_id=client_ids, replica_id=i32, max_wait=i32, min_bytes=i32, max_bytes=i32,
+       session_id=i32, session_epoch=i32,
+       forgotten=st.lists(st.tuples(names, st.lists(i32, max_size=3)), max_size=3))
 def test_follower_fetch_bytes_are_kios(topics: list[Any], correlation_id: int, client_id: str,
                                        replica_id: int, max_wait: int, min_bytes: int,
-                                       max_bytes: int) -> None:
+                                       max_bytes: int, session_id: int, session_epoch: int,
+                                       forgotten: list[tuple[str, list[int]]]) -> None:
     m = request_module(1, 12)
     request = m.FetchRequest(
         cluster_id=None, replica_id=replica_id, max_wait=timedelta(milliseconds=max_wait),
-        min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
-        forgotten_topics_data=(), rack_id="", topics=tuple(
+        min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=session_id,
+        session_epoch=session_epoch,
+        forgotten_topics_data=tuple(m.ForgottenTopic(topic=t, partitions=tuple(ps))
+                                    for t, ps in forgotten),
+        rack_id="", topics=tuple(
             m.FetchTopic(topic=t, partitions=tuple(
                 m.FetchPartition(partition=p, current_leader_epoch=e, fetch_offset=o,
                                  last_fetched_epoch=-1, log_start_offset=ls, partition_max_bytes=mb)
                 for p, e, o, ls, mb in ps))
             for t, ps in topics))
     got = fast.encode_follower_fetch(correlation_id, client_id, replica_id, max_wait, min_bytes,
-                                     max_bytes, topics)
+                                     max_bytes, topics, session_id, session_epoch, forgotten)
     assert got == encode_request_with_kio(request, correlation_id, client_id)
 
 
