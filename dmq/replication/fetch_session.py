@@ -155,6 +155,8 @@ class FetchSessionCache:
             if entry is None:
                 cached[key] = CachedPartition(req)
             else:
+                if entry.request.current_leader_epoch != req.current_leader_epoch:
+                    entry.high_watermark = entry.log_start_offset = -1  # a new epoch: tell all again
                 entry.request = req
         for key in forgotten:
             cached.pop(key, None)
@@ -242,23 +244,23 @@ class FetchSessionHandler:
     """The fetcher's side of a session with one leader (the Java client's
     FetchSessionHandler). ``build`` says what the next request carries; ``handle_response``
     moves the epoch on or, after any error, starts over with a full request. A request
-    whose answer never comes (a broken connection, a timeout) must be followed by
-    ``reset``. One request at a time."""
+    whose answer never comes (a broken connection, a timeout) or whose answer was not
+    wholly taken must be followed by ``reset``. A full request after a session carries
+    that session's id with epoch 0, which closes it on the leader (Java's
+    ``nextCloseExistingAttemptNew``) rather than leave it to eviction. One request at a
+    time."""
 
-    session_id: int = INVALID_SESSION_ID
-    epoch: int = INITIAL_EPOCH
+    session_id: int = INVALID_SESSION_ID  # the open session, or the one the next full request closes
+    epoch: int = INITIAL_EPOCH  # INITIAL: the next request is a full one
     sent: dict[TopicPartition, PartitionRequest] = field(default_factory=dict)
-    _full: bool = True
 
     def build(self, wanted: dict[TopicPartition, PartitionRequest]
               ) -> tuple[int, int, dict[TopicPartition, PartitionRequest], list[TopicPartition]]:
         """(session id, epoch, partitions to list, partitions to forget) for a request that
         fetches exactly ``wanted``."""
         previous, self.sent = self.sent, dict(wanted)
-        if self.session_id == INVALID_SESSION_ID:
-            self._full = True
-            return INVALID_SESSION_ID, INITIAL_EPOCH, wanted, []
-        self._full = False
+        if self.epoch == INITIAL_EPOCH:
+            return self.session_id, INITIAL_EPOCH, wanted, []
         changed = {tp: v for tp, v in wanted.items() if previous.get(tp) != v}
         forgotten = [tp for tp in previous if tp not in wanted]
         return self.session_id, self.epoch, changed, forgotten
@@ -269,15 +271,19 @@ class FetchSessionHandler:
         if error != ErrorCode.none:
             self.reset()
             return False
-        if self._full:
+        if self.epoch == INITIAL_EPOCH:
             self.session_id = session_id
-            self.epoch = next_epoch(INITIAL_EPOCH)
+            # No session (the leader keeps none, or had no room): full requests go on.
+            self.epoch = INITIAL_EPOCH if session_id == INVALID_SESSION_ID else next_epoch(INITIAL_EPOCH)
+        elif session_id == INVALID_SESSION_ID:
+            # The leader closed the session (all its partitions forgotten) and answered the
+            # listed partitions sessionless: the next request is a full one.
+            self.session_id = INVALID_SESSION_ID
+            self.reset()
         else:
             self.epoch = next_epoch(self.epoch)
         return True
 
     def reset(self) -> None:
-        self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self.sent = {}
-        self._full = True

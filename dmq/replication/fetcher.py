@@ -320,12 +320,19 @@ class ReplicaFetcherManager:
             log.debug("fetch session with broker %d: %s; starting a new one",
                       fetcher.leader_id, response.error_code.name)
             return
+        ignored = False
         for t in response.responses:
             for r in t.partitions:
                 tp = (t.topic, r.partition_index)
                 found = self._answered(fetcher, states, tp)
-                if found is not None:
+                if found is None:
+                    ignored = True
+                else:
                     self._handle_partition(tp, *found, r)
+        if ignored:
+            # The leader now believes it told this replica something it did not take (the
+            # partition changed while the fetch was out): a full fetch sets that right.
+            session.reset()
 
     def _handle_partition(self, tp: TopicPartition, state: FetchState, p: Partition, r: Any) -> None:
         error = r.error_code

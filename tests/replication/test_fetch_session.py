@@ -137,6 +137,23 @@ def test_a_request_overtaken_by_another_of_its_session_is_refused() -> None:
     assert cache.respond(later, [result(data=5)], 0).error == ErrorCode.none
 
 
+def test_a_new_leader_epoch_is_answered_in_full() -> None:
+    cache = FetchSessionCache()
+    session_id = open_session(cache, [req("a", 0, epoch=3)])
+    context = cache.new_context(session_id, 1, [req("a", 0, epoch=4)], [], True, 0)
+    assert answer_keys(cache, context, [result()]) == (ErrorCode.none, [("a", 0)])
+
+
+def test_the_fetcher_starts_over_when_the_leader_closed_its_emptied_session() -> None:
+    h = FetchSessionHandler()
+    a = ("t", 0)
+    h.build({a: (0, 1, 0, 100)})
+    assert h.handle_response(ErrorCode.none, 5)
+    h.build({a: (0, 2, 0, 100)})
+    assert h.handle_response(ErrorCode.none, 0)  # answered sessionless
+    assert h.build({a: (0, 2, 0, 100)}) == (0, INITIAL_EPOCH, {a: (0, 2, 0, 100)}, [])
+
+
 def test_no_session_without_slots_or_partitions() -> None:
     assert open_session(FetchSessionCache(max_sessions=0), [req("a", 0)]) == 0
     cache = FetchSessionCache()
@@ -177,10 +194,18 @@ def test_the_fetcher_side_lists_changes_and_forgets_and_starts_over_after_an_err
     assert h.handle_response(ErrorCode.none, 99)
     assert h.build({a: (0, 6, 0, 100)}) == (99, 2, {}, [b])
     assert not h.handle_response(ErrorCode.invalid_fetch_session_epoch, 0)
-    assert h.build({a: (0, 6, 0, 100)}) == (0, INITIAL_EPOCH, {a: (0, 6, 0, 100)}, [])
+    # Full again, naming the old session so that the leader closes it.
+    assert h.build({a: (0, 6, 0, 100)}) == (99, INITIAL_EPOCH, {a: (0, 6, 0, 100)}, [])
     # A leader that keeps no sessions: every request stays a full one.
     assert h.handle_response(ErrorCode.none, 0)
     assert h.build({a: (0, 6, 0, 100)})[:2] == (0, INITIAL_EPOCH)
+    assert h.handle_response(ErrorCode.none, 0)
+    assert h.build({a: (0, 6, 0, 100)})[:2] == (0, INITIAL_EPOCH)
+    # A lost answer: reset, and the next full request closes the session it had.
+    assert h.handle_response(ErrorCode.none, 7)
+    h.build({a: (0, 7, 0, 100)})
+    h.reset()
+    assert h.build({a: (0, 7, 0, 100)}) == (7, INITIAL_EPOCH, {a: (0, 7, 0, 100)}, [])
 
 
 # ------------------------------------------------------------ the two together
@@ -219,6 +244,7 @@ def test_a_fetcher_and_a_leader_agree_on_what_is_fetched_and_the_high_watermarks
     cache, handler, leader = FetchSessionCache(), FetchSessionHandler(), Leader(rnd)
     offset = {tp: 0 for tp in TOPICS}
     known_hw = {tp: -1 for tp in TOPICS}
+    orphans = 0
     for _ in range(steps):
         leader.step()
         wanted_set = [tp for tp in TOPICS if rnd.random() < 0.8] or TOPICS[:1]
@@ -234,10 +260,20 @@ def test_a_fetcher_and_a_leader_agree_on_what_is_fetched_and_the_high_watermarks
         fate = rnd.random()
         if fate < 0.05:
             handler.reset()  # the answer was lost on the way
+            orphans += answer.session_id != 0 and context.create  # a new id it never learnt
             continue
         if fate < 0.1:
             cache = FetchSessionCache()  # the leader restarted after answering
         if handler.handle_response(answer.error, answer.session_id):
+            if fate < 0.15 and answer.partitions:
+                # One answered partition changed while the fetch was out: the fetcher drops
+                # its answer and starts over with a full fetch (ReplicaFetcherManager._fetch).
+                for r, res in answer.partitions[1:]:
+                    tp = (r.topic, r.partition)
+                    offset[tp] = leader.leo[tp]
+                    known_hw[tp] = res.high_watermark
+                handler.reset()
+                continue
             for r, res in answer.partitions:
                 tp = (r.topic, r.partition)
                 offset[tp] = leader.leo[tp]  # takes all it was sent
@@ -261,3 +297,6 @@ def test_a_fetcher_and_a_leader_agree_on_what_is_fetched_and_the_high_watermarks
             break
     assert offset == leader.leo
     assert known_hw == leader.hw
+    # Errors and lost answers leave no session behind (the next full request closes it)
+    # but those opened by a full request whose answer was lost (left to eviction).
+    assert len(cache.sessions) <= 1 + orphans
