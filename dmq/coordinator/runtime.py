@@ -14,7 +14,8 @@ waiting in a rebalance) and returns
   answers. Durable state changes only by replaying records, which is also how
   a shard is built when this broker starts leading its partition;
 - ``replies``: answers to parked requests, sent once the records are committed
-  (at once when there are none);
+  (at once when there are none, unless the shard's state is not all committed:
+  see below);
 - ``timers``: ``Schedule(key, delay_ms)`` / ``Cancel(key)``; when a timer fires
   the runtime runs ``shard.on_timer(key, now_ms)`` as an operation;
 - ``committed`` / ``failed``: follow-up operations run after the records are
@@ -35,6 +36,13 @@ partitions this broker starts leading (replaying the partition from its log
 start) and unloads the others, failing their parked requests with
 NOT_COORDINATOR; a new leader epoch is an unload and a load. Only leadership
 unloads: a failed write is answered with an error and the shard stays.
+
+Uncommitted state: a shard replays its own writes only once committed, but it is
+loaded from its partition's whole log, whose tail a new leader may hold uncommitted
+(written by the old leader, on too few replicas; a later leader may not have it).
+An operation that writes nothing is answered only once every offset the shard has
+seen (loaded or appended) is committed, else with the commit's error; a ``read``
+answers COORDINATOR_LOAD_IN_PROGRESS until the loaded tail is committed.
 
 Everything after an append is the runtime's own task, so a request whose
 client goes away cannot leave a write half done; a write whose wait for the
@@ -187,6 +195,11 @@ class _Context(Generic[S]):
     drained: asyncio.Event | None = None
     watching: bool = False
     unloaded: bool = False
+    # The last offset of the shard's state: of the log when it was loaded (the tail may not
+    # be committed yet), then of each append; and the highest offset known committed.
+    last_written: int = -1
+    committed_through: int = -1
+    loaded_through: int = -1  # the last offset loaded: reads wait until it is committed
 
 
 class CoordinatorRuntime(Generic[S]):
@@ -231,18 +244,34 @@ class CoordinatorRuntime(Generic[S]):
         self.unload(partition)
         shard = self.new_shard(partition, leader_epoch)
         count = 0
+        last = -1
         for entry in self.writer.read(partition):
             if entry.marker is not None:
                 shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=True)
             elif entry.key is not None:
                 shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id)
             count += 1
-        ctx: _Context[S] = _Context(partition, leader_epoch, shard)
+            last = entry.offset
+        ctx: _Context[S] = _Context(partition, leader_epoch, shard, last_written=last,
+                                    loaded_through=last)
         self._contexts[partition] = ctx
+        if last >= 0:
+            self._spawn(self._watch_loaded(ctx))
         self._process(ctx, shard.on_loaded(self.clock()))
         if count:
             log.info("%s: loaded %d records of partition %d", self.name, count, partition)
         return count
+
+    async def _watch_loaded(self, ctx: _Context[S]) -> None:
+        """Until the log this shard was loaded from is committed (reads wait for it)."""
+        while not ctx.unloaded and ctx.committed_through < ctx.loaded_through:
+            error = await self.writer.wait_committed(ctx.partition, ctx.loaded_through)
+            if error in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
+                ctx.committed_through = max(ctx.committed_through, ctx.loaded_through)
+            elif error == ErrorCode.not_leader_or_follower:
+                return  # leadership moved: the backend unloads the shard
+            else:
+                await asyncio.sleep(0.1)
 
     def unload(self, partition: int) -> None:
         ctx = self._contexts.pop(partition, None)
@@ -273,10 +302,14 @@ class CoordinatorRuntime(Generic[S]):
     # -------------------------------------------------------------- operations
 
     def read(self, partition: int, op: Callable[[S], Any], error_response: Callable[[ErrorCode], Any]) -> Any:
-        """A read of the shard's state: no records, answered at once."""
+        """A read of the shard's state: no records, answered at once. The shard holds
+        only committed state (records replay once committed) but for the tail of the log
+        it was loaded from: until that is committed, COORDINATOR_LOAD_IN_PROGRESS."""
         ctx = self._contexts.get(partition)
         if ctx is None:
             return error_response(ErrorCode.not_coordinator)
+        if ctx.committed_through < ctx.loaded_through:
+            return error_response(ErrorCode.coordinator_load_in_progress)
         return op(ctx.shard)
 
     async def write(self, partition: int, op: Callable[[S, int], CoordinatorResult],
@@ -322,6 +355,12 @@ class CoordinatorRuntime(Generic[S]):
         self._set_timers(ctx, result.timers)
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not result.records and result.marker is None:
+            if ctx.committed_through < ctx.last_written:
+                # Answered from state not all committed yet (a write still waiting, or the
+                # tail of the log this shard was loaded from): not before it is, since a
+                # new leader may not have it (Kafka's runtime defers such answers too).
+                return parked, self._spawn(self._finish_unwritten(ctx, result, ctx.last_written,
+                                                                  error_response))
             self._deliver(ctx, result.replies)
             self._effects(ctx, result.effects)
             done.set_result(result.response)
@@ -337,7 +376,30 @@ class CoordinatorRuntime(Generic[S]):
         ctx.pending.append(_Pending(last, result.records,
                                     result.producer[0] if result.producer is not None else -1,
                                     result.marker))
+        ctx.last_written = max(ctx.last_written, last)
         return parked, self._spawn(self._finish(ctx, result, last, error_response))
+
+    async def _finish_unwritten(self, ctx: _Context[S], result: CoordinatorResult, upto: int,
+                                error_response: Callable[[ErrorCode], Any]) -> Any:
+        """The answer of an operation without records, once the state it saw is committed."""
+        error = await self.writer.wait_committed(ctx.partition, upto)
+        if error == ErrorCode.not_enough_replicas_after_append:
+            error = ErrorCode.none
+        if error == ErrorCode.none and not ctx.unloaded:
+            ctx.committed_through = max(ctx.committed_through, upto)
+            self._deliver(ctx, result.replies)
+            self._effects(ctx, result.effects)
+            return result.response
+        error = ErrorCode.not_coordinator if ctx.unloaded else write_error(error)
+        for key, _ in result.replies:
+            entry = ctx.parked.get(key)
+            if entry is not None:
+                self._deliver(ctx, [(key, entry[1](error))])
+        if isinstance(result.response, Deferred):
+            entry = ctx.parked.get(result.response.key)
+            if entry is not None:
+                self._deliver(ctx, [(result.response.key, entry[1](error))])
+        return error_response(error)
 
     async def _finish(self, ctx: _Context[S], result: CoordinatorResult, last: int,
                       error_response: Callable[[ErrorCode], Any]) -> Any:
@@ -352,6 +414,7 @@ class CoordinatorRuntime(Generic[S]):
             if error != ErrorCode.not_leader_or_follower:
                 self._watch(ctx)  # replayed when the high watermark passes it after all
             return error_response(write_error(error))
+        ctx.committed_through = max(ctx.committed_through, last)
         self._replay_committed(ctx, last)
         if result.committed is not None:
             self._process(ctx, result.committed(ctx.shard, self.clock()))
@@ -384,6 +447,7 @@ class CoordinatorRuntime(Generic[S]):
                     if ctx.unloaded:
                         return
                     if error in (ErrorCode.none, ErrorCode.not_enough_replicas_after_append):
+                        ctx.committed_through = max(ctx.committed_through, last)
                         self._replay_committed(ctx, last)
                     elif error == ErrorCode.not_leader_or_follower:
                         return  # leadership moved: the backend unloads the shard

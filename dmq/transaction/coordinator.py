@@ -78,7 +78,7 @@ class TransactionCoordinator:
                                expected_epoch: int = -1) -> InitResult:
         partition = self.partition_for(transactional_id)
         needs = self.runtime.read(partition, lambda s: s.needs_producer_id(transactional_id),
-                                  lambda error: False)
+                                  lambda error: error == ErrorCode.coordinator_load_in_progress)
         new_id = await self.generate_producer_id() if needs else -1
         result = await self.runtime.write(
             partition,

@@ -16,6 +16,7 @@ from dmq.coordinator.runtime import (
     CoordinatorRuntime,
     Deferred,
     EndMarker,
+    LogEntry,
     Schedule,
 )
 from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
@@ -519,5 +520,96 @@ def test_a_share_change_whose_records_cannot_be_written_is_undone() -> None:
         group = c.share_group("sg")
         assert group is not None and group.members["m1"].member_epoch == 1
         await c.close()
+
+    asyncio.run(scenario())
+
+
+def values(shard: ListShard, now: int) -> CoordinatorResult:
+    """An operation answered from the shard's state alone: no records."""
+    return CoordinatorResult(response=list(shard.values))
+
+
+def test_an_answer_from_a_loaded_tail_not_yet_committed_waits_for_it() -> None:
+    """A new leader's log may end with records the old one wrote but never committed (a
+    new leader after this one may not have them): what a shard answers from them without
+    writing anything waits until they are committed, or fails (chaos seed 403: an
+    AddPartitionsToTxn retried on a new coordinator was confirmed from such a tail, the
+    tail was then lost, and the transaction's records never got markers)."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        w.logs[0] = [LogEntry(0, b"k", b"a"), LogEntry(1, b"k", b"b")]
+        w.committed[0] = 1  # offset 1 is not committed
+        rt = runtime(w)
+        assert rt.shard(0) is not None and rt.shard(0).values == [b"a", b"b"]  # type: ignore[union-attr]
+        answer = asyncio.create_task(rt.write(0, values, error))
+        await asyncio.sleep(0.01)
+        assert not answer.done()
+        w.release()
+        assert await answer == [b"a", b"b"]
+        # Committed now: the next answer is at once.
+        assert await asyncio.wait_for(rt.write(0, values, error), 0.5) == [b"a", b"b"]
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_from_an_uncommitted_tail_fails_when_it_cannot_commit() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        w.logs[0] = [LogEntry(0, b"k", b"a")]
+        w.committed[0] = 0
+        w.fail_commit = ErrorCode.request_timed_out
+        rt = runtime(w)
+        assert await rt.write(0, values, error) == "error coordinator_not_available"
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_without_records_waits_for_an_earlier_write_still_in_flight() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        w.hold()
+        first = asyncio.create_task(rt.write(0, add(b"a"), error))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(rt.write(0, values, error))
+        await asyncio.sleep(0.01)
+        assert not first.done() and not second.done()
+        w.release()
+        assert await first == "added a"
+        assert await second == []  # computed before the write replayed; answered after it
+
+    asyncio.run(scenario())
+
+
+def test_replies_of_an_uncommitted_answer_fail_with_it() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        parked = asyncio.create_task(rt.write(
+            0, lambda shard, now: CoordinatorResult(response=Deferred("p")), error))
+        await asyncio.sleep(0.01)
+        w.hold()
+        w.fail_commit = ErrorCode.request_timed_out
+        pending = asyncio.create_task(rt.write(0, add(b"a"), error))
+        await asyncio.sleep(0.01)
+        replying = await rt.write(0, lambda shard, now: CoordinatorResult(
+            response="replied", replies=[("p", "answer to p")]), error)
+        assert replying == "error coordinator_not_available"
+        assert await parked == "error coordinator_not_available"
+        assert await pending == "error coordinator_not_available"
+
+    asyncio.run(scenario())
+
+
+def test_a_read_of_a_loaded_tail_not_yet_committed_is_load_in_progress() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        w.logs[0] = [LogEntry(0, b"k", b"a"), LogEntry(1, b"k", b"b")]
+        w.committed[0] = 1
+        rt = runtime(w)
+        assert rt.read(0, lambda s: list(s.values), error) == "error coordinator_load_in_progress"
+        w.release()
+        await asyncio.sleep(0.01)  # the runtime watches the tail commit
+        assert rt.read(0, lambda s: list(s.values), error) == [b"a", b"b"]
 
     asyncio.run(scenario())

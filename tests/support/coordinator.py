@@ -38,7 +38,8 @@ class MemoryWriter:
             return self.fail_append, -1
         log = self.logs.setdefault(partition, [])
         pid = producer[0] if producer is not None else -1
-        log.extend(LogEntry(len(log) + i, k, v, pid) for i, (k, v) in enumerate(records))
+        base = len(log)
+        log.extend([LogEntry(base + i, k, v, pid) for i, (k, v) in enumerate(records)])
         if not self.holding:
             self.committed[partition] = len(log)
         return ErrorCode.none, len(log) - 1
