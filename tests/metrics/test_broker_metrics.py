@@ -315,14 +315,17 @@ def test_bytes_out_counts_each_answered_byte_once(metrics_broker: tuple[BrokerPr
 
 
 def test_the_event_loop_lag_shows_a_blocked_loop(metrics_broker: tuple[BrokerProcess, str]) -> None:
-    """The lag probe runs every half second; creating 200 partitions (their logs made on
-    the event loop, about 5 ms each) holds the loop long enough for a timer to run late by
-    more than 50 ms."""
+    """The lag probe runs every half second; creating 600 partitions (their logs made on
+    the event loop in one turn, a few ms each) holds the loop for longer than the probe's
+    half-second period plus 50 ms, so a timer runs late by more than 50 ms wherever the
+    block starts. (With 200 partitions the block could be shorter than that period, and
+    one that began just after the probe ran ended before it was due again: the test
+    failed in two of four runs on 2026-11-27.)"""
     broker, url = metrics_broker
     before = scrape(f"{url}/metrics")
     late_before = (before.value("dmq_event_loop_lag_seconds_count")
                    - before.value("dmq_event_loop_lag_seconds_bucket", le="0.05"))
-    create_topic(broker.bootstrap, "metrics-lag", 200)
+    create_topic(broker.bootstrap, "metrics-lag", 600)
     time.sleep(1.2)  # the probe runs twice more once the loop is free
     after = scrape(f"{url}/metrics")
     late = (after.value("dmq_event_loop_lag_seconds_count")
