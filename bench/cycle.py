@@ -31,6 +31,7 @@ from dmq.client.wire import decode_response, encode_request
 from dmq.config import BrokerConfig, LogConfig
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.record.records import encode_batch
+from dmq.replication.fetch_session import FetchSessionCache
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.server.broker import Broker
@@ -74,8 +75,9 @@ async def run(records: int, partitions: int, in_flight: int, size: int) -> dict[
     leader = replica_manager(base, 1)
     for p in range(partitions):
         leader.become_leader(TOPIC, p, "id", 0, replicas=[1, 2, 3], isr=[1, 2, 3])
-    broker = types.SimpleNamespace(services=types.SimpleNamespace(replica_manager=leader, authorizer=None),
-                                   _sessions={})  # no connection security state: PLAINTEXT
+    services = types.SimpleNamespace(replica_manager=leader, authorizer=None,
+                                     fetch_sessions=FetchSessionCache())
+    broker = types.SimpleNamespace(services=services, _sessions={})  # no security state: PLAINTEXT
 
     async def dispatch(frame: bytes, peer: str, dispatched: Any, connection: int) -> object:
         return await Broker.dispatch(broker, frame, peer, dispatched, connection)  # type: ignore[arg-type]
