@@ -391,14 +391,11 @@ class CoordinatorRuntime(Generic[S]):
             self._effects(ctx, result.effects)
             return result.response
         error = ErrorCode.not_coordinator if ctx.unloaded else write_error(error)
-        for key, _ in result.replies:
-            entry = ctx.parked.get(key)
-            if entry is not None:
-                self._deliver(ctx, [(key, entry[1](error))])
+        keys = [key for key, _ in result.replies]
         if isinstance(result.response, Deferred):
-            entry = ctx.parked.get(result.response.key)
-            if entry is not None:
-                self._deliver(ctx, [(result.response.key, entry[1](error))])
+            keys.append(result.response.key)
+        # The parked requests it would have answered get the error, each in its own shape.
+        self._deliver(ctx, [(key, ctx.parked[key][1](error)) for key in keys if key in ctx.parked])
         return error_response(error)
 
     async def _finish(self, ctx: _Context[S], result: CoordinatorResult, last: int,
