@@ -88,6 +88,8 @@ class CloseAfter:
 
 
 _connection_ids = itertools.count(1)
+# Frames at least this large are gathered from their reads rather than buffered.
+GATHER_BYTES = 64 * 1024
 
 MAX_QUEUED_FRAMES = 64
 MAX_IN_FLIGHT = 32
@@ -164,7 +166,13 @@ class KafkaConnection(asyncio.Protocol):
         self.max_request_bytes = max_request_bytes
         self.connections = connections
         self.eager_api_keys = eager_api_keys
+        # Read and not yet framed. A frame of GATHER_BYTES or more that is still arriving is
+        # gathered instead: its reads kept in gather_parts (gather_have of its gather_size
+        # bytes) and joined once complete, one copy instead of growing and slicing buffer.
         self.buffer = bytearray()
+        self.gathering = False
+        self.gather_parts: list[bytes] = []
+        self.gather_size = self.gather_have = 0
         self.frames: deque[bytes] = deque()
         self.transport: asyncio.Transport | None = None
         # Started and not yet answered, in request order.
@@ -205,6 +213,7 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("connection close hook failed for %s", self.peer)
         self.frames.clear()
+        self.gather_parts = []
         # Requests already started run to their end, as in Kafka; their answers are dropped.
         # Cancelling them would stop a handler between two steps (a topic written to the
         # metadata store but never taken up by this broker).
@@ -217,22 +226,43 @@ class KafkaConnection(asyncio.Protocol):
         self._start_soon()
 
     def data_received(self, data: bytes) -> None:
+        if self.gathering:
+            # A large frame arrives in many reads: keep the reads and join them once.
+            need = self.gather_size - self.gather_have
+            if len(data) < need:
+                self.gather_parts.append(data)
+                self.gather_have += len(data)
+                return
+            self.gather_parts.append(data if len(data) == need else data[:need])
+            self.frames.append(b"".join(self.gather_parts))
+            self.gathering = False
+            self.gather_parts = []
+            data = data[need:]
         buf = self.buffer
         buf += data
         start = 0
         end = len(buf)
-        while end - start >= 4:
-            size = int.from_bytes(buf[start : start + 4], "big", signed=True)
-            if size < 0 or size > self.max_request_bytes:
-                log.warning("closing connection from %s: request size %d is outside [0, %d] "
-                            "(socket.request.max.bytes; before SASL authentication, "
-                            "sasl.server.max.receive.size)", self.peer, size, self.max_request_bytes)
-                self.close()
-                return
-            if end - start - 4 < size:
-                break
-            self.frames.append(bytes(buf[start + 4 : start + 4 + size]))
-            start += 4 + size
+        with memoryview(buf) as view:
+            while end - start >= 4:
+                size = int.from_bytes(view[start : start + 4], "big", signed=True)
+                if size < 0 or size > self.max_request_bytes:
+                    log.warning("closing connection from %s: request size %d is outside [0, %d] "
+                                "(socket.request.max.bytes; before SASL authentication, "
+                                "sasl.server.max.receive.size)", self.peer, size,
+                                self.max_request_bytes)
+                    view.release()
+                    self.close()
+                    return
+                if end - start - 4 < size:
+                    if size >= GATHER_BYTES:
+                        self.gathering = True
+                        self.gather_size = size
+                        self.gather_have = end - start - 4
+                        self.gather_parts = [bytes(view[start + 4 : end])]
+                        start = end
+                    break
+                self.frames.append(bytes(view[start + 4 : start + 4 + size]))
+                start += 4 + size
         if start:
             del buf[:start]
         if self.frames:
