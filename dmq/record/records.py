@@ -144,21 +144,45 @@ def record_keys(body: bytes, base_offset: int, count: int,
     """``keyed_offsets`` of ``count`` records of a batch body (``batch_body``) from ``pos``:
     (offset, key) of those with a key, and the position after them, so a long batch can
     be read a piece at a time."""
+    # One call per record costs as much as the rest of its parsing, so the one-byte
+    # varints (key lengths, most deltas) are read inline, and a record without a key
+    # stops at its key length's first byte (zigzag -1 is 0x01).
     out: list[tuple[int, bytes]] = []
+    append = out.append
     size = len(body)
     try:
         for _ in range(count):
-            length, pos = _varint_at(body, pos)
+            b = body[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = _varint_at(body, pos)
             end = pos + length
             if length < 0 or end > size:
                 raise ValueError("record extends past its batch")
-            _ts_delta, p = _varint_at(body, pos + 1)  # after the attributes byte
-            off_delta, p = _varint_at(body, p)
-            key_length, p = _varint_at(body, p)
+            p = pos + 1  # after the attributes byte
+            if body[p] < 0x80:  # the timestamp delta, skipped
+                p += 1
+            else:
+                _ts_delta, p = _varint_at(body, p)
+            delta_at = p  # the offset delta, decoded only for a record with a key
+            while body[p] & 0x80:
+                p += 1
+            b = body[p + 1]
+            if b < 0x80:
+                if b & 1:  # a negative length: no key
+                    pos = end
+                    continue
+                key_length = b >> 1
+                p += 2
+            else:
+                key_length, p = _varint_at(body, p + 1)
+            off_delta = _varint_at(body, delta_at)[0]
             if key_length >= 0:
                 if p + key_length > end:
                     raise ValueError("record key extends past its record")
-                out.append((base_offset + off_delta, body[p : p + key_length]))
+                append((base_offset + off_delta, body[p : p + key_length]))
             pos = end
     except IndexError:
         raise ValueError("truncated record") from None
