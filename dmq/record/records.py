@@ -156,6 +156,10 @@ def record_keys(body: bytes, base_offset: int, count: int,
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif (b2 := body[pos + 1]) < 0x80:  # records of 64 B to 8 KiB
+                v = (b & 0x7F) | (b2 << 7)
+                length = (v >> 1) ^ -(v & 1)
+                pos += 2
             else:
                 length, pos = _varint_at(body, pos)
             end = pos + length
