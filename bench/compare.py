@@ -182,8 +182,11 @@ def _fmt(v: float | None, unit: str = "") -> str:
 
 
 def summarize(rows: list[dict], cases: list[tuple[int, int, str, int]]) -> str:
-    lines = ["| case | dmq produce rec/s | ref produce rec/s | ratio | dmq consume rec/s | ref consume rec/s | ratio | dmq RSS MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    # "memory taken": what the machine allocated while the broker took the produce phase
+    # (throughput.py: page cache for a broker writing files; see docs/benchmarks.md).
+    lines = ["| case | dmq produce rec/s | ref produce rec/s | ratio | dmq consume rec/s | ref consume rec/s | ratio | dmq RSS MB "
+             "| memory taken MB (dmq / ref) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for ci, (parts, size, acks, _n) in enumerate(cases):
         def med(broker: str, phase: str, key: str, ci: int = ci) -> float | None:
             return _median([
@@ -195,8 +198,10 @@ def summarize(rows: list[dict], cases: list[tuple[int, int, str, int]]) -> str:
         dc, rc = med("dmq", "consume", "records_per_s"), med("reference", "consume", "records_per_s")
         rss = max([(r["kbench"] or {}).get("produce", {}).get("broker_rss_mb") or 0 for r in rows
                    if r["broker"] == "dmq" and r["case"] == ci and r.get("kbench")] or [0])
+        da, ra = med("dmq", "produce", "machine_allocated_mb"), med("reference", "produce", "machine_allocated_mb")
+        taken = " / ".join("n/a" if v is None else f"{v:.0f}" for v in (da, ra))
         lines.append(f"| p{parts} {size} B acks={acks} | {_fmt(dp)} | {_fmt(rp)} | {_ratio(dp, rp)} | "
-                     f"{_fmt(dc)} | {_fmt(rc)} | {_ratio(dc, rc)} | {rss:.0f} |")
+                     f"{_fmt(dc)} | {_fmt(rc)} | {_ratio(dc, rc)} | {rss:.0f} | {taken} |")
     lines += ["", "| broker | e2e p50 ms | e2e p99 ms | e2e p99.9 ms |", "| --- | --- | --- | --- |"]
     for broker in ("dmq", "reference"):
         lat = [r["latency"] for r in rows if r["broker"] == broker and r["case"] == "latency" and r.get("latency")]

@@ -13,7 +13,9 @@ stays a few % short of what it acknowledged, for good. Consume: a consumer
 assigned to every partition from the beginning reads until it has every
 delivered record, which is the check that they are all there. Rates are records/s and MB/s of
 values over the phase's wall time. With ``--broker-pid`` the broker's resident
-memory after the produce phase is reported too. Every wait is bounded.
+memory after the produce phase is reported too, and always the memory the whole
+machine allocated during it (``machine_allocated_mb``, /proc/vmstat). Every wait is
+bounded.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def rss_mb(pid: int | None) -> float | None:
     return None
 
 
+def pages_allocated() -> int | None:
+    """Pages the kernel has allocated since boot, machine-wide (/proc/vmstat pgalloc_*)."""
+    try:
+        with open("/proc/vmstat") as f:
+            return sum(int(line.split()[1]) for line in f if line.startswith("pgalloc_"))
+    except OSError:
+        return None
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
@@ -67,6 +78,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int, acks: str,
     def report(err: Any, _msg: Any) -> None:
         delivered[1 if err is not None else 0] += 1
 
+    pages = pages_allocated()
     started = time.monotonic()
     deadline = started + timeout
     sent = 0
@@ -79,9 +91,15 @@ def produce(bootstrap: str, topic: str, records: int, size: int, acks: str,
     left = producer.flush(max(0.0, deadline - time.monotonic()))
     seconds = time.monotonic() - started
     ok = delivered[0] == records and left == 0
+    after = pages_allocated()
+    # Memory the machine handed out while producing: a broker writing to files takes page
+    # cache for every byte, one keeping records on its heap reuses what it freed. In a VM
+    # whose host backs guest memory on first touch, fresh pages cost (docs/benchmarks.md).
+    allocated = None if pages is None or after is None else round((after - pages) * 4096 / 1e6)
     return {"ok": ok, "records": records, "delivered_ok": delivered[0], "failed": delivered[1],
             "seconds": round(seconds, 3), "records_per_s": round(delivered[0] / seconds, 1),
-            "mb_per_s": round(delivered[0] * size / 1e6 / seconds, 3)}
+            "mb_per_s": round(delivered[0] * size / 1e6 / seconds, 3),
+            "machine_allocated_mb": allocated}
 
 
 def high_watermarks(bootstrap: str, topic: str, partitions: int) -> int:
