@@ -24,6 +24,7 @@ from kio.serial import entity_reader, entity_writer
 from dmq.client.security import AuthenticationError, ClientSecurity, SaslClient
 from dmq.protocol import fast
 from dmq.protocol.codec import API_VERSIONS_KEY, response_class
+from dmq.protocol.framing import FrameReader, FrameSizeError
 from dmq.protocol.lenient import READERS as LENIENT_READERS
 
 
@@ -174,7 +175,7 @@ class _ClientProtocol(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
+        self.reader = FrameReader()
         self.frames: deque[bytes] = deque()
         self.waiter: asyncio.Future[bytes] | None = None
         self.lost: BaseException | None = None
@@ -183,17 +184,17 @@ class _ClientProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buffer
-        buf += data
-        start, end = 0, len(buf)
-        while end - start >= 4:
-            size = int.from_bytes(buf[start : start + 4], "big", signed=True)
-            if end - start - 4 < size:
-                break
-            self.frames.append(bytes(buf[start + 4 : start + 4 + size]))
-            start += 4 + size
-        if start:
-            del buf[:start]
+        try:
+            self.reader.feed(data, self.frames.append)
+        except FrameSizeError as e:
+            # Not Kafka's framing: what follows cannot be read either.
+            self.lost = ConnectionError(f"the broker sent a bad response frame: {e}")
+            if self.transport is not None:
+                self.transport.close()
+            waiter = self.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(self.lost)
+            return
         waiter = self.waiter
         if self.frames and waiter is not None and not waiter.done():
             waiter.set_result(self.frames.popleft())

@@ -66,6 +66,7 @@ from time import monotonic
 from typing import Any
 
 from dmq.metrics.requests import RequestStats
+from dmq.protocol.framing import FrameReader, FrameSizeError
 
 log = logging.getLogger("dmq.server")
 
@@ -88,8 +89,6 @@ class CloseAfter:
 
 
 _connection_ids = itertools.count(1)
-# Frames at least this large are gathered from their reads rather than buffered.
-GATHER_BYTES = 64 * 1024
 
 MAX_QUEUED_FRAMES = 64
 MAX_IN_FLIGHT = 32
@@ -163,16 +162,9 @@ class KafkaConnection(asyncio.Protocol):
         self.stats = stats if stats is not None else RequestStats()
         self.dispatch = dispatch
         self.on_close = on_close
-        self.max_request_bytes = max_request_bytes
         self.connections = connections
         self.eager_api_keys = eager_api_keys
-        # Read and not yet framed. A frame of GATHER_BYTES or more that is still arriving is
-        # gathered instead: its reads kept in gather_parts (gather_have of its gather_size
-        # bytes) and joined once complete, one copy instead of growing and slicing buffer.
-        self.buffer = bytearray()
-        self.gathering = False
-        self.gather_parts: list[bytes] = []
-        self.gather_size = self.gather_have = 0
+        self.reader = FrameReader(max_request_bytes)
         self.frames: deque[bytes] = deque()
         self.transport: asyncio.Transport | None = None
         # Started and not yet answered, in request order.
@@ -183,6 +175,16 @@ class KafkaConnection(asyncio.Protocol):
         self.starting = False  # in _start's first step of an eager request
         self.start_scheduled = False
         self.peer = "?"
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest request this connection takes now (the broker lowers it until a
+        SASL client has authenticated)."""
+        return self.reader.max_bytes
+
+    @max_request_bytes.setter
+    def max_request_bytes(self, value: int) -> None:
+        self.reader.max_bytes = value
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -213,7 +215,7 @@ class KafkaConnection(asyncio.Protocol):
             except Exception:
                 log.exception("connection close hook failed for %s", self.peer)
         self.frames.clear()
-        self.gather_parts = []
+        self.reader.clear()
         # Requests already started run to their end, as in Kafka; their answers are dropped.
         # Cancelling them would stop a handler between two steps (a topic written to the
         # metadata store but never taken up by this broker).
@@ -226,45 +228,14 @@ class KafkaConnection(asyncio.Protocol):
         self._start_soon()
 
     def data_received(self, data: bytes) -> None:
-        if self.gathering:
-            # A large frame arrives in many reads: keep the reads and join them once.
-            need = self.gather_size - self.gather_have
-            if len(data) < need:
-                self.gather_parts.append(data)
-                self.gather_have += len(data)
-                return
-            self.gather_parts.append(data if len(data) == need else data[:need])
-            self.frames.append(b"".join(self.gather_parts))
-            self.gathering = False
-            self.gather_parts = []
-            data = data[need:]
-        buf = self.buffer
-        buf += data
-        start = 0
-        end = len(buf)
-        with memoryview(buf) as view:
-            while end - start >= 4:
-                size = int.from_bytes(view[start : start + 4], "big", signed=True)
-                if size < 0 or size > self.max_request_bytes:
-                    log.warning("closing connection from %s: request size %d is outside [0, %d] "
-                                "(socket.request.max.bytes; before SASL authentication, "
-                                "sasl.server.max.receive.size)", self.peer, size,
-                                self.max_request_bytes)
-                    view.release()
-                    self.close()
-                    return
-                if end - start - 4 < size:
-                    if size >= GATHER_BYTES:
-                        self.gathering = True
-                        self.gather_size = size
-                        self.gather_have = end - start - 4
-                        self.gather_parts = [bytes(view[start + 4 : end])]
-                        start = end
-                    break
-                self.frames.append(bytes(view[start + 4 : start + 4 + size]))
-                start += 4 + size
-        if start:
-            del buf[:start]
+        try:
+            self.reader.feed(data, self.frames.append)
+        except FrameSizeError as e:
+            log.warning("closing connection from %s: request size %d is outside [0, %d] "
+                        "(socket.request.max.bytes; before SASL authentication, "
+                        "sasl.server.max.receive.size)", self.peer, e.size, e.max_bytes)
+            self.close()
+            return
         if self.frames:
             self._start()
         if len(self.frames) >= MAX_QUEUED_FRAMES and not self.paused and self.transport:
