@@ -7,7 +7,10 @@ every case (replication factor x acks x rate) it runs ``bench/latency.py``
 with ``--producers`` producer processes and a ``--partitions``-partition
 topic, ``--repeats`` times; the repeats go round the whole case list, so the
 cases alternate. Prints one JSON line per run, then a table of the medians of
-p50, p99 and p99.9 and of the records received per second.
+p50, p99 and p99.9, of the records received per second, of the CPU the brokers
+used and of the time each broker spent runnable but waiting for a CPU
+(``/proc/PID/task/*/schedstat``: on a machine with fewer cores than busy
+processes, that wait is a hop's latency).
 
 Every run is bounded (latency.py: its seconds of sending plus at most 10 s
 of draining); the brokers and ZooKeeper are stopped on every way out.
@@ -28,7 +31,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from procs import ZK_JAR, Processes, bootstrap_of, broker, start_cluster, stop_on_sigterm  # noqa: E402
+from procs import (  # noqa: E402
+    ZK_JAR,
+    Proc,
+    Processes,
+    bootstrap_of,
+    broker,
+    sched_seconds,
+    start_cluster,
+    stop_on_sigterm,
+)
 
 
 def round_trip(bootstrap: str, rf: int, n: int) -> dict[str, float]:
@@ -55,7 +67,25 @@ def round_trip(bootstrap: str, rf: int, n: int) -> dict[str, float]:
     return {"p50_ms": round(took[len(took) // 2], 3), "p99_ms": round(took[int(len(took) * 0.99)], 3)}
 
 
-def run_case(bootstrap: str, rf: int, acks: str, rate: int, args: argparse.Namespace) -> dict[str, object]:
+def run_case(bootstrap: str, rf: int, acks: str, rate: int, args: argparse.Namespace,
+             brokers: list[Proc]) -> dict[str, object]:
+    """One latency.py run; with the brokers' CPU (cores, summed) and the seconds per second
+    each spent runnable but waiting for a CPU (mean over the brokers) while it ran."""
+    pids = [b.proc.pid for b in brokers if b.proc is not None]
+    before = [sched_seconds(pid) for pid in pids]
+    started = time.monotonic()
+    result = _latency(bootstrap, rf, acks, rate, args)
+    elapsed = time.monotonic() - started
+    after = [sched_seconds(pid) for pid in pids]
+    pairs = [(a, b) for a, b in zip(after, before, strict=True) if a is not None and b is not None]
+    if pairs and elapsed > 0:
+        result["brokers_cpu_cores"] = round(sum(a[0] - b[0] for a, b in pairs) / elapsed, 3)
+        result["broker_cpu_wait_s_per_s"] = round(
+            sum(a[1] - b[1] for a, b in pairs) / len(pairs) / elapsed, 3)
+    return result
+
+
+def _latency(bootstrap: str, rf: int, acks: str, rate: int, args: argparse.Namespace) -> dict[str, object]:
     cmd = [sys.executable, str(HERE / "latency.py"), bootstrap, "--rate", str(rate), "--seconds",
            str(args.seconds), "--acks", acks, "--replication-factor", str(rf), "--producers",
            str(args.producers), "--partitions", str(args.partitions), "--size", str(args.size)]
@@ -95,6 +125,7 @@ def main() -> int:
         cluster = list(start_cluster(procs, work, args.override).values())
         single = procs.start(broker(work, 0, None, args.override))
         bootstrap = {1: bootstrap_of([single]), 3: bootstrap_of(cluster)}
+        brokers = {1: [single], 3: cluster}
         time.sleep(2)
         trips.update({1: [], 3: []})
         for repeat in range(args.repeats):
@@ -104,7 +135,7 @@ def main() -> int:
                 trips[rf].append(dict(trip))
             for rf, acks, rate in cases:
                 row = {"repeat": repeat, "rf": rf, "acks": acks, "rate": rate,
-                       **run_case(bootstrap[rf], rf, acks, rate, args)}
+                       **run_case(bootstrap[rf], rf, acks, rate, args, brokers[rf])}
                 print(json.dumps(row), flush=True)
                 runs[(rf, acks, rate)].append(row)
         peaks = {p.name: p.peak_rss_mb() for p in (*cluster, single)}
@@ -120,14 +151,18 @@ def main() -> int:
         values = [float(r[key]) for r in rows if key in r]  # type: ignore[arg-type]
         return f"{statistics.median(values):,.2f}" if values else "-"
 
-    header = ("RF", "acks", "rate/s", "p50 ms", "p99 ms", "p99.9 ms", "received/s", "runs")
+    header = ("RF", "acks", "rate/s", "p50 ms", "p99 ms", "p99.9 ms", "received/s", "broker CPU",
+              "CPU wait s/s", "runs")
     table = [header] + [
         (str(rf), acks, f"{rate:,}", med(rows, "p50_ms"), med(rows, "p99_ms"), med(rows, "p999_ms"),
-         med(rows, "received_per_s"), f"{sum(1 for r in rows if 'p50_ms' in r)}/{len(rows)}")
+         med(rows, "received_per_s"), med(rows, "brokers_cpu_cores"), med(rows, "broker_cpu_wait_s_per_s"),
+         f"{sum(1 for r in rows if 'p50_ms' in r)}/{len(rows)}")
         for (rf, acks, rate), rows in runs.items()]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     print(f"\nmedians of {args.repeats} alternated runs, {args.producers} producers, "
-          f"{args.partitions} partitions, {args.size} B records")
+          f"{args.partitions} partitions, {args.size} B records; broker CPU: cores the brokers "
+          f"used together; CPU wait: seconds per second each broker was runnable but waiting "
+          f"for a CPU (schedstat)")
     for line in table:
         print("  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)))
     for rf, trip_rows in trips.items():

@@ -111,6 +111,21 @@ class Processes:
                       file=sys.stderr)
 
 
+def sched_seconds(pid: int) -> tuple[float, float] | None:
+    """(CPU seconds, seconds spent runnable but waiting for a CPU) of a process's threads
+    so far (/proc/PID/task/*/schedstat); None when they cannot be read."""
+    run = wait = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                fields = f.read().split()
+            run += int(fields[0])
+            wait += int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return run / 1e9, wait / 1e9
+
+
 def zookeeper(work: Path, tick_ms: int = 500) -> Proc:
     """Debian's ZooKeeper on a free loopback port, its data under ``work``."""
     port = free_port()
