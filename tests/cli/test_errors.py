@@ -138,14 +138,19 @@ def test_ctrl_c_is_exit_130_with_one_line_and_usage_errors_exit_2() -> None:
     import time
 
     # A broker that accepts connections and never answers: the command waits until Ctrl-C.
+    accepted: list[socket.socket] = []
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(50)
+        silent.settimeout(60)
         port = silent.getsockname()[1]
         for command in (["groups", "list"], ["topics", "list"]):
             proc = subprocess.Popen([sys.executable, "-m", "dmq", *command, "-b", f"127.0.0.1:{port}"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            time.sleep(3)
+            # Ctrl-C once the command is waiting on the broker: a fixed sleep sent it while a
+            # loaded machine was still importing (Python's own exit by SIGINT, -2).
+            accepted.append(silent.accept()[0])
+            time.sleep(0.5)
             proc.send_signal(signal.SIGINT)
             sent = time.monotonic()
             out, err = proc.communicate(timeout=60)
@@ -153,6 +158,8 @@ def test_ctrl_c_is_exit_130_with_one_line_and_usage_errors_exit_2() -> None:
             assert err.splitlines() == ["interrupted"] and out == "", command
             # topics list sat in librdkafka's list_topics (C) for up to 30 s before it saw Ctrl-C
             assert time.monotonic() - sent < 5, command
+    for conn in accepted:
+        conn.close()
     usage = subprocess.run([sys.executable, "-m", "dmq", "topics", "create"], capture_output=True,
                            text=True, timeout=30)
     assert usage.returncode == 2 and "Missing argument" in usage.stderr
