@@ -185,8 +185,8 @@ def summarize(rows: list[dict], cases: list[tuple[int, int, str, int]]) -> str:
     # "memory taken": what the machine allocated while the broker took the produce phase
     # (throughput.py: page cache for a broker writing files; see docs/benchmarks.md).
     lines = ["| case | dmq produce rec/s | ref produce rec/s | ratio | dmq consume rec/s | ref consume rec/s | ratio | dmq RSS MB "
-             "| memory taken MB (dmq / ref) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| memory taken MB (dmq / ref) | produce CPU s (dmq / ref) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for ci, (parts, size, acks, _n) in enumerate(cases):
         def med(broker: str, phase: str, key: str, ci: int = ci) -> float | None:
             return _median([
@@ -200,8 +200,10 @@ def summarize(rows: list[dict], cases: list[tuple[int, int, str, int]]) -> str:
                    if r["broker"] == "dmq" and r["case"] == ci and r.get("kbench")] or [0])
         da, ra = med("dmq", "produce", "machine_allocated_mb"), med("reference", "produce", "machine_allocated_mb")
         taken = " / ".join("n/a" if v is None else f"{v:.0f}" for v in (da, ra))
+        dcpu, rcpu = med("dmq", "produce", "broker_cpu_s"), med("reference", "produce", "broker_cpu_s")
+        cpu = " / ".join("n/a" if v is None else f"{v:.2f}" for v in (dcpu, rcpu))
         lines.append(f"| p{parts} {size} B acks={acks} | {_fmt(dp)} | {_fmt(rp)} | {_ratio(dp, rp)} | "
-                     f"{_fmt(dc)} | {_fmt(rc)} | {_ratio(dc, rc)} | {rss:.0f} | {taken} |")
+                     f"{_fmt(dc)} | {_fmt(rc)} | {_ratio(dc, rc)} | {rss:.0f} | {taken} | {cpu} |")
     lines += ["", "| broker | e2e p50 ms | e2e p99 ms | e2e p99.9 ms |", "| --- | --- | --- | --- |"]
     for broker in ("dmq", "reference"):
         lat = [r["latency"] for r in rows if r["broker"] == broker and r["case"] == "latency" and r.get("latency")]

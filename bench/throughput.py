@@ -13,7 +13,7 @@ stays a few % short of what it acknowledged, for good. Consume: a consumer
 assigned to every partition from the beginning reads until it has every
 delivered record, which is the check that they are all there. Rates are records/s and MB/s of
 values over the phase's wall time. With ``--broker-pid`` the broker's resident
-memory after the produce phase is reported too, and always the memory the whole
+memory after the produce phase and the CPU it used during it are reported too, and always the memory the whole
 machine allocated during it (``machine_allocated_mb``, /proc/vmstat). Every wait is
 bounded.
 """
@@ -43,6 +43,18 @@ def rss_mb(pid: int | None) -> float | None:
     except OSError:
         return None
     return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User plus system CPU seconds of a process so far (/proc/PID/stat)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def pages_allocated() -> int | None:
@@ -155,7 +167,10 @@ def main() -> int:
     result: dict[str, Any] = {"label": args.label, "topic": topic}
     try:
         create_topic(args.bootstrap, topic, args.partitions)
+        cpu = cpu_seconds(args.broker_pid)
         result["produce"] = produce(args.bootstrap, topic, args.records, args.size, args.acks, args.timeout)
+        after = cpu_seconds(args.broker_pid)
+        result["produce"]["broker_cpu_s"] = None if cpu is None or after is None else round(after - cpu, 2)
         result["produce"]["broker_rss_mb"] = rss_mb(args.broker_pid)
         hwm = high_watermarks(args.bootstrap, topic, args.partitions)
         result["produce"]["broker_hwm_total"] = hwm

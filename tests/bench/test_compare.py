@@ -71,7 +71,7 @@ def _compare_module():  # noqa: ANN202 - bench/ is scripts, not a package
 def _kbench(rate: float, hwm: int, records: int = 100_000, allocated: int | None = 12) -> dict:
     return {"produce": {"ok": True, "records": records, "delivered_ok": records, "records_per_s": rate,
                         "broker_rss_mb": 50, "broker_hwm_total": hwm, "hwm_matches": hwm == records,
-                        "machine_allocated_mb": allocated},
+                        "machine_allocated_mb": allocated, "broker_cpu_s": 1.5},
             "consume": {"ok": True, "records": records, "records_per_s": rate / 2}}
 
 
@@ -84,8 +84,8 @@ def test_the_summary_says_n_a_and_why_for_a_failed_phase_and_notes_short_high_wa
             {"broker": "reference", "case": 1, "kbench": None}]  # timed out: no result at all
     text = compare.summarize(rows, cases)
     assert "nan" not in text
-    assert "| p1 100 B acks=1 | 600 k | 500 k | 1.20 | 300 k | 250 k | 1.20 | 50 | 12 / 3 |" in text
-    assert "| p6 100 B acks=all | 600 k | n/a | n/a | 300 k | n/a | n/a | 50 | 12 / n/a |" in text
+    assert "| p1 100 B acks=1 | 600 k | 500 k | 1.20 | 300 k | 250 k | 1.20 | 50 | 12 / 3 | 1.50 / 1.50 |" in text
+    assert "| p6 100 B acks=all | 600 k | n/a | n/a | 300 k | n/a | n/a | 50 | 12 / n/a | 1.50 / n/a |" in text
     assert "- reference: 2 of 4 phases failed and count as n/a: consume, produce" in text
     assert "- reference: the high watermarks differed from the delivered count after 1 of 2 produce phases (by up to 4.3%)" in text
     assert "- dmq:" not in text
