@@ -85,6 +85,7 @@ from dmq.security.sasl import ANONYMOUS, Authenticator, ConnectionAuth, sasl_set
 from dmq.security.tls import peer_principal, server_context
 from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, CloseAfter, KafkaConnection, Listener
+from dmq.server.pacing import CpuIdleMeter, LoopSharePacer
 from dmq.share.admin import LatestOffsetReader, ShareGroupAdmin
 from dmq.share.broker_persister import BrokerSharePersister
 from dmq.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, ShareCoordinatorConfig
@@ -107,7 +108,6 @@ ZK_CLOSE_TIMEOUT_S = 5.0
 # How long a starting broker in a ZooKeeper cluster waits for a controller before saying it is up.
 CONTROLLER_WAIT_S = 10.0
 KEY_INDEX_SLICE_S = 0.002  # one slice of the key indexer on the event loop
-KEY_INDEX_BUSY = 0.5  # the broker's CPU time over a pause above this share of it: other work is running
 
 
 def parse_host_port(text: str, default_port: int = 9092) -> tuple[str, int]:
@@ -714,20 +714,20 @@ class Broker:
         """The key indexer (message query) in slices of KEY_INDEX_SLICE_S on the event loop,
         looking for new records every log.key.index.interval.ms once it has caught up.
 
-        While it is behind it pauses between slices to take a share of the loop: up to
-        log.key.index.max.loop.share while the broker has nothing else to do, halved (down
-        to a tenth of it) after each pause in which the broker itself kept the CPU busy
-        more than half the time (produce, fetch: its process time, not the machine's), and
-        grown back by a quarter after each pause it did not."""
+        While it is behind it pauses between slices to take a share of the loop, as a
+        LoopSharePacer sets it: up to log.key.index.max.loop.share while nothing else needs
+        the CPU, down to a tenth of it while the broker itself is busy (produce, fetch) or
+        the machine's CPUs are (a client on the same small host: dmq.server.pacing)."""
         most = float(self.config["log.key.index.max.loop.share"])
         idle = int(self.config["log.key.index.interval.ms"]) / 1000.0
-        share = most
+        pacer = LoopSharePacer(most) if most > 0 else None
+        machine = CpuIdleMeter()
         indexer = KeyIndexer()
         try:
             while not self.stopping.is_set():
                 started = time.monotonic()
                 busy = False
-                if most > 0:
+                if pacer is not None:
                     try:
                         busy = indexer.run(list(self.log_manager.logs.values()), started + KEY_INDEX_SLICE_S)
                     except Exception:
@@ -735,13 +735,13 @@ class Broker:
                         indexer.close()
                         indexer = KeyIndexer()
                 spent = time.monotonic() - started
-                pause = max(spent * (1 - share) / share, 0.001) if busy else idle
+                pause = pacer.pause_after(spent) if busy and pacer is not None else idle
                 cpu = time.process_time()
+                machine.sample()
                 await asyncio.sleep(pause)
-                if busy:
-                    paused = time.monotonic() - started - spent
-                    loaded = time.process_time() - cpu > paused * KEY_INDEX_BUSY
-                    share = max(share / 2, most / 10) if loaded else min(share * 1.25, most)
+                if busy and pacer is not None:
+                    pacer.observe(time.monotonic() - started - spent, time.process_time() - cpu,
+                                  machine.sample())
         finally:
             indexer.close()
 
