@@ -13,9 +13,9 @@ stays a few % short of what it acknowledged, for good. Consume: a consumer
 assigned to every partition from the beginning reads until it has every
 delivered record, which is the check that they are all there. Rates are records/s and MB/s of
 values over the phase's wall time. With ``--broker-pid`` the broker's resident
-memory after the produce phase and the CPU it used during it are reported too, and always the memory the whole
-machine allocated during it (``machine_allocated_mb``, /proc/vmstat). Every wait is
-bounded.
+memory after the produce phase and the CPU it used during it are reported too, and
+always the memory the whole machine allocated during it (``machine_allocated_mb``,
+/proc/vmstat). Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import sched_seconds  # noqa: E402
+
 
 def rss_mb(pid: int | None) -> float | None:
     if pid is None:
@@ -43,18 +46,6 @@ def rss_mb(pid: int | None) -> float | None:
     except OSError:
         return None
     return None
-
-
-def cpu_seconds(pid: int | None) -> float | None:
-    """User plus system CPU seconds of a process so far (/proc/PID/stat)."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def pages_allocated() -> int | None:
@@ -104,9 +95,9 @@ def produce(bootstrap: str, topic: str, records: int, size: int, acks: str,
     seconds = time.monotonic() - started
     ok = delivered[0] == records and left == 0
     after = pages_allocated()
-    # Memory the machine handed out while producing: a broker writing to files takes page
-    # cache for every byte, one keeping records on its heap reuses what it freed. In a VM
-    # whose host backs guest memory on first touch, fresh pages cost (docs/benchmarks.md).
+    # Memory the machine handed out while producing (the client's, and the broker's page
+    # cache or heap). In a VM whose host backs guest memory on first touch, fresh pages
+    # cost (docs/benchmarks.md).
     allocated = None if pages is None or after is None else round((after - pages) * 4096 / 1e6)
     return {"ok": ok, "records": records, "delivered_ok": delivered[0], "failed": delivered[1],
             "seconds": round(seconds, 3), "records_per_s": round(delivered[0] / seconds, 1),
@@ -167,10 +158,10 @@ def main() -> int:
     result: dict[str, Any] = {"label": args.label, "topic": topic}
     try:
         create_topic(args.bootstrap, topic, args.partitions)
-        cpu = cpu_seconds(args.broker_pid)
+        cpu = sched_seconds(args.broker_pid) if args.broker_pid is not None else None
         result["produce"] = produce(args.bootstrap, topic, args.records, args.size, args.acks, args.timeout)
-        after = cpu_seconds(args.broker_pid)
-        result["produce"]["broker_cpu_s"] = None if cpu is None or after is None else round(after - cpu, 2)
+        after = sched_seconds(args.broker_pid) if args.broker_pid is not None else None
+        result["produce"]["broker_cpu_s"] = None if cpu is None or after is None else round(after[0] - cpu[0], 2)
         result["produce"]["broker_rss_mb"] = rss_mb(args.broker_pid)
         hwm = high_watermarks(args.bootstrap, topic, args.partitions)
         result["produce"]["broker_hwm_total"] = hwm

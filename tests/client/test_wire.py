@@ -151,3 +151,29 @@ def test_answers_split_or_together_are_framed_and_need_no_task() -> None:
         server.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("size", [-1, -(2**31)])
+def test_an_answer_with_a_negative_size_fails_the_request_and_closes_the_connection(size: int) -> None:
+    """Before FrameReader the client sliced a negative-size frame out of its buffer and
+    handed garbage on; now the request fails with a connection error and the next one on
+    that client reports the connection closed."""
+    async def scenario() -> None:
+        async def bad(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1 << 16)
+            writer.write(size.to_bytes(4, "big", signed=True) + b"\x00" * 16)
+            await writer.drain()
+            await asyncio.sleep(5)
+
+        server = await asyncio.start_server(bad, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = AsyncWireClient("127.0.0.1", port, "test")
+        request = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+        with pytest.raises(ConnectionError, match="bad response frame"):
+            await asyncio.wait_for(client.request(request, 5.0), 10)
+        with pytest.raises((ConnectionError, EOFError, OSError)):
+            await asyncio.wait_for(client.request(request, 5.0), 10)
+        client.close()
+        server.close()
+
+    asyncio.run(scenario())
