@@ -117,8 +117,11 @@ def sched_seconds(pid: int) -> tuple[float, float] | None:
     run = wait = 0
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
-                fields = f.read().split()
+            try:
+                with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                    fields = f.read().split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # a thread that ended since the listing (a log deletion's, a worker's)
             run += int(fields[0])
             wait += int(fields[1])
     except (OSError, IndexError, ValueError):

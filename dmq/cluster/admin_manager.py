@@ -33,8 +33,8 @@ from dmq.config import (
 
 class AdminManager:
     def __init__(self, store: MetadataStore, config: BrokerConfig,
-                 on_topic_change: Callable[[TopicMetadata], None],
-                 on_topic_delete: Callable[[TopicMetadata], None],
+                 on_topic_change: Callable[[TopicMetadata], Awaitable[None]],
+                 on_topic_delete: Callable[[TopicMetadata], Awaitable[None]],
                  on_config_change: Callable[[str], None],
                  on_broker_config_change: Callable[[], None] | None = None) -> None:
         self.store = store
@@ -110,14 +110,14 @@ class AdminManager:
             name, num_partitions, replication_factor,
             {k: v for k, v in configs.items() if v is not None}, assignment,
         )
-        self.on_topic_change(topic)
+        await self.on_topic_change(topic)
         return topic
 
     async def delete_topic(self, name: str) -> TopicMetadata:
         if not self.config["delete.topic.enable"]:
             raise MetadataError("topic_deletion_disabled", "Topic deletion is disabled.")
         topic = await self.store.delete_topic(name)
-        self.on_topic_delete(topic)
+        await self.on_topic_delete(topic)
         return topic
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
@@ -136,7 +136,7 @@ class AdminManager:
         if validate_only:
             return topic
         topic = await self.store.create_partitions(name, total)
-        self.on_topic_change(topic)
+        await self.on_topic_change(topic)
         return topic
 
     async def reassign_partitions(self, targets: dict[tuple[str, int], list[int] | None]

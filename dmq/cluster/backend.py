@@ -27,9 +27,19 @@ broker is (fetchers), whether a partition exists anywhere, whether a broker
 may join an ISR (KIP-841: registered, not shutting down), writes a leader's
 ISR changes to the store and passes on a leader's resignation.
 
+A partition that needs a new local log waits for it: the logs are created on a
+worker thread (directories, metadata files, the first leader-epoch entry and
+their fsyncs: tens of milliseconds for a topic of many partitions), one batch
+at a time, and held and given their roles by the reconcile that follows.
+``reconcile_now()`` waits for that (CreateTopics on a single broker answers
+once its partitions can be used). A log that cannot be created is logged and
+tried again a second later.
+
 Invariants: ``reconcile()`` is idempotent and reads only cached metadata, so
 calling it on every event is safe and cheap; it never calls ZooKeeper (the
-ISR write is awaited by the ReplicaManager's own task). Event-loop thread only.
+ISR write is awaited by the ReplicaManager's own task) and creates no log.
+Event-loop thread only, but for ``_open_new_logs``, which the worker runs on
+logs nothing else holds yet.
 """
 
 from __future__ import annotations
@@ -38,17 +48,54 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from dmq.cluster.metadata import INTERNAL_TOPICS, MetadataStore
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
-from dmq.config import ConfigError
+from dmq.config import ConfigError, LogConfig
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager, TopicPartition
 from dmq.storage.cleaner import LogCleaner
+from dmq.storage.log import Log
 from dmq.storage.log_manager import LogManager
 
 log = logging.getLogger("dmq.backend")
+
+CREATE_RETRY_S = 1.0  # after a log could not be created
+
+
+@dataclass(frozen=True, slots=True)
+class NewLog:
+    """A partition this broker hosts and has no log for yet; ``lead_epoch`` is the epoch
+    it leads in, or -1 when it follows."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    config: LogConfig
+    lead_epoch: int
+
+
+def _open_new_logs(log_manager: LogManager, wanted: list[NewLog]) -> tuple[list[tuple[NewLog, Log]], bool]:
+    """Worker thread: create the logs, not held. A new log led here gets its first
+    leader-epoch entry now, as ``Partition.make_leader`` would write it (epoch at offset 0),
+    so that fsync is not on the event loop either. (The logs made, whether one failed.)"""
+    made: list[tuple[NewLog, Log]] = []
+    failed = False
+    for new in wanted:
+        try:
+            lg = log_manager.open_new(new.topic, new.partition, new.topic_id, new.config)
+            made.append((new, lg))
+            if new.lead_epoch >= 0 and lg.log_end_offset == 0 and not lg.leader_epochs.entries:
+                lg.leader_epochs.assign(new.lead_epoch, 0)
+        except OSError as e:
+            log.error("%s-%d: cannot create the log: %s", new.topic, new.partition, e)
+            failed = True
+        except Exception:  # a bug: logged, and the partition tried again like a disk error
+            log.exception("%s-%d: creating the log failed", new.topic, new.partition)
+            failed = True
+    return made, failed
 
 
 class ClusterBackend:
@@ -64,6 +111,8 @@ class ClusterBackend:
         self.on_internal_leadership: Callable[[str, dict[int, int]], None] = lambda topic, led: None
         self.shutting_down = False
         self._scheduled = False
+        self._creating: asyncio.Task[None] | None = None
+        self._create_after = 0.0  # monotonic: no new log is created before (after a failure)
 
     def attach(self, replica_manager: ReplicaManager, fetchers: ReplicaFetcherManager | None,
                on_internal_leadership: Callable[[str, dict[int, int]], None]) -> None:
@@ -122,12 +171,16 @@ class ClusterBackend:
             asyncio.get_running_loop().call_soon(self.reconcile)
 
     def reconcile(self) -> None:
-        """Make local roles follow the cached partition states (leader, follower, gone)."""
+        """Make local roles follow the cached partition states (leader, follower, gone).
+
+        A partition that needs a new local log is skipped: its log is created on a worker
+        thread (``_create_logs``), which reconciles again once it is held."""
         self._scheduled = False
         rm = self.replica_manager
         if rm is None or (self.zk is not None and self.zk.session_lost):
             return  # not started, or the cache is stale until the session is back
         wanted: set[TopicPartition] = set()
+        missing: list[NewLog] = []
         internal_led: dict[str, dict[int, int]] = {name: {} for name in INTERNAL_TOPICS}
         topics = self.store.topics()
         for topic in topics.values():
@@ -137,6 +190,11 @@ class ClusterBackend:
                 if self.broker_id not in state.replicas and state.leader != self.broker_id:
                     continue
                 wanted.add(tp)
+                if tp not in rm.partitions and self.log_manager.get(*tp) is None:
+                    missing.append(NewLog(topic.name, index, topic.topic_id,
+                                          self.log_manager.config_for(topic.name),
+                                          state.leader_epoch if state.leader == self.broker_id else -1))
+                    continue
                 if state.leader == self.broker_id:
                     if self.fetchers is not None:
                         self.fetchers.remove_partition(tp)
@@ -170,6 +228,45 @@ class ClusterBackend:
                 self.cleaner.forget(*tp)
         for name, led in sorted(internal_led.items()):
             self.on_internal_leadership(name, led)
+        if missing and self._creating is None and time.monotonic() >= self._create_after:
+            # One creation at a time; the one running reconciles when it ends, and that
+            # finds whatever went missing meanwhile.
+            self._creating = asyncio.get_running_loop().create_task(self._create_logs(missing))
+
+    async def reconcile_now(self) -> None:
+        """Reconcile and wait until the partitions that needed new logs have them and their
+        roles (a topic created on a single broker is usable once CreateTopics answers)."""
+        self.reconcile()
+        while (task := self._creating) is not None:
+            await asyncio.wait({task})
+
+    async def _create_logs(self, missing: list[NewLog]) -> None:
+        """Create ``missing`` logs on a worker thread (directories, metadata files and their
+        fsyncs stay off the event loop), hold those still wanted, reconcile again."""
+        created: list[tuple[NewLog, Log]] = []
+        failed = False
+        try:
+            created, failed = await asyncio.to_thread(_open_new_logs, self.log_manager, missing)
+        finally:
+            self._creating = None
+        for new, lg in created:
+            if self._hosts(new):
+                self.log_manager.adopt(lg)
+            else:  # deleted or moved away while it was being created
+                lg.close()
+                self.log_manager.discard_unheld(lg)
+        if failed:  # disk full, permissions: logged; tried again in a while, not in a loop
+            self._create_after = time.monotonic() + CREATE_RETRY_S
+            asyncio.get_running_loop().call_later(CREATE_RETRY_S, self.schedule)
+        self.reconcile()
+
+    def _hosts(self, new: NewLog) -> bool:
+        """Whether this broker still hosts the partition a log was made for (same topic id:
+        not deleted and created again meanwhile)."""
+        meta = self.store.topic(new.topic)
+        state = meta.partitions.get(new.partition) if meta is not None else None
+        return state is not None and meta is not None and meta.topic_id == new.topic_id and (
+            self.broker_id in state.replicas or state.leader == self.broker_id)
 
     # ---------------------------------------------------------- controlled shutdown
 

@@ -251,8 +251,8 @@ class Broker:
             self.controller = Controller(self.zk, self.config)
         self._apply_dynamic_configs()
         # Whatever a topic change made through this broker, the backend makes it good locally.
-        self.admin_manager = AdminManager(self.store, self.config, lambda t: backend.reconcile(),
-                                     lambda t: backend.reconcile(), self.log_manager.update_config,
+        self.admin_manager = AdminManager(self.store, self.config, lambda t: backend.reconcile_now(),
+                                     lambda t: backend.reconcile_now(), self.log_manager.update_config,
                                      self._apply_dynamic_configs)
         self.producer_ids = ProducerIdManager(self.store)
         offsets_topic = self.store.topic(OFFSETS_TOPIC)
@@ -370,7 +370,7 @@ class Broker:
         self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)
         self.transaction_coordinator.send_markers = self.marker_sender.send
         if self.zk is None:
-            backend.reconcile()  # leads every partition: loads the coordinators' shards
+            await backend.reconcile_now()  # leads every partition: loads the coordinators' shards
         await self._start_metrics()
         bound: dict[str, tuple[str, int]] = {}
         for endpoint in self.endpoints:

@@ -145,11 +145,27 @@ class LogManager:
     def get_or_create(self, topic: str, partition: int, topic_id: str) -> Log:
         lg = self.logs.get((topic, partition))
         if lg is None:
-            path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
-            lg = Log(path, topic, partition, self.config_for(topic), clean_shutdown=True,
-                     topic_id=topic_id)
-            lg.on_roll = self._on_roll
-            self.logs[(topic, partition)] = lg
+            lg = self.adopt(self.open_new(topic, partition, topic_id, self.config_for(topic)))
+        return lg
+
+    def open_new(self, topic: str, partition: int, topic_id: str, config: LogConfig) -> Log:
+        """The log of a partition this manager does not hold yet, created on disk (or opened,
+        should its directory exist) but not held: plain file work that touches nothing of
+        the manager's, so a worker thread may do it (creating a topic's partitions is a
+        few fsyncs each). ``adopt`` then holds it, on the owning thread."""
+        path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
+        return Log(path, topic, partition, config, clean_shutdown=True, topic_id=topic_id)
+
+    def adopt(self, lg: Log) -> Log:
+        """Hold a log ``open_new`` made; the held one when the partition already has one
+        (the new object is closed)."""
+        held = self.logs.get((lg.topic, lg.partition))
+        if held is not None:
+            if held is not lg:
+                lg.close()
+            return held
+        lg.on_roll = self._on_roll
+        self.logs[(lg.topic, lg.partition)] = lg
         return lg
 
     def delete(self, topic: str, partition: int) -> None:
@@ -160,6 +176,11 @@ class LogManager:
             self._pending_flush.pop((topic, partition), None)
         lg.close()
         self._schedule_delete(lg.directory)
+
+    def discard_unheld(self, lg: Log) -> None:
+        """Remove the directory of a closed log ``open_new`` made that was never held."""
+        if (lg.topic, lg.partition) not in self.logs:
+            self._schedule_delete(lg.directory)
 
     def _schedule_delete(self, path: str) -> None:
         target = f"{path}.{uuid.uuid4().hex}{DELETE_SUFFIX}"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import threading
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -40,25 +41,25 @@ def _backend(path: Path) -> tuple[ClusterBackend, EmbeddedMetadataStore, Replica
 def test_reconcile_leads_follows_and_removes_as_published(tmp_path: Path) -> None:
     backend, store, rm, led = _backend(tmp_path)
     run(store.create_topic("t", 2, 1, {"retention.ms": "1000"}))
-    backend.reconcile()
+    run(backend.reconcile_now())
     assert {tp: p.is_leader for tp, p in rm.partitions.items()} == {("t", 0): True, ("t", 1): True}
     assert rm.partitions[("t", 0)].log.config.overrides == {"retention.ms": "1000"}
     # The published state moves leadership of t-1 to broker 2 (version 3), alters a config.
     store.topics()["t"].partitions[1] = PartitionState([1, 2], 2, 1, [1, 2], 3)
     run(store.set_topic_configs("t", {"retention.ms": "2000"}))
-    backend.reconcile()
+    run(backend.reconcile_now())
     follower = rm.partitions[("t", 1)]
     assert not follower.is_leader and follower.leader_id == 2 and follower.leader_epoch == 1
     assert follower.partition_version == 3
     assert rm.partitions[("t", 0)].log.config.overrides == {"retention.ms": "2000"}
     # Reconciling again changes nothing (idempotent).
-    backend.reconcile()
+    run(backend.reconcile_now())
     assert rm.partitions[("t", 1)] is follower and follower.leader_id == 2
     # Deleted: the logs go.
     run(store.delete_topic("t"))
-    backend.reconcile()
+    run(backend.reconcile_now())
     assert rm.partitions == {} and not (tmp_path / "t-0").exists()
-    assert led == [{}, {}, {}, {}]
+    assert led and all(partitions == {} for partitions in led)  # no offsets partition here
     rm.log_manager.shutdown()
 
 
@@ -66,7 +67,120 @@ def test_offsets_partitions_led_here_go_to_the_group_coordinators(tmp_path: Path
     backend, store, rm, led = _backend(tmp_path)
     run(store.create_topic("__consumer_offsets", 3, 1, {"cleanup.policy": "compact"}))
     store.topics()["__consumer_offsets"].partitions[2] = PartitionState([1, 2], 2, 1, [1, 2])
-    backend.reconcile()
+    run(backend.reconcile_now())
     epochs = {p: s.leader_epoch for p, s in store.topics()["__consumer_offsets"].partitions.items()}
     assert led[-1] == {0: epochs[0], 1: epochs[1]}  # with the epochs: a new one reloads a shard
+    rm.log_manager.shutdown()
+
+
+class _SlowDisk:
+    """Wraps ``LogManager.open_new``: each call waits until the test releases it (a disk
+    that takes its time), and can be told to fail."""
+
+    def __init__(self, backend: ClusterBackend) -> None:
+        self.real = backend.log_manager.open_new
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.fail: set[int] = set()
+        self.calls: list[tuple[str, int]] = []
+        backend.log_manager.open_new = self  # type: ignore[method-assign]
+
+    def __call__(self, topic: str, partition: int, topic_id: str, config: LogConfig) -> Any:
+        self.calls.append((topic, partition))
+        self.entered.set()
+        if not self.release.wait(10):
+            raise AssertionError("never released: the creation blocked the event loop")
+        if partition in self.fail:
+            raise OSError(28, "No space left on device")
+        return self.real(topic, partition, topic_id, config)
+
+
+async def _until(check: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_new_logs_are_created_off_the_event_loop(tmp_path: Path) -> None:
+    backend, store, rm, _led = _backend(tmp_path)
+    disk = _SlowDisk(backend)
+
+    async def scenario() -> None:
+        await store.create_topic("t", 3, 1, {})
+        epoch = store.topics()["t"].partitions[0].leader_epoch
+        # A partition that exists already is handled at once, whatever is being created.
+        reconciling = asyncio.create_task(backend.reconcile_now())
+        await _until(disk.entered.is_set)
+        ticks = 0
+        for _ in range(5):  # the loop runs on while the worker thread is stuck
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert ticks == 5 and not reconciling.done() and rm.partitions == {}
+        disk.release.set()
+        await asyncio.wait_for(reconciling, 10)
+        assert {tp: p.is_leader for tp, p in rm.partitions.items()} == {("t", i): True for i in range(3)}
+        # The first leader-epoch entry was written with the log, off the loop.
+        assert rm.partitions[("t", 0)].log.leader_epochs.entries == [(epoch, 0)]
+        assert sorted(disk.calls) == [("t", 0), ("t", 1), ("t", 2)]
+
+    run(scenario())
+    rm.log_manager.shutdown()
+
+
+def test_a_log_made_for_a_topic_deleted_meanwhile_is_removed(tmp_path: Path) -> None:
+    backend, store, rm, _led = _backend(tmp_path)
+    disk = _SlowDisk(backend)
+
+    async def scenario() -> None:
+        await store.create_topic("gone", 1, 1, {})
+        backend.reconcile()
+        await _until(disk.entered.is_set)
+        await store.delete_topic("gone")
+        disk.release.set()
+        await backend.reconcile_now()
+        assert rm.partitions == {} and rm.log_manager.get("gone", 0) is None
+        await _until(lambda: not (tmp_path / "gone-0").exists())
+
+    run(scenario())
+    rm.log_manager.shutdown()
+
+
+def test_a_log_that_cannot_be_created_is_tried_again_later(tmp_path: Path) -> None:
+    backend, store, rm, _led = _backend(tmp_path)
+    disk = _SlowDisk(backend)
+    disk.fail = {1}
+    disk.release.set()
+
+    async def scenario() -> None:
+        await store.create_topic("t", 2, 1, {})
+        await backend.reconcile_now()
+        assert set(rm.partitions) == {("t", 0)}  # the other one failed, and is not retried at once
+        assert disk.calls.count(("t", 1)) == 1
+        disk.fail = set()  # the disk has room again: the retry a second later creates it
+        await _until(lambda: ("t", 1) in rm.partitions, timeout_s=5)
+        assert disk.calls.count(("t", 1)) == 2
+
+    run(scenario())
+    rm.log_manager.shutdown()
+
+
+def test_a_log_made_for_a_topic_created_again_meanwhile_is_made_anew(tmp_path: Path) -> None:
+    backend, store, rm, _led = _backend(tmp_path)
+    disk = _SlowDisk(backend)
+
+    async def scenario() -> None:
+        await store.create_topic("t", 1, 1, {})
+        backend.reconcile()
+        await _until(disk.entered.is_set)
+        await store.delete_topic("t")
+        again = await store.create_topic("t", 1, 1, {})
+        disk.release.set()
+        await backend.reconcile_now()
+        await _until(lambda: ("t", 0) in rm.partitions)
+        assert disk.calls == [("t", 0), ("t", 0)]  # the first log was for the old topic id
+        metadata = (tmp_path / "t-0" / "partition.metadata").read_text()
+        assert f"topic_id: {again.topic_id}" in metadata
+
+    run(scenario())
     rm.log_manager.shutdown()
