@@ -28,6 +28,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector
 
@@ -36,6 +37,7 @@ from dmq.cluster.metadata import MetadataStore
 from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.group.coordinator import GroupCoordinator
 from dmq.handlers import HANDLERS
+from dmq.metrics import heap
 from dmq.metrics.requests import BOUNDS, LAG_BOUNDS, LoopLag, RequestStats
 from dmq.replication.fetch_session import FetchSessionCache
 from dmq.replication.replica_manager import ReplicaManager
@@ -221,6 +223,7 @@ class BrokerCollector(Collector):
             "second: how long a ready request waits behind other work.")
         family.add_metric([], _cumulative(LAG_BOUNDS, list(lag.buckets), lag.count), lag.seconds)
         yield family
+        yield from _gc_families()
 
     def _requests(self) -> Iterator[Metric]:
         total = CounterMetricFamily("dmq_requests", "Requests answered, by API (Kafka's RequestsPerSec).",
@@ -436,3 +439,22 @@ def _cumulative(bounds: tuple[float, ...], buckets: list[int], count: int) -> li
 def _le(bound: float) -> str:
     """A bucket bound as the ``le`` label Prometheus' own clients write (0.5, 1.0, 30.0)."""
     return repr(float(bound))
+
+
+def _gc_families() -> Iterator[Metric]:
+    """The cycle collector's pauses (``dmq.metrics.heap``): they stop the event loop."""
+    pauses = SummaryMetricFamily(
+        "dmq_gc_pause_seconds", "Time the Python cycle collector took, by generation collected "
+        "(the event loop waits meanwhile; Kafka's JVM GC pause times).", labels=["generation"])
+    longest = GaugeMetricFamily("dmq_gc_pause_max_seconds", "The longest pause of the Python "
+                                "cycle collector since the broker started, by generation.",
+                                labels=["generation"])
+    p = heap.PAUSES
+    for g in heap.GENERATIONS:
+        pauses.add_metric([str(g)], p.count[g], p.total_s[g])
+        longest.add_metric([str(g)], p.max_s[g])
+    yield pauses
+    yield longest
+    yield GaugeMetricFamily("dmq_gc_frozen_objects", "Objects alive when the broker had started, "
+                            "moved out of the cycle collector's reach (gc.freeze).",
+                            value=heap.frozen_objects())
