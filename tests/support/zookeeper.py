@@ -72,10 +72,21 @@ class ZooKeeperProcess:
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._accepts():
+            if self._accepts() and (self.command_prefix or self.serving()):
                 return self
-            time.sleep(0.2)
+            time.sleep(0.05)
         raise TimeoutError("ZooKeeper did not start")
+
+    def serving(self) -> bool:
+        """Whether the server answers requests: its port takes TCP connections as soon as
+        it is bound, 0.15-0.2 s before it serves them on an idle machine (longer on a busy
+        one), so ``srvr`` must report its mode."""
+        if self.tls:
+            return True  # the four-letter words go through the plaintext port only
+        try:
+            return "Mode:" in self.four_letter("srvr", 0.5)
+        except OSError:
+            return False
 
     def _accepts(self) -> bool:
         if self.command_prefix:  # elsewhere: probe from there
