@@ -22,15 +22,20 @@ def reader(spark: Any, b: BrokerProcess, topic: str, **options: str) -> Any:
 
 
 def copy_query(spark: Any, bootstrap: str, source: str, sink: str, checkpoint: str, *,
-               delay_ms: int = 0, exactly_once: bool = False) -> Any:
+               delay_ms: int = 0, exactly_once: bool = False, same_partitions: bool = False) -> Any:
     """Start an ``availableNow`` streaming query copying ``source`` (key, value) to ``sink``
     with the dmq source and sink. ``delay_ms`` slows every row down in the JVM
     (``java.lang.Thread.sleep`` through ``reflect``, its result cut to ''), so a test can
-    kill the query while it writes; the output is the input whatever the delay."""
+    kill the query while it writes; the output is the input whatever the delay. With
+    ``same_partitions`` each row goes to the sink partition numbered as its source
+    partition (else the sink partitions by key)."""
     slow = f"left(reflect('java.lang.Thread', 'sleep', CAST({int(delay_ms)} AS BIGINT)), 0)"
+    columns = ["key", f"concat(CAST(value AS STRING), {slow}) AS value"]
+    if same_partitions:
+        columns.append("partition")
     df = (spark.readStream.format("dmq").option("bootstrap.servers", bootstrap).option("subscribe", source)
           .option("startingOffsets", "earliest").load()
-          .selectExpr("key", f"concat(CAST(value AS STRING), {slow}) AS value"))
+          .selectExpr(*columns))
     w = (df.writeStream.format("dmq").option("bootstrap.servers", bootstrap).option("topic", sink)
          .option("checkpointLocation", checkpoint).trigger(availableNow=True))
     if exactly_once:
