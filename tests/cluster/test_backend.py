@@ -109,11 +109,13 @@ def test_new_logs_are_created_off_the_event_loop(tmp_path: Path) -> None:
     async def scenario() -> None:
         await store.create_topic("t", 3, 1, {})
         epoch = store.topics()["t"].partitions[0].leader_epoch
-        # A partition that exists already is handled at once, whatever is being created.
         reconciling = asyncio.create_task(backend.reconcile_now())
         await _until(disk.entered.is_set)
         ticks = 0
-        for _ in range(5):  # the loop runs on while the worker thread is stuck
+        # The loop runs on while the worker thread is stuck. A reconcile that created the
+        # logs on the loop never gets here: the disk waits for a release only this
+        # coroutine gives (it fails after 10 s, and the partitions stay missing).
+        for _ in range(5):
             await asyncio.sleep(0.01)
             ticks += 1
         assert ticks == 5 and not reconciling.done() and rm.partitions == {}
