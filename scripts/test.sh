@@ -6,14 +6,18 @@ cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PY=${PYTHON:-python3}
+# A C compiler and Python's headers build dmq's one C extension (the record check,
+# dmq.record.check); without them dmq uses the same check in Python, slower.
+python_headers() { "$PY" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; }
 if ! command -v kcat >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ] \
-    || ! command -v ip >/dev/null 2>&1 || [ ! -x /usr/bin/chromium ]; then
-  echo "==> installing Debian packages (kcat, zookeeper, iproute2, chromium)"
+    || ! command -v ip >/dev/null 2>&1 || [ ! -x /usr/bin/chromium ] \
+    || ! command -v gcc >/dev/null 2>&1 || ! python_headers; then
+  echo "==> installing Debian packages (kcat, zookeeper, iproute2, chromium, gcc, python3-dev)"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat zookeeper iproute2 chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat zookeeper iproute2 chromium gcc python3-dev >/dev/null
 fi
 
-PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv"
   "$PY" -m venv .venv
@@ -22,6 +26,7 @@ echo "==> installing dmq with its test extras"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -i "warning" || true
 .venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis, importlinter, xdist, aiohttp, jinja2, playwright"
+.venv/bin/python -c "from dmq.record import check; print('==> record check:', check.IMPLEMENTATION)"
 
 echo "==> ruff"
 .venv/bin/ruff check dmq tests bench

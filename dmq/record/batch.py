@@ -18,7 +18,8 @@ Wire layout of one batch (Kafka's ``DefaultRecordBatch``), big-endian::
     57 recordCount           int32
     61 records...
 
-The broker treats batches as opaque: it validates the header and CRC, then only
+The broker treats batches as opaque once validated: it checks the header, the CRC
+and that an uncompressed batch's records parse (``dmq.record.check``), then only
 patches ``baseOffset`` and ``partitionLeaderEpoch`` (outside the CRC) and, for
 LogAppendTime topics, ``attributes``/``maxTimestamp`` (which needs a new CRC).
 """
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from crc32c import crc32c
+
+from dmq.record.check import check_records
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength
@@ -144,7 +147,8 @@ def validate_batches(
     """Validate every batch in ``buf`` (as sent by a producer).
 
     Checks magic, sizes (MESSAGE_TOO_LARGE past ``max_batch_size``), CRC32C
-    (CORRUPT_MESSAGE) and that the buffer holds whole batches only.
+    (CORRUPT_MESSAGE), that the buffer holds whole batches only and that the records
+    of each uncompressed batch parse (INVALID_RECORD, as Kafka: ``dmq.record.check``).
     """
     total = len(buf)
     if total == 0:
@@ -184,6 +188,11 @@ def validate_batches(
                 f"record count {header.record_count} does not match last offset delta "
                 f"{header.last_offset_delta}",
             )
+        if not header.attributes & COMPRESSION_MASK:
+            try:
+                check_records(memoryview(buf)[pos + HEADER_SIZE : pos + size], header.record_count)
+            except ValueError as e:
+                raise InvalidRecordError("invalid_record", f"the records of a batch do not parse: {e}") from None
         headers.append(header)
         positions.append(pos)
         count += header.record_count

@@ -21,6 +21,7 @@ from test_durability import consume_values
 
 from dmq.client.wire import WireClient
 from dmq.handlers import supported_apis
+from dmq.record.batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, compute_crc
 from dmq.record.records import encode_batch
 
 
@@ -116,6 +117,31 @@ def test_record_errors(small_broker: BrokerProcess) -> None:
         # Nothing was appended by any of the above.
         ok = c.request(produce_req("bad-records", encode_batch([(None, b"fine", [])])))
         assert ok.responses[0].partition_responses[0].base_offset == 0
+
+
+def with_records(body: bytes) -> bytes:
+    """A one-record batch whose records are ``body``, its length and CRC made right."""
+    batch = bytearray(encode_batch([(b"k", b"hello", [])])[:HEADER_SIZE] + body)
+    struct.pack_into(">i", batch, 8, len(batch) - LOG_OVERHEAD)
+    struct.pack_into(">I", batch, CRC_START - 4, compute_crc(batch, 0, len(batch)))
+    return bytes(batch)
+
+
+@pytest.mark.parametrize("body", [b"\xff" * 30, b"\x02\x00", b"\x80" * 12, b"", b"\x0c\x00\x00\x00\x01\x10ab"],
+                         ids=["long-varint", "short", "unterminated", "empty", "value-past-record"])
+def test_records_that_do_not_parse_are_refused_and_consumers_read_on(small_broker: BrokerProcess,
+                                                                     body: bytes) -> None:
+    """A batch with a right CRC whose records do not parse is INVALID_RECORD, as Kafka
+    answers, and is not appended: accepted, it stopped every consumer of the partition
+    at it (librdkafka cannot read it, nor anything after it)."""
+    topic = "unparsable-" + body.hex()[:8]
+    with client(small_broker) as c:
+        ensure_topic(c, topic)
+        resp = c.request(produce_req(topic, with_records(body)))
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+        ok = c.request(produce_req(topic, encode_batch([(None, b"fine", [])])))
+        assert ok.responses[0].partition_responses[0].base_offset == 0
+    assert consume_values(f"127.0.0.1:{small_broker.port}", topic, 1, timeout=20) == {0: [b"fine"]}
 
 
 def test_metadata_and_fetch_errors(small_broker: BrokerProcess) -> None:

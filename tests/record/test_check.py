@@ -1,0 +1,120 @@
+"""``check_records``: every batch a producer encodes passes; damaged records get the
+rule they break; the C walk and the Python walk answer the same for any bytes."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmq.record import check
+from dmq.record.batch import (
+    CRC_START,
+    HEADER_SIZE,
+    InvalidRecordError,
+    compute_crc,
+    validate_batches,
+)
+from dmq.record.records import encode_batch, write_varint
+
+keys = st.one_of(st.none(), st.binary(max_size=200))
+headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=50))), max_size=3)
+records = st.lists(st.tuples(keys, keys, headers), min_size=1, max_size=30)
+
+WALKS = [pytest.param(check.check_records_py, id="python")]
+if check.IMPLEMENTATION == "c":
+    WALKS.append(pytest.param(check.check_records, id="c"))
+
+
+def body_of(recs: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]) -> bytes:
+    return encode_batch(recs)[HEADER_SIZE:]
+
+
+def outcome(walk, body: bytes, count: int) -> str | None:  # noqa: ANN001
+    try:
+        walk(body, count)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    write_varint(out, value)
+    return bytes(out)
+
+
+def record(fields: bytes) -> bytes:
+    return varint(len(fields)) + fields
+
+
+@settings(max_examples=300, deadline=None)
+@given(records)
+def test_every_encoded_batch_passes(recs) -> None:  # noqa: ANN001
+    body = body_of(recs)
+    for walk in (check.check_records_py, check.check_records):
+        walk(body, len(recs))
+        walk(memoryview(body), len(recs))
+        walk(bytearray(body), len(recs))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(records, st.data())
+def test_the_c_and_python_walks_agree_on_damaged_bodies(recs, data) -> None:  # noqa: ANN001
+    body = bytearray(body_of(recs))
+    for _ in range(data.draw(st.integers(1, 4))):
+        kind = data.draw(st.sampled_from(["flip", "cut", "insert", "delete"]))
+        at = data.draw(st.integers(0, max(0, len(body) - 1)))
+        if kind == "flip" and body:
+            body[at] = data.draw(st.integers(0, 255))
+        elif kind == "cut":
+            del body[at:]
+        elif kind == "insert":
+            body[at:at] = data.draw(st.binary(min_size=1, max_size=6))
+        elif body:
+            del body[at : at + data.draw(st.integers(1, 6))]
+    count = len(recs) + data.draw(st.sampled_from([0, 0, 0, -1, 1]))
+    expected = outcome(check.check_records_py, bytes(body), count)
+    assert outcome(check.check_records, bytes(body), count) == expected
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64), st.integers(0, 4))
+def test_the_walks_agree_on_random_bytes(body: bytes, count: int) -> None:
+    assert outcome(check.check_records, body, count) == outcome(check.check_records_py, body, count)
+
+
+@pytest.mark.parametrize("walk", WALKS)
+@pytest.mark.parametrize(("body", "count", "message"), [
+    (record(b"\0\0\0\x01\x01\0"), 1, None),  # attributes, timestamp delta, offset delta, null key and value, no headers
+    (record(b"\0\0\0\x01\x01\0") + record(b"\0\0\x02\x01\x01\0"), 2, None),
+    (b"", 1, "record extends past its batch"),
+    (varint(-3), 1, "negative record length"),
+    (varint(50) + b"\0" * 10, 1, "record extends past its batch"),
+    (b"\x80" * 6, 1, "varint too long"),
+    (record(b"\0\0\x02\x01\x01\0"), 1, "record offset deltas are not 0, 1, 2, ..."),
+    (record(b"\0\0\0\x03\x01\0"), 1, "negative key or value length"),
+    (record(b"\0\0\0\x01\x01\x01"), 1, "negative header count"),
+    (record(b"\0\0\0\x01\x01\x02\x01\x01"), 1, "negative header key length"),
+    (record(b"\0\0\0\x01\x01\x02\x00\x03"), 1, "negative header value length"),
+    (record(b"\0\0\0\x01\x10ab\0"), 1, "record fields do not fit its length"),
+    (record(b"\0\0\0\x01\x01\0\0\0"), 1, "record length does not match its fields"),
+    (record(b"\0\0\0\x01\x01\0") + b"\0", 1, "bytes after the last record"),
+    (record(b"\0" + b"\xff" * 10 + b"\x01\0\x01\x01\0"), 1, "varint too long"),
+])
+def test_each_rule(walk, body: bytes, count: int, message: str | None) -> None:  # noqa: ANN001
+    assert outcome(walk, body, count) == message
+
+
+def test_validate_batches_refuses_records_that_do_not_parse_with_invalid_record() -> None:
+    good = encode_batch([(b"k", b"v", [])])
+    validate_batches(good, 1000)
+    damaged = bytearray(good)
+    damaged[HEADER_SIZE] = 0x7E  # the record's length: 63 bytes, past the batch
+    struct.pack_into(">I", damaged, CRC_START - 4, compute_crc(damaged, 0, len(damaged)))
+    with pytest.raises(InvalidRecordError) as e:
+        validate_batches(bytes(damaged), 1000)
+    assert e.value.error == "invalid_record"
+    assert "record extends past its batch" in str(e.value)
