@@ -75,6 +75,7 @@ from dmq.protocol.codec import (
     peek_header,
     response_module,
 )
+from dmq.record import check as record_check
 from dmq.replication.delayed import TICK_MS as DELAYED_TICK_MS
 from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.fetch_session import FetchSessionCache
@@ -435,6 +436,9 @@ class Broker:
         self._spawn(self._every(DELAYED_TICK_MS, self._deliver_delayed))
         for key in self.config.unknown:
             log.warning("ignoring unknown broker config %s", key)
+        if record_check.IMPLEMENTATION != "c":
+            log.info("checking produced records in Python (dmq's C extension was not built: "
+                     "with gcc and python3-dev installed, reinstall dmq for a faster check)")
         log.info("loaded %d logs in %.2fs (%s shutdown); started in %.2fs",
                  len(self.log_manager.logs), load_s,
                  "clean" if self.log_manager.clean_shutdown else "unclean",
