@@ -19,7 +19,7 @@ Wire layout of one batch (Kafka's ``DefaultRecordBatch``), big-endian::
     61 records...
 
 The broker treats batches as opaque once validated: it checks the header, the CRC
-and that an uncompressed batch's records parse (``dmq.record.check``), then only
+and that the batch's records (decompressed) parse (``dmq.record.check``), then only
 patches ``baseOffset`` and ``partitionLeaderEpoch`` (outside the CRC) and, for
 LogAppendTime topics, ``attributes``/``maxTimestamp`` (which needs a new CRC).
 """
@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from dmq.record import compression
 from dmq.record.check import check_records
 
 HEADER_SIZE = 61
@@ -148,7 +149,7 @@ def validate_batches(
 
     Checks magic, sizes (MESSAGE_TOO_LARGE past ``max_batch_size``), CRC32C
     (CORRUPT_MESSAGE), that the buffer holds whole batches only and that the records
-    of each uncompressed batch parse (INVALID_RECORD, as Kafka: ``dmq.record.check``).
+    of each batch, decompressed, parse (INVALID_RECORD, as Kafka: ``dmq.record.check``).
     """
     total = len(buf)
     if total == 0:
@@ -188,11 +189,7 @@ def validate_batches(
                 f"record count {header.record_count} does not match last offset delta "
                 f"{header.last_offset_delta}",
             )
-        if not header.attributes & COMPRESSION_MASK:
-            try:
-                check_records(memoryview(buf)[pos + HEADER_SIZE : pos + size], header.record_count)
-            except ValueError as e:
-                raise InvalidRecordError("invalid_record", f"the records of a batch do not parse: {e}") from None
+        _check_records(buf, pos, header)
         headers.append(header)
         positions.append(pos)
         count += header.record_count
@@ -200,6 +197,22 @@ def validate_batches(
             max_ts = header.max_timestamp
         pos += size
     return ValidatedBatches(headers, positions, count, max_ts, total)
+
+
+def _check_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+    """Kafka reads every record of a produced batch, decompressing it first, and answers
+    INVALID_RECORD when they do not parse (UNSUPPORTED_COMPRESSION_TYPE for a codec id it
+    does not know): such a batch, appended, would stop every consumer of its partition."""
+    body: bytes | memoryview = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    codec = header.attributes & COMPRESSION_MASK
+    try:
+        if codec:
+            body = compression.decompress(codec, bytes(body))
+        check_records(body, header.record_count)
+    except compression.UnsupportedCodecError as e:
+        raise InvalidRecordError("unsupported_compression_type", str(e)) from None
+    except ValueError as e:
+        raise InvalidRecordError("invalid_record", f"the records of a batch do not parse: {e}") from None
 
 
 def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:

@@ -12,6 +12,7 @@ import struct
 import cramjam
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+CODEC_NAMES = {NONE: "uncompressed", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
@@ -33,14 +34,19 @@ def _snappy_decompress(data: bytes) -> bytes:
 
 
 def decompress(codec: int, data: bytes) -> bytes:
-    if codec == GZIP:
-        return bytes(cramjam.gzip.decompress(data))
-    if codec == SNAPPY:
-        return _snappy_decompress(data)
-    if codec == LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    if codec == ZSTD:
-        return bytes(cramjam.zstd.decompress(data))
+    """The data a batch's codec compressed; ValueError when it does not decompress
+    (UnsupportedCodecError, a ValueError too, for a codec id Kafka does not have)."""
+    try:
+        if codec == GZIP:
+            return bytes(cramjam.gzip.decompress(data))
+        if codec == SNAPPY:
+            return _snappy_decompress(data)
+        if codec == LZ4:
+            return bytes(cramjam.lz4.decompress(data))
+        if codec == ZSTD:
+            return bytes(cramjam.zstd.decompress(data))
+    except (cramjam.DecompressionError, struct.error) as e:
+        raise ValueError(f"cannot decompress {CODEC_NAMES[codec]} data: {e}") from None
     if codec == NONE:
         return data
     raise UnsupportedCodecError(f"unknown compression codec {codec}")

@@ -144,6 +144,26 @@ def test_records_that_do_not_parse_are_refused_and_consumers_read_on(small_broke
     assert consume_values(f"127.0.0.1:{small_broker.port}", topic, 1, timeout=20) == {0: [b"fine"]}
 
 
+@pytest.mark.parametrize(("codec", "error"), [(1, ErrorCode.invalid_record), (2, ErrorCode.invalid_record),
+                                           (3, ErrorCode.invalid_record), (4, ErrorCode.invalid_record),
+                                           (5, ErrorCode.unsupported_compression_type)],
+                         ids=["gzip", "snappy", "lz4", "zstd", "codec-5"])
+def test_compressed_data_that_does_not_decompress_is_refused(small_broker: BrokerProcess, codec: int,
+                                                             error: ErrorCode) -> None:
+    """A compressed batch whose data does not decompress gets a Kafka error and the
+    connection serves on (it used to close it, with a traceback in the broker's log)."""
+    batch = bytearray(with_records(b"not compressed at all"))
+    struct.pack_into(">h", batch, 21, codec)
+    struct.pack_into(">I", batch, CRC_START - 4, compute_crc(batch, 0, len(batch)))
+    topic = f"undecompressable-{codec}"
+    with client(small_broker) as c:
+        ensure_topic(c, topic)
+        resp = c.request(produce_req(topic, bytes(batch)))
+        assert resp.responses[0].partition_responses[0].error_code == error
+        ok = c.request(produce_req(topic, encode_batch([(None, b"fine", [])], codec=codec % 5)))
+        assert ok.responses[0].partition_responses[0].base_offset == 0
+
+
 def test_metadata_and_fetch_errors(small_broker: BrokerProcess) -> None:
     with client(small_broker) as c:
         resp = c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="bad/name"),),  # type: ignore[arg-type]

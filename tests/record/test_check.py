@@ -113,8 +113,45 @@ def test_validate_batches_refuses_records_that_do_not_parse_with_invalid_record(
     validate_batches(good, 1000)
     damaged = bytearray(good)
     damaged[HEADER_SIZE] = 0x7E  # the record's length: 63 bytes, past the batch
-    struct.pack_into(">I", damaged, CRC_START - 4, compute_crc(damaged, 0, len(damaged)))
     with pytest.raises(InvalidRecordError) as e:
-        validate_batches(bytes(damaged), 1000)
+        validate_batches(recrc(damaged), 1000)
     assert e.value.error == "invalid_record"
     assert "record extends past its batch" in str(e.value)
+
+
+def recrc(batch: bytearray) -> bytes:
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">I", batch, CRC_START - 4, compute_crc(batch, 0, len(batch)))
+    return bytes(batch)
+
+
+@settings(max_examples=100, deadline=None)
+@given(records, st.sampled_from([1, 2, 3, 4]))
+def test_compressed_batches_are_checked_decompressed(recs, codec: int) -> None:  # noqa: ANN001
+    batch = encode_batch(recs, codec=codec)
+    assert validate_batches(batch, 1 << 20).record_count == len(recs)
+    # The same records said to be one more: the walk runs past the decompressed body.
+    more = bytearray(batch)
+    struct.pack_into(">i", more, 23, len(recs))  # lastOffsetDelta
+    struct.pack_into(">i", more, 57, len(recs) + 1)  # recordCount
+    with pytest.raises(InvalidRecordError) as e:
+        validate_batches(recrc(more), 1 << 20)
+    assert e.value.error == "invalid_record"
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_data_that_does_not_decompress_is_invalid_record(codec: int) -> None:
+    batch = bytearray(encode_batch([(b"k", b"v", [])])[:HEADER_SIZE] + b"not compressed at all")
+    struct.pack_into(">h", batch, 21, codec)
+    with pytest.raises(InvalidRecordError) as e:
+        validate_batches(recrc(batch), 1 << 20)
+    assert e.value.error == "invalid_record"
+    assert "cannot decompress" in str(e.value)
+
+
+def test_a_codec_kafka_does_not_have_is_unsupported_compression_type() -> None:
+    batch = bytearray(encode_batch([(b"k", b"v", [])]))
+    struct.pack_into(">h", batch, 21, 5)
+    with pytest.raises(InvalidRecordError) as e:
+        validate_batches(recrc(batch), 1 << 20)
+    assert e.value.error == "unsupported_compression_type"
