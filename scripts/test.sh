@@ -26,7 +26,11 @@ echo "==> installing dmq with its test extras"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -i "warning" || true
 .venv/bin/python -c "import dmq, kafka, aiokafka, confluent_kafka, hypothesis, importlinter, xdist, aiohttp, jinja2, playwright"
-.venv/bin/python -c "from dmq.record import check; print('==> record check:', check.IMPLEMENTATION)"
+if ! .venv/bin/python -c "from dmq.record import check; raise SystemExit(check.IMPLEMENTATION != 'c')"; then
+  echo "dmq's C extension (dmq/record/_recordcheck.c) was not built: install gcc and Python's headers" \
+       "(apt-get install gcc python3-dev) and run this again" >&2
+  exit 1
+fi
 
 echo "==> ruff"
 .venv/bin/ruff check dmq tests bench

@@ -46,10 +46,12 @@ static PyObject *fail(const char *message)
         if (r_ == TRUNCATED) { result = fail(FIELDS_DO_NOT_FIT); goto done; }   \
     } while (0)
 
+/* Skip n >= 0 bytes of the record, compared before adding (n is up to 2^34). */
 #define SKIP(n)                                                                 \
     do {                                                                        \
-        p += (n);                                                               \
-        if (p > end) { result = fail(FIELDS_DO_NOT_FIT); goto done; }           \
+        int64_t n_ = (n);                                                       \
+        if (n_ > (int64_t)(end - p)) { result = fail(FIELDS_DO_NOT_FIT); goto done; } \
+        p += (Py_ssize_t)n_;                                                    \
     } while (0)
 
 static PyObject *check_records(PyObject *self, PyObject *args)
@@ -68,7 +70,7 @@ static PyObject *check_records(PyObject *self, PyObject *args)
         if (r == TOO_LONG) { result = fail("varint too long"); goto done; }
         if (r == TRUNCATED) { result = fail("record extends past its batch"); goto done; }
         if (length < 0) { result = fail("negative record length"); goto done; }
-        if (length > size - pos) { result = fail("record extends past its batch"); goto done; }
+        if (length > (int64_t)(size - pos)) { result = fail("record extends past its batch"); goto done; }
         const Py_ssize_t end = pos + (Py_ssize_t)length;
         Py_ssize_t p = pos;
         SKIP(1); /* attributes */
@@ -78,17 +80,17 @@ static PyObject *check_records(PyObject *self, PyObject *args)
         for (int f = 0; f < 2; f++) { /* key, value */
             FIELD(5, &value);
             if (value < -1) { result = fail("negative key or value length"); goto done; }
-            if (value > 0) SKIP((Py_ssize_t)value);
+            if (value > 0) SKIP(value);
         }
         FIELD(5, &headers);
         if (headers < 0) { result = fail("negative header count"); goto done; }
         for (int64_t h = 0; h < headers; h++) {
             FIELD(5, &value);
             if (value < 0) { result = fail("negative header key length"); goto done; }
-            SKIP((Py_ssize_t)value);
+            SKIP(value);
             FIELD(5, &value);
             if (value < -1) { result = fail("negative header value length"); goto done; }
-            if (value > 0) SKIP((Py_ssize_t)value);
+            if (value > 0) SKIP(value);
         }
         if (p != end) { result = fail("record length does not match its fields"); goto done; }
         pos = end;

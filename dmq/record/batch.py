@@ -48,6 +48,7 @@ CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
 
 NO_PRODUCER_ID = -1
+DECOMPRESSED_LIMIT = 64 << 20  # the least a produced batch may decompress to (see _check_records)
 NO_SEQUENCE = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -189,7 +190,7 @@ def validate_batches(
                 f"record count {header.record_count} does not match last offset delta "
                 f"{header.last_offset_delta}",
             )
-        _check_records(buf, pos, header)
+        _check_records(buf, pos, header, max_batch_size)
         headers.append(header)
         positions.append(pos)
         count += header.record_count
@@ -199,15 +200,19 @@ def validate_batches(
     return ValidatedBatches(headers, positions, count, max_ts, total)
 
 
-def _check_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+def _check_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader,
+                   max_batch_size: int) -> None:
     """Kafka reads every record of a produced batch, decompressing it first, and answers
-    INVALID_RECORD when they do not parse (UNSUPPORTED_COMPRESSION_TYPE for a codec id it
-    does not know): such a batch, appended, would stop every consumer of its partition."""
+    INVALID_RECORD when they do not parse: such a batch, appended, would stop every
+    consumer of its partition. A codec id Kafka lacks is UNSUPPORTED_COMPRESSION_TYPE.
+    Unlike Kafka, a batch may decompress to at most ``DECOMPRESSED_LIMIT`` or four times
+    ``max_batch_size`` (INVALID_RECORD past that): Kafka reads a compressed batch record by
+    record, dmq decompresses it whole."""
     body: bytes | memoryview = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     codec = header.attributes & COMPRESSION_MASK
     try:
         if codec:
-            body = compression.decompress(codec, bytes(body))
+            body = compression.decompress_bounded(codec, bytes(body), max(DECOMPRESSED_LIMIT, 4 * max_batch_size))
         check_records(body, header.record_count)
     except compression.UnsupportedCodecError as e:
         raise InvalidRecordError("unsupported_compression_type", str(e)) from None

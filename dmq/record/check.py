@@ -28,6 +28,12 @@ this order for each record):
   match its fields");
 - after ``count`` records the body must end: "bytes after the last record".
 
+dmq is stricter than Kafka in three ways no client's batches meet: a key, value or
+header value length below -1 (Kafka reads any negative length as null), offset deltas
+other than 0, 1, 2, ... (Kafka does not check them in an uncompressed batch and rewrites
+a compressed one; dmq keeps a batch's bytes as sent, so a consumer would see them), and
+a 5-byte varint is read whole (Kafka keeps its low 32 bits).
+
 ``check_records`` is the C walk (``dmq.record._recordcheck``, built with the package
 when a C compiler is there, about 100 times faster) or, without it, this module's
 Python walk, which gives the same answers (a Hypothesis property checks both on

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,9 @@ records = st.lists(st.tuples(keys, keys, headers), min_size=1, max_size=30)
 WALKS = [pytest.param(check.check_records_py, id="python")]
 if check.IMPLEMENTATION == "c":
     WALKS.append(pytest.param(check.check_records, id="c"))
+# Without the extension check.check_records is the Python walk: comparing it with itself
+# could not fail. scripts/test.sh builds the extension, so these run in CI.
+needs_c = pytest.mark.skipif(check.IMPLEMENTATION != "c", reason="dmq's C extension is not built")
 
 
 def body_of(recs: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]]) -> bytes:
@@ -60,6 +64,7 @@ def test_every_encoded_batch_passes(recs) -> None:  # noqa: ANN001
         walk(bytearray(body), len(recs))
 
 
+@needs_c
 @settings(max_examples=1500, deadline=None)
 @given(records, st.data())
 def test_the_c_and_python_walks_agree_on_damaged_bodies(recs, data) -> None:  # noqa: ANN001
@@ -80,6 +85,7 @@ def test_the_c_and_python_walks_agree_on_damaged_bodies(recs, data) -> None:  # 
     assert outcome(check.check_records, bytes(body), count) == expected
 
 
+@needs_c
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=64), st.integers(0, 4))
 def test_the_walks_agree_on_random_bytes(body: bytes, count: int) -> None:
@@ -103,6 +109,8 @@ def test_the_walks_agree_on_random_bytes(body: bytes, count: int) -> None:
     (record(b"\0\0\0\x01\x01\0\0\0"), 1, "record length does not match its fields"),
     (record(b"\0\0\0\x01\x01\0") + b"\0", 1, "bytes after the last record"),
     (record(b"\0" + b"\xff" * 10 + b"\x01\0\x01\x01\0"), 1, "varint too long"),
+    (record(b"\0\0\0" + varint(2**33 - 100) + b"\x01\0"), 1, "record fields do not fit its length"),
+    (record(b"\0\0\0\x01\x01\x02" + varint(2**33) + b"\0"), 1, "record fields do not fit its length"),
 ])
 def test_each_rule(walk, body: bytes, count: int, message: str | None) -> None:  # noqa: ANN001
     assert outcome(walk, body, count) == message
@@ -155,3 +163,22 @@ def test_a_codec_kafka_does_not_have_is_unsupported_compression_type() -> None:
     with pytest.raises(InvalidRecordError) as e:
         validate_batches(recrc(batch), 1 << 20)
     assert e.value.error == "unsupported_compression_type"
+
+
+def test_a_cut_zstd_batch_is_refused_by_the_record_walk() -> None:
+    batch = bytearray(encode_batch([(b"k", b"v" * 100, [])] * 5, codec=4))
+    with pytest.raises(InvalidRecordError) as e:
+        validate_batches(recrc(batch[:-4]), 1 << 20)
+    assert e.value.error == "invalid_record"
+
+
+def test_a_batch_that_decompresses_past_the_limit_is_refused() -> None:
+    """Kafka reads a compressed batch a record at a time; dmq decompresses it whole, so a
+    few KB that say gigabytes stop at the limit (DECOMPRESSED_LIMIT, 64 MiB here)."""
+    frame = zstandard.ZstdCompressor().compress(bytes(8 << 20))  # 8 MiB of zeros, a few hundred bytes
+    batch = bytearray(encode_batch([(b"k", b"v", [])])[:HEADER_SIZE] + frame * 9)  # 72 MiB
+    struct.pack_into(">h", batch, 21, 4)
+    with pytest.raises(InvalidRecordError) as e:
+        validate_batches(recrc(batch), 1 << 20)
+    assert e.value.error == "invalid_record"
+    assert "decompresses to more than 67108864 bytes" in str(e.value)
