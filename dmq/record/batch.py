@@ -208,7 +208,7 @@ def _check_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchH
     Unlike Kafka, a batch may decompress to at most ``DECOMPRESSED_LIMIT`` or four times
     ``max_batch_size`` (INVALID_RECORD past that): Kafka reads a compressed batch record by
     record, dmq decompresses it whole."""
-    body: bytes | memoryview = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
+    body: bytes | bytearray | memoryview = memoryview(buf)[pos + HEADER_SIZE : pos + header.size]
     codec = header.attributes & COMPRESSION_MASK
     try:
         if codec:

@@ -24,7 +24,9 @@ import zstandard
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODEC_NAMES = {NONE: "uncompressed", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
-ZSTD_MAX_WINDOW = 1 << 24
+ZSTD_MAX_WINDOW = 1 << 27  # zstd's own default: the window levels 20-22 declare
+MAX_MEMBERS = 64  # gzip members or lz4 frames in one batch (clients write one)
+_CHUNK = 1 << 20
 
 
 class UnsupportedCodecError(ValueError):
@@ -67,43 +69,52 @@ class DecompressedTooLargeError(ValueError):
     pass
 
 
-def decompress_bounded(codec: int, data: bytes, limit: int) -> bytes:
+def decompress_bounded(codec: int, data: bytes, limit: int) -> bytes | bytearray:
     """``decompress`` for data a client sent: ValueError when it does not decompress,
-    DecompressedTooLargeError (a ValueError) once it would decompress to more than
-    ``limit`` bytes, without making more than about that much."""
+    DecompressedTooLargeError (a ValueError) as soon as it makes more than ``limit``
+    bytes, having held at most about that much (twice, while a buffer grows). More than
+    ``MAX_MEMBERS`` gzip members or lz4 frames is a ValueError too: each costs a copy of
+    the rest of the data, and clients write one."""
     try:
         if codec == GZIP:
-            out = _gzip_bounded(data, limit)
-        elif codec == SNAPPY:
-            out = _snappy_bounded(data, limit)
-        elif codec == LZ4:
-            out = _lz4_bounded(data, limit)
-        elif codec == ZSTD:
-            out = _zstd_bounded(data, limit)
-        elif codec == NONE:
-            out = data
-        else:
-            raise UnsupportedCodecError(f"unknown compression codec {codec}")
+            return _gzip_bounded(data, limit)
+        if codec == SNAPPY:
+            return _snappy_bounded(data, limit)
+        if codec == LZ4:
+            return _lz4_bounded(data, limit)
+        if codec == ZSTD:
+            return _zstd_bounded(data, limit)
     except (cramjam.DecompressionError, zlib.error, RuntimeError, zstandard.ZstdError, struct.error) as e:
         # lz4.frame raises RuntimeError for data that is not an LZ4 frame.
         raise ValueError(f"cannot decompress {CODEC_NAMES[codec]} data: {e}") from None
-    if len(out) > limit:
-        raise DecompressedTooLargeError(f"{CODEC_NAMES[codec]} data decompresses to more than {limit} bytes")
-    return out
+    if codec == NONE:
+        if len(data) > limit:
+            _too_large(codec, limit)
+        return data
+    raise UnsupportedCodecError(f"unknown compression codec {codec}")
 
 
-def _gzip_bounded(data: bytes, limit: int) -> bytes:
+def _too_large(codec: int, limit: int) -> NoReturn:
+    raise DecompressedTooLargeError(f"{CODEC_NAMES[codec]} data decompresses to more than {limit} bytes")
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gzip_bounded(data: bytes, limit: int) -> bytearray:
     out = bytearray()
     rest = data
-    while rest:  # one gzip member after another, as Java's GZIPInputStream reads them
+    for _member in range(MAX_MEMBERS):  # one gzip member after another, as GZIPInputStream
         d = zlib.decompressobj(wbits=31)
         out += d.decompress(rest, limit + 1 - len(out))
         if len(out) > limit or d.unconsumed_tail:
-            return bytes(out[: limit + 1])  # over the limit: the caller says so
+            _too_large(GZIP, limit)
         if not d.eof:
             raise ValueError("cannot decompress gzip data: truncated")
         rest = d.unused_data
-    return bytes(out)
+        if not rest.startswith(_GZIP_MAGIC):  # the end, or padding GZIPInputStream skips too
+            return out
+    raise ValueError(f"cannot decompress gzip data: more than {MAX_MEMBERS} members")
 
 
 def _raw_snappy_length(block: bytes) -> int:
@@ -118,10 +129,10 @@ def _raw_snappy_length(block: bytes) -> int:
     raise ValueError("cannot decompress snappy data: bad length")
 
 
-def _snappy_bounded(data: bytes, limit: int) -> bytes:
+def _snappy_bounded(data: bytes, limit: int) -> bytes | bytearray:
     if not data.startswith(_XERIAL_MAGIC):
         if _raw_snappy_length(data) > limit:
-            _too_large(limit)
+            _too_large(SNAPPY, limit)
         return bytes(cramjam.snappy.decompress_raw(data))
     out = bytearray()
     pos = 16  # magic (8) + version (4) + compatible version (4)
@@ -132,47 +143,50 @@ def _snappy_bounded(data: bytes, limit: int) -> bytes:
         if length < 0 or len(block) < length:
             raise ValueError("cannot decompress snappy data: truncated xerial block")
         if len(out) + _raw_snappy_length(block) > limit:
-            _too_large(limit)
-        out += bytes(cramjam.snappy.decompress_raw(block))
+            _too_large(SNAPPY, limit)
+        out += cramjam.snappy.decompress_raw(block)
         pos += length
-    return bytes(out)
+    return out
 
 
-def _lz4_bounded(data: bytes, limit: int) -> bytes:
+def _lz4_bounded(data: bytes, limit: int) -> bytearray:
+    # python-lz4 allocates max_length on every call: asked for at most a MiB at a time.
     out = bytearray()
     rest = data
-    while rest:  # concatenated frames
+    for _frame in range(MAX_MEMBERS):  # concatenated frames
+        if not rest:
+            return out
         d = lz4.frame.LZ4FrameDecompressor()
-        out += d.decompress(rest, max_length=limit + 1 - len(out))
+        out += d.decompress(rest, max_length=min(_CHUNK, limit + 1 - len(out)))
         while not d.eof and not d.needs_input:  # more output waiting
             if len(out) > limit:
-                return bytes(out)
-            out += d.decompress(b"", max_length=limit + 1 - len(out))
+                _too_large(LZ4, limit)
+            before = len(out)
+            out += d.decompress(b"", max_length=min(_CHUNK, limit + 1 - len(out)))
+            if len(out) == before:
+                raise ValueError("cannot decompress lz4 data: no progress")
         if len(out) > limit:
-            return bytes(out)
+            _too_large(LZ4, limit)
         if not d.eof:
             raise ValueError("cannot decompress lz4 data: truncated frame")
         rest = d.unused_data
-    return bytes(out)
+    if rest:
+        raise ValueError(f"cannot decompress lz4 data: more than {MAX_MEMBERS} frames")
+    return out
 
 
 def _zstd_bounded(data: bytes, limit: int) -> bytes:
-    # The reader makes at most what is asked of it. A frame cut short reads as the data
-    # it holds (zstandard's reader does not say so): the record walk after refuses it.
-    out = bytearray()
-    # A frame's header names the window it needs; 16 MiB covers zstd's levels up to 19.
+    # First count what the frames make, a MiB at a time, keeping none of it; then, known
+    # to be within the limit, decompress them as dmq's readers do (cramjam), which also
+    # refuses a frame cut short (zstandard's reader gives what such a frame holds).
     dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    made = 0
     with dctx.stream_reader(data, read_across_frames=True) as reader:
-        while len(out) <= limit:
-            chunk = reader.read(min(1 << 20, limit + 1 - len(out)))
-            if not chunk:
-                break
-            out += chunk
-    return bytes(out)
-
-
-def _too_large(limit: int) -> NoReturn:
-    raise DecompressedTooLargeError(f"snappy data decompresses to more than {limit} bytes")
+        while chunk := reader.read(_CHUNK):
+            made += len(chunk)
+            if made > limit:
+                _too_large(ZSTD, limit)
+    return bytes(cramjam.zstd.decompress(data))
 
 
 def compress(codec: int, data: bytes) -> bytes:
