@@ -133,13 +133,16 @@ def compute_crc(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int
 
 @dataclass(slots=True)
 class ValidatedBatches:
-    """The result of validating the records of one produce partition."""
+    """The result of validating the records of one produce partition. ``headerless``
+    holds the positions of the batches none of whose records has a header (None: not
+    known, as for batches dmq made itself)."""
 
     headers: list[BatchHeader]
     positions: list[int]
     record_count: int
     max_timestamp: int
     total_size: int
+    headerless: frozenset[int] | None = None
 
 
 def validate_batches(
@@ -158,6 +161,7 @@ def validate_batches(
     pos = 0
     headers: list[BatchHeader] = []
     positions: list[int] = []
+    headerless: set[int] = set()
     count = 0
     max_ts = -1
     while pos < total:
@@ -190,18 +194,19 @@ def validate_batches(
                 f"record count {header.record_count} does not match last offset delta "
                 f"{header.last_offset_delta}",
             )
-        _check_records(buf, pos, header, max_batch_size)
+        if not _check_records(buf, pos, header, max_batch_size):
+            headerless.add(pos)
         headers.append(header)
         positions.append(pos)
         count += header.record_count
         if header.max_timestamp > max_ts:
             max_ts = header.max_timestamp
         pos += size
-    return ValidatedBatches(headers, positions, count, max_ts, total)
+    return ValidatedBatches(headers, positions, count, max_ts, total, frozenset(headerless))
 
 
 def _check_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader,
-                   max_batch_size: int) -> None:
+                   max_batch_size: int) -> int:
     """Kafka reads every record of a produced batch, decompressing it first, and answers
     INVALID_RECORD when they do not parse: such a batch, appended, would stop every
     consumer of its partition. A codec id Kafka lacks is UNSUPPORTED_COMPRESSION_TYPE.
@@ -213,7 +218,7 @@ def _check_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchH
     try:
         if codec:
             body = compression.decompress_bounded(codec, bytes(body), max(DECOMPRESSED_LIMIT, 4 * max_batch_size))
-        check_records(body, header.record_count)
+        return check_records(body, header.record_count)
     except compression.UnsupportedCodecError as e:
         raise InvalidRecordError("unsupported_compression_type", str(e)) from None
     except ValueError as e:

@@ -28,6 +28,9 @@ this order for each record):
   match its fields");
 - after ``count`` records the body must end: "bytes after the last record".
 
+It returns how many of the records have headers: a batch with none cannot ask for
+delayed delivery (``dmq.record.delayed``), which then need not search its bytes.
+
 dmq is stricter than Kafka in three ways no client's batches meet: a key, value or
 header value length below -1 (Kafka reads any negative length as null), offset deltas
 other than 0, 1, 2, ... (Kafka does not check them in an uncompressed batch and rewrites
@@ -66,11 +69,12 @@ def _varint(body: Buffer, pos: int, limit: int, max_bytes: int) -> tuple[int, in
     raise ValueError("varint too long")
 
 
-def check_records_py(body: Buffer, count: int) -> None:
+def check_records_py(body: Buffer, count: int) -> int:
     """The Python walk (see the module docstring). Each one-byte varint (most of
     them: deltas, small lengths) is read inline, the others by ``_varint``."""
     size = len(body)
     pos = 0
+    with_headers = 0
     for i in range(count):
         if pos < size and (b := body[pos]) < 0x80:
             length = (b >> 1) ^ -(b & 1)
@@ -118,6 +122,8 @@ def check_records_py(body: Buffer, count: int) -> None:
                 headers, p = _varint(body, p, end, 5)
                 if headers < 0:
                     raise ValueError("negative header count")
+                if headers > 0:
+                    with_headers += 1
                 for _h in range(headers):
                     n, p = _varint(body, p, end, 5)
                     if n < 0:
@@ -139,9 +145,10 @@ def check_records_py(body: Buffer, count: int) -> None:
         pos = end
     if pos != size:
         raise ValueError("bytes after the last record")
+    return with_headers
 
 
-check_records: Callable[[Buffer, int], None]
+check_records: Callable[[Buffer, int], int]
 try:
     from dmq.record._recordcheck import check_records as _check_records_c  # type: ignore[import-not-found]
 except ImportError:  # built without a C compiler: the same checks in Python

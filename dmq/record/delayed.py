@@ -224,8 +224,9 @@ def split(records: bytes | bytearray | memoryview, batches: ValidatedBatches, no
     InvalidRecordError for a delay header that does not parse, a delay above
     ``max_delay_ms``, or any delay on a compacted topic."""
     data = records if isinstance(records, bytes | bytearray) else bytes(records)
+    headerless = batches.headerless or frozenset()  # a batch without headers asks for no delay
     candidates = [i for i, (h, p) in enumerate(zip(batches.headers, batches.positions, strict=True))
-                  if may_hold_delay_headers(data, h, p)]
+                  if p not in headerless and may_hold_delay_headers(data, h, p)]
     if not candidates:
         return None
     pieces: list[tuple[bytes, bool]] = []  # (batch bytes, made by dmq)

@@ -162,3 +162,20 @@ def test_a_delivery_is_a_marker_then_the_records_with_their_own_timestamps() -> 
     assert [(r.key, r.value, r.headers, r.timestamp) for r in recs] == [
         (b"a", b"1", [("h", b"x")], NOW - 100), (None, b"2", [], NOW - 50)]
     assert parse_header(data, validated.positions[1]).producer_id == -1
+
+
+def test_a_batch_without_headers_is_not_searched_for_delay_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate_batches says which batches have no header at all; split does not search
+    their bytes (a value may hold the headers' prefix: it asks for nothing)."""
+    from dmq.record import delayed
+    plain = encode_batch([(None, b"dmq-delay-ms in a value", [])])
+    with_header = encode_batch([(None, b"v", [("trace", b"1")])])
+    data = plain + with_header
+    validated = validate_batches(data, len(data))
+    assert validated.headerless == frozenset({0})
+    searched: list[int] = []
+    real = delayed.may_hold_delay_headers
+    monkeypatch.setattr(delayed, "may_hold_delay_headers",
+                        lambda records, header, pos: searched.append(pos) or real(records, header, pos))
+    assert split(data, validated, NOW, MAX, compacted=False) is None
+    assert searched == [len(plain)]
