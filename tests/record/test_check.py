@@ -185,3 +185,17 @@ def test_a_batch_that_decompresses_past_the_limit_is_refused() -> None:
         validate_batches(recrc(batch), 1 << 20)
     assert e.value.error == "invalid_record"
     assert "decompresses to more than 67108864 bytes" in str(e.value)
+
+
+@needs_c
+def test_the_built_extension_is_not_older_than_its_source() -> None:
+    """The extension is built in place (pip install -e .): an edit of the C file without a
+    rebuild would leave these tests running the old walk."""
+    from pathlib import Path
+
+    from dmq.record import _recordcheck  # type: ignore[attr-defined]
+
+    source = Path(check.__file__).with_name("_recordcheck.c")
+    built = Path(_recordcheck.__file__)
+    assert built.stat().st_mtime >= source.stat().st_mtime, (
+        f"{built.name} is older than {source.name}: run pip install -e . again")
