@@ -48,8 +48,11 @@ CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
 
 NO_PRODUCER_ID = -1
-DECOMPRESSED_LIMIT = 64 << 20  # the least a produced batch may decompress to (see _check_records)
 NO_SEQUENCE = -1
+
+# A produced batch may decompress to this much, or to 4 x max.message.bytes when that
+# is more (see _check_records).
+DECOMPRESSED_LIMIT = 64 << 20
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _I64 = struct.Struct(">q")
