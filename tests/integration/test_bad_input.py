@@ -16,12 +16,12 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from support.batches import with_records
 from support.broker import BrokerProcess
 from test_durability import consume_values
 
 from dmq.client.wire import WireClient
 from dmq.handlers import supported_apis
-from dmq.record.batch import CRC_START, HEADER_SIZE, LOG_OVERHEAD, compute_crc
 from dmq.record.records import encode_batch
 
 
@@ -119,14 +119,6 @@ def test_record_errors(small_broker: BrokerProcess) -> None:
         assert ok.responses[0].partition_responses[0].base_offset == 0
 
 
-def with_records(body: bytes) -> bytes:
-    """A one-record batch whose records are ``body``, its length and CRC made right."""
-    batch = bytearray(encode_batch([(b"k", b"hello", [])])[:HEADER_SIZE] + body)
-    struct.pack_into(">i", batch, 8, len(batch) - LOG_OVERHEAD)
-    struct.pack_into(">I", batch, CRC_START - 4, compute_crc(batch, 0, len(batch)))
-    return bytes(batch)
-
-
 @pytest.mark.parametrize("body", [b"\xff" * 30, b"\x02\x00", b"\x80" * 12, b"", b"\x0c\x00\x00\x00\x01\x10ab"],
                          ids=["long-varint", "short", "unterminated", "empty", "value-past-record"])
 def test_records_that_do_not_parse_are_refused_and_consumers_read_on(small_broker: BrokerProcess,
@@ -152,13 +144,10 @@ def test_compressed_data_that_does_not_decompress_is_refused(small_broker: Broke
                                                              error: ErrorCode) -> None:
     """A compressed batch whose data does not decompress gets a Kafka error and the
     connection serves on (it used to close it, with a traceback in the broker's log)."""
-    batch = bytearray(with_records(b"not compressed at all"))
-    struct.pack_into(">h", batch, 21, codec)
-    struct.pack_into(">I", batch, CRC_START - 4, compute_crc(batch, 0, len(batch)))
     topic = f"undecompressable-{codec}"
     with client(small_broker) as c:
         ensure_topic(c, topic)
-        resp = c.request(produce_req(topic, bytes(batch)))
+        resp = c.request(produce_req(topic, with_records(b"not compressed at all", codec)))
         assert resp.responses[0].partition_responses[0].error_code == error
         ok = c.request(produce_req(topic, encode_batch([(None, b"fine", [])], codec=codec % 5)))
         assert ok.responses[0].partition_responses[0].base_offset == 0

@@ -9,13 +9,12 @@ import pytest
 import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.batches import recrc, with_records
 
 from dmq.record import check
 from dmq.record.batch import (
-    CRC_START,
     HEADER_SIZE,
     InvalidRecordError,
-    compute_crc,
     validate_batches,
 )
 from dmq.record.records import encode_batch, write_varint
@@ -130,12 +129,6 @@ def test_validate_batches_refuses_records_that_do_not_parse_with_invalid_record(
     assert "record extends past its batch" in str(e.value)
 
 
-def recrc(batch: bytearray) -> bytes:
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    struct.pack_into(">I", batch, CRC_START - 4, compute_crc(batch, 0, len(batch)))
-    return bytes(batch)
-
-
 @settings(max_examples=100, deadline=None)
 @given(records, st.sampled_from([1, 2, 3, 4]))
 def test_compressed_batches_are_checked_decompressed(recs, codec: int) -> None:  # noqa: ANN001
@@ -152,10 +145,8 @@ def test_compressed_batches_are_checked_decompressed(recs, codec: int) -> None: 
 
 @pytest.mark.parametrize("codec", [1, 2, 3, 4])
 def test_data_that_does_not_decompress_is_invalid_record(codec: int) -> None:
-    batch = bytearray(encode_batch([(b"k", b"v", [])])[:HEADER_SIZE] + b"not compressed at all")
-    struct.pack_into(">h", batch, 21, codec)
     with pytest.raises(InvalidRecordError) as e:
-        validate_batches(recrc(batch), 1 << 20)
+        validate_batches(with_records(b"not compressed at all", codec), 1 << 20)
     assert e.value.error == "invalid_record"
     assert "cannot decompress" in str(e.value)
 
@@ -168,7 +159,7 @@ def test_a_codec_kafka_does_not_have_is_unsupported_compression_type() -> None:
     assert e.value.error == "unsupported_compression_type"
 
 
-def test_a_cut_zstd_batch_is_refused_by_the_record_walk() -> None:
+def test_a_cut_zstd_batch_is_refused() -> None:
     batch = bytearray(encode_batch([(b"k", b"v" * 100, [])] * 5, codec=4))
     with pytest.raises(InvalidRecordError) as e:
         validate_batches(recrc(batch[:-4]), 1 << 20)
@@ -179,10 +170,8 @@ def test_a_batch_that_decompresses_past_the_limit_is_refused() -> None:
     """Kafka reads a compressed batch a record at a time; dmq decompresses it whole, so a
     few KB that say gigabytes stop at the limit (DECOMPRESSED_LIMIT, 64 MiB here)."""
     frame = zstandard.ZstdCompressor().compress(bytes(8 << 20))  # 8 MiB of zeros, a few hundred bytes
-    batch = bytearray(encode_batch([(b"k", b"v", [])])[:HEADER_SIZE] + frame * 9)  # 72 MiB
-    struct.pack_into(">h", batch, 21, 4)
     with pytest.raises(InvalidRecordError) as e:
-        validate_batches(recrc(batch), 1 << 20)
+        validate_batches(with_records(frame * 9, codec=4), 1 << 20)  # 72 MiB
     assert e.value.error == "invalid_record"
     assert "decompresses to more than 67108864 bytes" in str(e.value)
 
