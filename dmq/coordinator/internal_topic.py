@@ -102,6 +102,11 @@ class InternalTopic:
             self.name, partition, last_offset, self.commit_timeout_ms / 1000)
         return error
 
+    def leads(self, partition: int) -> bool:
+        meta = self.admin_manager.store.topic(self.name)
+        state = meta.partitions.get(partition) if meta is not None else None
+        return state is not None and state.leader == self.replica_manager.broker_id
+
     def read(self, partition: int) -> Iterator[LogEntry]:
         p = self.replica_manager.get_partition(self.name, partition)
         if p is None:

@@ -35,7 +35,10 @@ Load and unload: ``set_led({partition: leader_epoch})`` loads the shards of
 partitions this broker starts leading (replaying the partition from its log
 start) and unloads the others, failing their parked requests with
 NOT_COORDINATOR; a new leader epoch is an unload and a load. Only leadership
-unloads: a failed write is answered with an error and the shard stays.
+unloads: a failed write is answered with an error and the shard stays. A request
+for a partition without a shard is answered COORDINATOR_LOAD_IN_PROGRESS while
+metadata already names this broker its leader (``absent_error``), else
+NOT_COORDINATOR.
 
 Uncommitted state: a shard replays its own writes only once committed, but it is
 loaded from its partition's whole log, whose tail a new leader may hold uncommitted
@@ -63,6 +66,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
+
+from dmq.cluster.metadata import BrokerInfo, MetadataStore
 
 log = logging.getLogger("dmq.coordinator")
 
@@ -151,6 +156,11 @@ class PartitionWriter(Protocol):
         """Every record and marker of the partition's local log, in order."""
         ...
 
+    def leads(self, partition: int) -> bool:
+        """Whether metadata names this broker the partition's leader (its shard is
+        loaded, or will be once the local replica has taken the role)."""
+        ...
+
 
 class CoordinatorTopic(PartitionWriter, Protocol):
     """A partition writer whose topic is created on first use."""
@@ -226,6 +236,21 @@ class CoordinatorRuntime(Generic[S]):
     def shard(self, partition: int) -> S | None:
         ctx = self._contexts.get(partition)
         return ctx.shard if ctx is not None else None
+
+    def absent_error(self, partition: int) -> ErrorCode:
+        """The answer for a partition without a shard here: COORDINATOR_LOAD_IN_PROGRESS
+        while metadata already names this broker its leader (FindCoordinator sends clients
+        here, and the shard loads once the local replica takes the role: creating the
+        topic's logs, or a leader change not yet applied), which clients retry; else
+        NOT_COORDINATOR, which sends them to FindCoordinator. Kafka answers the same while
+        a partition loads."""
+        if not self.closed and self.loading(partition):
+            return ErrorCode.coordinator_load_in_progress
+        return ErrorCode.not_coordinator
+
+    def loading(self, partition: int) -> bool:
+        """Metadata names this broker the partition's leader but its shard is not loaded."""
+        return partition not in self._contexts and self.writer.leads(partition)
 
     def set_led(self, led: dict[int, int]) -> None:
         """Follow this broker's leadership: ``{partition: leader epoch}``. Once closed
@@ -307,7 +332,7 @@ class CoordinatorRuntime(Generic[S]):
         it was loaded from: until that is committed, COORDINATOR_LOAD_IN_PROGRESS."""
         ctx = self._contexts.get(partition)
         if ctx is None:
-            return error_response(ErrorCode.not_coordinator)
+            return error_response(self.absent_error(partition))
         if ctx.committed_through < ctx.loaded_through:
             return error_response(ErrorCode.coordinator_load_in_progress)
         return op(ctx.shard)
@@ -321,7 +346,7 @@ class CoordinatorRuntime(Generic[S]):
         client went away) changes nothing of what happens to the shard."""
         ctx = self._contexts.get(partition)
         if ctx is None:
-            return error_response(ErrorCode.not_coordinator)
+            return error_response(self.absent_error(partition))
         if exclusive and ctx.pending:
             if not await self._wait_drained(ctx):
                 return error_response(ErrorCode.coordinator_not_available)
@@ -534,3 +559,19 @@ class CoordinatorRuntime(Generic[S]):
         """The timers set on a partition's shard (tests and introspection)."""
         ctx = self._contexts.get(partition)
         return set(ctx.timers) if ctx is not None else set()
+
+
+def coordinator_broker(store: MetadataStore, topic: str, partition: int,
+                       runtime: CoordinatorRuntime[Any]) -> BrokerInfo | None:
+    """The broker FindCoordinator names for a coordinator partition: its leader. None
+    (COORDINATOR_NOT_AVAILABLE, which clients ask again after a backoff) when it has no
+    leader now, or when the leader is this broker and its shard has not loaded yet (the
+    topic's logs being created, a leader change not yet applied): clients sent here
+    then would be answered COORDINATOR_LOAD_IN_PROGRESS, which librdkafka retries for
+    an OffsetCommit only twice. Kafka's brokers learn a partition's leader after taking
+    their own role, so their FindCoordinator has the same order."""
+    meta = store.topic(topic)
+    state = meta.partitions.get(partition) if meta is not None else None
+    if state is None or state.leader < 0 or runtime.loading(partition):
+        return None
+    return next((b for b in store.brokers() if b.broker_id == state.leader), None)

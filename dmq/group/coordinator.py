@@ -56,6 +56,11 @@ class GroupCoordinator:
     def owns(self, group_id: str) -> bool:
         return self.runtime.shard(self.partition_for(group_id)) is not None
 
+    def absent_error(self, group_id: str) -> ErrorCode:
+        """The answer for a group not owned here (COORDINATOR_LOAD_IN_PROGRESS while its
+        partition is about to load here, else NOT_COORDINATOR)."""
+        return self.runtime.absent_error(self.partition_for(group_id))
+
     def set_led(self, led: dict[int, int]) -> None:
         """The ``__consumer_offsets`` partitions this broker leads, with their leader epochs."""
         self.runtime.set_led(led)

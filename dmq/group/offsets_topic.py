@@ -10,6 +10,7 @@ import logging
 
 from dmq.cluster.metadata import OFFSETS_TOPIC, BrokerInfo, MetadataStore
 from dmq.coordinator.internal_topic import InternalTopic
+from dmq.coordinator.runtime import coordinator_broker
 from dmq.group.coordinator import GroupCoordinator
 
 log = logging.getLogger("dmq.group")
@@ -33,16 +34,8 @@ class Coordinators:
     async def group_coordinator_node(self, group_id: str) -> BrokerInfo | None:
         if not await self.offsets.ensure_exists():
             return None
-        topic = self.store.topic(OFFSETS_TOPIC)
-        if topic is None:
-            return None
-        state = topic.partitions.get(self.group.partition_for(group_id))
-        if state is None or state.leader < 0:
-            return None
-        for b in self.store.brokers():
-            if b.broker_id == state.leader:
-                return b
-        return None
+        return coordinator_broker(self.store, OFFSETS_TOPIC, self.group.partition_for(group_id),
+                                  self.group.runtime)
 
     async def ensure_offsets_topic(self) -> bool:
         """Create ``__consumer_offsets`` if it is missing (a group write without a

@@ -31,7 +31,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                   protocol_data="", members=()))
             continue
         if not services.coordinators.group.owns(group_id):
-            described.append(make(schema.DescribedGroup, error_code=ErrorCode.not_coordinator,
+            described.append(make(schema.DescribedGroup,
+                                  error_code=services.coordinators.group.absent_error(group_id),
                                   group_id=group_id, group_state="", protocol_type="",
                                   protocol_data="", members=()))
             continue

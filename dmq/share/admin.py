@@ -55,6 +55,8 @@ class ShareGroupOps(Protocol):
 
     def owns(self, group_id: str) -> bool: ...
 
+    def absent_error(self, group_id: str) -> ErrorCode: ...
+
     def share_offsets_target(self, group_id: str) -> tuple[ErrorCode, dict[uuid.UUID, tuple[str, frozenset[int]]]]:
         ...
 
@@ -130,7 +132,7 @@ class ShareGroupAdmin:
         if not group_id:
             return GroupOffsets(group_id, ErrorCode.invalid_group_id, "The group id must not be empty.")
         if not self.groups.owns(group_id):
-            return GroupOffsets(group_id, ErrorCode.not_coordinator)
+            return GroupOffsets(group_id, self.groups.absent_error(group_id))
         wanted: list[tuple[str, uuid.UUID | None, list[int]]] = []
         if topics is None:
             error, initialized = self.groups.share_offsets_target(group_id)
@@ -186,7 +188,7 @@ class ShareGroupAdmin:
         if not group_id:
             return ChangeResult(ErrorCode.invalid_group_id, "The group id must not be empty.")
         if not self.groups.owns(group_id):
-            return ChangeResult(ErrorCode.not_coordinator)
+            return ChangeResult(self.groups.absent_error(group_id))
         results: dict[str, dict[int, PartitionResult]] = {}
         valid: dict[uuid.UUID, tuple[str, dict[int, int]]] = {}
         for name, partitions in topics:
@@ -232,7 +234,7 @@ class ShareGroupAdmin:
         if not group_id:
             return ChangeResult(ErrorCode.invalid_group_id, "The group id must not be empty.")
         if not self.groups.owns(group_id):
-            return ChangeResult(ErrorCode.not_coordinator)
+            return ChangeResult(self.groups.absent_error(group_id))
         error, initialized = self.groups.share_offsets_target(group_id)
         if error is not ErrorCode.none:
             return ChangeResult(error, _group_message(group_id, error))

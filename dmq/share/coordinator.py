@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import BrokerInfo, MetadataStore
-from dmq.coordinator.runtime import CoordinatorResult, CoordinatorRuntime, CoordinatorTopic
+from dmq.coordinator.runtime import (
+    CoordinatorResult,
+    CoordinatorRuntime,
+    CoordinatorTopic,
+    coordinator_broker,
+)
 from dmq.share import records as rec
 from dmq.share.persister import ReadStateResult, SharePartitionKey, StateSummary
 from dmq.share.records import UNKNOWN_DELIVERY_COMPLETE_COUNT, StateBatch
@@ -57,11 +62,7 @@ class ShareCoordinator:
         on first use); None when there is none now."""
         if self.store is None or not await self.topic.ensure_exists():
             return None
-        meta = self.store.topic(SHARE_STATE_TOPIC)
-        state = meta.partitions.get(self.partition_for(key)) if meta is not None else None
-        if state is None or state.leader < 0:
-            return None
-        return next((b for b in self.store.brokers() if b.broker_id == state.leader), None)
+        return coordinator_broker(self.store, SHARE_STATE_TOPIC, self.partition_for(key), self.runtime)
 
     def owns(self, key: SharePartitionKey) -> bool:
         return self.runtime.shard(self.partition_for(key)) is not None

@@ -16,7 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import BrokerInfo, MetadataStore
-from dmq.coordinator.runtime import CoordinatorRuntime, CoordinatorTopic
+from dmq.coordinator.runtime import CoordinatorRuntime, CoordinatorTopic, coordinator_broker
 from dmq.transaction import records as rec
 from dmq.transaction.metadata import TransactionMetadata
 from dmq.transaction.shard import (
@@ -56,11 +56,7 @@ class TransactionCoordinator:
         """The leader of the id's ``__transaction_state`` partition (created on first use)."""
         if self.store is None or not await self.topic.ensure_exists():
             return None
-        meta = self.store.topic(TRANSACTION_STATE_TOPIC)
-        state = meta.partitions.get(self.partition_for(transactional_id)) if meta is not None else None
-        if state is None or state.leader < 0:
-            return None
-        return next((b for b in self.store.brokers() if b.broker_id == state.leader), None)
+        return coordinator_broker(self.store, TRANSACTION_STATE_TOPIC, self.partition_for(transactional_id), self.runtime)
 
     def owns(self, transactional_id: str) -> bool:
         return self.runtime.shard(self.partition_for(transactional_id)) is not None
@@ -78,7 +74,8 @@ class TransactionCoordinator:
                                expected_epoch: int = -1) -> InitResult:
         partition = self.partition_for(transactional_id)
         needs = self.runtime.read(partition, lambda s: s.needs_producer_id(transactional_id),
-                                  lambda error: error == ErrorCode.coordinator_load_in_progress)
+                                  lambda error: error == ErrorCode.coordinator_load_in_progress
+                                  and self.runtime.shard(partition) is not None)
         new_id = await self.generate_producer_id() if needs else -1
         result = await self.runtime.write(
             partition,
@@ -143,17 +140,19 @@ class TransactionCoordinator:
         return result
 
     def half_transactions(self, producer_group: str) -> tuple[ErrorCode, list[HalfTransaction]]:
-        shard = self.runtime.shard(self.group_partition(producer_group))
+        partition = self.group_partition(producer_group)
+        shard = self.runtime.shard(partition)
         if shard is None:
-            return ErrorCode.not_coordinator, []
+            return self.runtime.absent_error(partition), []
         return ErrorCode.none, shard.half_transactions(producer_group)
 
     # ------------------------------------------------------------------ admin
 
     def describe(self, transactional_id: str) -> tuple[ErrorCode, TransactionMetadata | None]:
-        shard = self.runtime.shard(self.partition_for(transactional_id))
+        partition = self.partition_for(transactional_id)
+        shard = self.runtime.shard(partition)
         if shard is None:
-            return ErrorCode.not_coordinator, None
+            return self.runtime.absent_error(partition), None
         meta = shard.describe(transactional_id)
         return (ErrorCode.none, meta) if meta is not None else (ErrorCode.transactional_id_not_found, None)
 

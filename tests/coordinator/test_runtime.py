@@ -120,6 +120,26 @@ def test_an_append_refused_as_not_leader_answers_not_coordinator_until_leadershi
     asyncio.run(scenario())
 
 
+def test_a_partition_metadata_says_is_led_here_but_not_loaded_yet_answers_load_in_progress() -> None:
+    """FindCoordinator names this broker as soon as metadata does; until the local replica
+    takes the role and the shard loads, clients must retry here, not look elsewhere."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(w, ListShard)
+        assert await rt.write(0, add(b"a"), error) == "error not_coordinator"
+        assert rt.read(0, lambda shard: "read", error) == "error not_coordinator"
+        w.leading.add(0)  # metadata: this broker leads partition 0; set_led not yet called
+        assert await rt.write(0, add(b"a"), error) == "error coordinator_load_in_progress"
+        assert rt.read(0, lambda shard: "read", error) == "error coordinator_load_in_progress"
+        assert await rt.write(1, add(b"a"), error) == "error not_coordinator"
+        rt.set_led({0: 1})
+        assert await rt.write(0, add(b"a"), error) == "added a"
+        await rt.close()
+        assert await rt.write(0, add(b"a"), error) == "error not_coordinator"  # shutting down
+
+    asyncio.run(scenario())
+
+
 def test_parked_requests_are_answered_by_later_replies_or_not_coordinator_on_unload() -> None:
     async def scenario() -> None:
         w = MemoryWriter()

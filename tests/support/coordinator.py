@@ -31,6 +31,7 @@ class MemoryWriter:
         self.fail_append: ErrorCode | None = None
         self.fail_commit: ErrorCode | None = None
         self._changed: asyncio.Event | None = None
+        self.leading: set[int] = set()  # partitions metadata says this broker leads
 
     def append(self, partition: int, records: list[Record],
                producer: tuple[int, int] | None = None) -> tuple[ErrorCode, int]:
@@ -78,6 +79,9 @@ class MemoryWriter:
 
     async def ensure_exists(self) -> bool:
         return True
+
+    def leads(self, partition: int) -> bool:
+        return partition in self.leading
 
     def wake(self) -> None:
         if self._changed is not None:
