@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -44,10 +45,34 @@ class InternalTopic:
         self.segment_bytes = segment_bytes
         self.replication_factor = replication_factor
         self.commit_timeout_ms = commit_timeout_ms
+        self._creating: asyncio.Task[bool] | None = None  # this broker creating the topic
 
     async def ensure_exists(self) -> bool:
+        """Create the topic if it is missing; whether it exists now.
+
+        Callers that come while this broker is creating it wait for that creation
+        (bounded by the commit timeout): the topic is in metadata before its logs exist
+        and its shards are loaded (on a single broker the creation ends only then), and
+        a caller answering FindCoordinator meanwhile would send clients to a shard that
+        is not there yet."""
+        creating = self._creating
+        if creating is not None:
+            try:
+                return await asyncio.wait_for(asyncio.shield(creating), self.commit_timeout_ms / 1000)
+            except TimeoutError:
+                return self.admin_manager.store.topic(self.name) is not None
         if self.admin_manager.store.topic(self.name) is not None:
             return True
+        task = self._creating = asyncio.get_running_loop().create_task(self._create())
+        task.add_done_callback(self._created)
+        return await asyncio.shield(task)
+
+    def _created(self, task: asyncio.Task[bool]) -> None:
+        self._creating = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cannot create %s", self.name, exc_info=task.exception())
+
+    async def _create(self) -> bool:
         live = len(self.admin_manager.store.brokers()) or 1
         rf = min(self.replication_factor, live)
         if rf < self.replication_factor and live > 1:

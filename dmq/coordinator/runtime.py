@@ -241,9 +241,10 @@ class CoordinatorRuntime(Generic[S]):
         """The answer for a partition without a shard here: COORDINATOR_LOAD_IN_PROGRESS
         while metadata already names this broker its leader (FindCoordinator sends clients
         here, and the shard loads once the local replica takes the role: creating the
-        topic's logs, or a leader change not yet applied), which clients retry; else
-        NOT_COORDINATOR, which sends them to FindCoordinator. Kafka answers the same while
-        a partition loads."""
+        topic's logs, or a leader change not yet applied), which clients retry here; else
+        NOT_COORDINATOR, which sends them to FindCoordinator (Kafka answers NOT_COORDINATOR
+        before its load starts and LOAD_IN_PROGRESS during it). A closed runtime (the
+        broker shutting down) answers NOT_COORDINATOR: its shards do not load again."""
         if not self.closed and self.loading(partition):
             return ErrorCode.coordinator_load_in_progress
         return ErrorCode.not_coordinator
@@ -566,10 +567,14 @@ def coordinator_broker(store: MetadataStore, topic: str, partition: int,
     """The broker FindCoordinator names for a coordinator partition: its leader. None
     (COORDINATOR_NOT_AVAILABLE, which clients ask again after a backoff) when it has no
     leader now, or when the leader is this broker and its shard has not loaded yet (the
-    topic's logs being created, a leader change not yet applied): clients sent here
-    then would be answered COORDINATOR_LOAD_IN_PROGRESS, which librdkafka retries for
-    an OffsetCommit only twice. Kafka's brokers learn a partition's leader after taking
-    their own role, so their FindCoordinator has the same order."""
+    topic's logs being created, a leader change not yet applied, the broker shutting
+    down): clients sent here then would be answered COORDINATOR_LOAD_IN_PROGRESS or
+    NOT_COORDINATOR, which librdkafka retries for an OffsetCommit only a few times
+    within a few hundred milliseconds (CI saw a commit fail so), while it asks
+    FindCoordinator again until it has an answer. Kafka names the leader from its
+    metadata cache, which it sets before applying the role, so it has this window; a
+    broker other than the leader still has it here too (the leader then answers
+    LOAD_IN_PROGRESS)."""
     meta = store.topic(topic)
     state = meta.partitions.get(partition) if meta is not None else None
     if state is None or state.leader < 0 or runtime.loading(partition):

@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from support.coordinator import MemoryWriter
 
+from dmq.cluster.metadata import BrokerInfo, PartitionState, TopicMetadata
 from dmq.coordinator.runtime import (
     Cancel,
     CoordinatorResult,
@@ -18,6 +19,7 @@ from dmq.coordinator.runtime import (
     EndMarker,
     LogEntry,
     Schedule,
+    coordinator_broker,
 )
 from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
 from dmq.group.metadata import GroupState
@@ -136,6 +138,42 @@ def test_a_partition_metadata_says_is_led_here_but_not_loaded_yet_answers_load_i
         assert await rt.write(0, add(b"a"), error) == "added a"
         await rt.close()
         assert await rt.write(0, add(b"a"), error) == "error not_coordinator"  # shutting down
+
+    asyncio.run(scenario())
+
+
+class OneTopicStore:
+    """The two reads ``coordinator_broker`` makes of a metadata store."""
+
+    def __init__(self, leaders: dict[int, int]) -> None:
+        self.meta = TopicMetadata("__consumer_offsets", "0" * 32, {
+            p: PartitionState([leader], leader, 1, [leader]) for p, leader in leaders.items()})
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.meta if name == self.meta.name else None
+
+    def brokers(self) -> list[BrokerInfo]:
+        return [BrokerInfo(1, "h1", 1), BrokerInfo(2, "h2", 2)]
+
+
+def test_find_coordinator_names_a_leader_here_only_once_its_shard_is_loaded() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(w, ListShard)
+        store = OneTopicStore({0: 1, 1: 2, 2: -1})  # this broker is 1
+        w.leading.add(0)
+
+        def named(partition: int) -> int | None:
+            node = coordinator_broker(store, "__consumer_offsets", partition, rt)  # type: ignore[arg-type]
+            return node.broker_id if node is not None else None
+
+        assert named(0) is None  # led here, shard not loaded: COORDINATOR_NOT_AVAILABLE
+        assert named(1) == 2  # led by another broker: named (it answers for its own shard)
+        assert named(2) is None  # no leader
+        assert named(7) is None  # no such partition
+        rt.set_led({0: 1})
+        assert named(0) == 1
+        await rt.close()
 
     asyncio.run(scenario())
 

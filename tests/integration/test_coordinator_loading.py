@@ -1,12 +1,14 @@
 """FindCoordinator names a broker for a coordinator partition it leads only once
-the partition's shard is loaded there; until then COORDINATOR_NOT_AVAILABLE, which
-clients ask again.
+the partition's shard is loaded there.
 
 The window this closes: the first FindCoordinator on a new broker creates ``__consumer_offsets``
-and waits while its fifty logs are made; a second FindCoordinator meanwhile finds the
-topic in metadata and names this broker. librdkafka gives up a commit answered
-NOT_COORDINATOR ("Commit failed: Broker: Not coordinator", seen in CI), and retries
-one answered COORDINATOR_LOAD_IN_PROGRESS only twice.
+and waits while its fifty logs are made; a second FindCoordinator meanwhile found the
+topic in metadata and named this broker, and a commit sent there got NOT_COORDINATOR
+until the shards loaded. librdkafka retries a commit only a few times within a few
+hundred milliseconds and then fails it ("Commit failed: Broker: Not coordinator", seen
+in CI). Now a FindCoordinator that comes while this broker creates the topic waits for
+the creation, and one for a partition led here but not loaded answers
+COORDINATOR_NOT_AVAILABLE, which clients ask again until they have an answer.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -40,27 +43,41 @@ def commit(c: WireClient, group: str, topic: str) -> ErrorCode:
     return c.request(req).topics[0].partitions[0].error_code
 
 
+def offsets_topic_listed(c: WireClient) -> bool:
+    answer = c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="__consumer_offsets"),),  # type: ignore[arg-type]
+                                       allow_auto_topic_creation=False, include_topic_authorized_operations=False))
+    return answer.topics[0].error_code == ErrorCode.none
+
+
 def test_find_coordinator_names_this_broker_only_once_the_group_can_commit(tmp_path: Path) -> None:
     broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "200"}).start()
     try:
         p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
         p.produce("loading-t", b"x")
         assert p.flush(30) == 0
+        first: list[ErrorCode] = []
 
         def create() -> None:
-            with WireClient("127.0.0.1", broker.port) as first:
-                find(first, "g")  # creates __consumer_offsets and waits for its logs
+            with WireClient("127.0.0.1", broker.port) as other:
+                first.append(find(other, "g"))  # creates __consumer_offsets, waits for its logs
 
         creating = threading.Thread(target=create)
         with WireClient("127.0.0.1", broker.port) as c:
             creating.start()
             deadline = time.monotonic() + 30
+            while not offsets_topic_listed(c) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            # The topic is in metadata; its logs are still being made (200 of them).
+            seen = []
             while (error := find(c, "g")) != ErrorCode.none and time.monotonic() < deadline:
-                pass  # COORDINATOR_NOT_AVAILABLE until the shard is loaded
-            assert error == ErrorCode.none
+                seen.append(error)
+                time.sleep(0.01)
+            # It waited for the creation this broker had begun: no answer to ask again.
+            assert error == ErrorCode.none and seen == []
             # FindCoordinator named this broker: the group's shard is loaded, the commit lands.
             assert commit(c, "g", "loading-t") == ErrorCode.none
         creating.join(30)
+        assert not creating.is_alive() and first == [ErrorCode.none]
     finally:
         broker.close()
 
