@@ -1,4 +1,4 @@
-from dmq.cli.main import main
+from dmq.cli.program import main
 
 if __name__ == "__main__":
     main()
