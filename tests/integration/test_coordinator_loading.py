@@ -50,7 +50,8 @@ def offsets_topic_listed(c: WireClient) -> bool:
 
 
 def test_find_coordinator_names_this_broker_only_once_the_group_can_commit(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "200"}).start()
+    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "200",
+                                                              "offsets.commit.timeout.ms": "60000"}).start()
     try:
         p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
         p.produce("loading-t", b"x")
@@ -84,7 +85,8 @@ def test_find_coordinator_names_this_broker_only_once_the_group_can_commit(tmp_p
 
 def test_librdkafka_commits_at_once_on_a_new_broker(tmp_path: Path) -> None:
     """What CI's failing tests did: a consumer that never joins commits right after start."""
-    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "200"}).start()
+    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "200",
+                                                              "offsets.commit.timeout.ms": "60000"}).start()
     try:
         p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
         for i in range(10):
