@@ -123,8 +123,9 @@ def test_an_append_refused_as_not_leader_answers_not_coordinator_until_leadershi
 
 
 def test_a_partition_metadata_says_is_led_here_but_not_loaded_yet_answers_load_in_progress() -> None:
-    """FindCoordinator names this broker as soon as metadata does; until the local replica
-    takes the role and the shard loads, clients must retry here, not look elsewhere."""
+    """Another broker's FindCoordinator may name this one as soon as metadata does; until
+    the local replica takes the role and the shard loads, clients must retry here, not
+    look elsewhere."""
     async def scenario() -> None:
         w = MemoryWriter()
         rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(w, ListShard)

@@ -68,7 +68,8 @@ def test_find_coordinator_names_this_broker_only_once_the_group_can_commit(tmp_p
             deadline = time.monotonic() + 30
             while not offsets_topic_listed(c) and time.monotonic() < deadline:
                 time.sleep(0.002)
-            # The topic is in metadata; its logs are still being made (200 of them).
+            # The topic is in metadata; its 200 logs are most likely still being made (if
+            # not, the shards are loaded and the lookup below is answered at once).
             seen = []
             while (error := find(c, "g")) != ErrorCode.none and time.monotonic() < deadline:
                 seen.append(error)
