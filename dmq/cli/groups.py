@@ -3,11 +3,12 @@ classic and share groups (like kafka-share-groups.sh: ``dmq.cli.share_groups``).
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Annotated, Any
 
 import typer
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from dmq.cli.common import (
@@ -22,7 +23,7 @@ from dmq.cli.common import (
     result,
 )
 from dmq.cli.help import Typer
-from dmq.cli.share_groups import ShareGroupView, share_groups
+from dmq.cli.share_groups import COORDINATOR_WAIT, ShareGroupView, share_groups
 
 app = Typer(help="Manage consumer groups.", no_args_is_help=True)
 console = make_console()
@@ -51,13 +52,23 @@ def _state_name(state: Any) -> str:
             "COMPLETING_REBALANCE": "CompletingRebalance"}.get(name, name.title())
 
 
+# A broker still loading its coordinator partitions answers ListGroups with one of these,
+# and librdkafka passes it on; Kafka's admin client asks again, and so does this.
+_LIST_RETRIABLE = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
 def _list_groups(a: AdminClient) -> list[Any]:
     """Every group the brokers know; a broker that did not answer is a failure (the client
-    reports it beside an empty list, which would read as "no groups")."""
-    res = result(a.list_consumer_groups(), "cannot list groups")
-    if res.errors:
-        fail(f"cannot list groups: {kafka_error_text(res.errors[0])}")
-    return list(res.valid)
+    reports it beside an empty list, which would read as "no groups"). A broker whose
+    coordinator is loading is asked again, for up to COORDINATOR_WAIT seconds."""
+    deadline = time.monotonic() + COORDINATOR_WAIT
+    while True:
+        res = result(a.list_consumer_groups(), "cannot list groups")
+        if not res.errors:
+            return list(res.valid)
+        if any(e.code() not in _LIST_RETRIABLE for e in res.errors) or time.monotonic() > deadline:
+            fail(f"cannot list groups: {kafka_error_text(res.errors[0])}")
+        time.sleep(0.2)
 
 
 @app.command("list")

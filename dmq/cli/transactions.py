@@ -167,7 +167,12 @@ def _list_transactions(b: Brokers, producer_ids: tuple[int, ...] = ()) -> list[t
     """(transactional id, coordinator, producer id, state) from every broker."""
     out = []
     for broker_id in sorted(b.addresses):
-        resp = b.ask(broker_id, make(request_class(66, 0), state_filters=(), producer_id_filters=producer_ids))
+        deadline = time.monotonic() + COORDINATOR_WAIT
+        while True:  # a broker loading its coordinator partitions is asked again
+            resp = b.ask(broker_id, make(request_class(66, 0), state_filters=(), producer_id_filters=producer_ids))
+            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         if resp.error_code != ErrorCode.none:
             fail(f"broker {broker_id} cannot list transactions: {_code(resp.error_code)}")
         out += [(t.transactional_id, broker_id, t.producer_id, t.transaction_state) for t in resp.transaction_states]

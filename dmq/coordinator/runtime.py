@@ -253,6 +253,12 @@ class CoordinatorRuntime(Generic[S]):
         """Metadata names this broker the partition's leader but its shard is not loaded."""
         return partition not in self._contexts and self.writer.leads(partition)
 
+    def any_loading(self, num_partitions: int) -> bool:
+        """Whether a partition of ``range(num_partitions)`` is ``loading``: a listing of every
+        shard here (ListGroups, ListTransactions) would leave its groups out, so it answers
+        COORDINATOR_LOAD_IN_PROGRESS instead, as Kafka's does. False once closed."""
+        return not self.closed and any(self.loading(p) for p in range(num_partitions))
+
     def set_led(self, led: dict[int, int]) -> None:
         """Follow this broker's leadership: ``{partition: leader epoch}``. Once closed
         (the broker is shutting down and its logs are closing), nothing loads again."""

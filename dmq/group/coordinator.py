@@ -205,9 +205,15 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
+    def loading(self) -> bool:
+        """A ``__consumer_offsets`` partition led here is not loaded yet (``list_groups`` would
+        miss its groups: ListGroups answers COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        return self.runtime.any_loading(self.config.num_partitions)
+
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
         """Classic and share groups of every partition coordinated here, filtered by state
-        and type ("classic", "share"; case-insensitive)."""
+        and type ("classic", "share"; case-insensitive); not those of a partition still
+        ``loading``."""
         wanted, kinds = list(states), list(types)
         groups: list[ListedGroup] = []
         for partition in sorted(self.runtime.loaded_partitions()):

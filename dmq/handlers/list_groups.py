@@ -1,5 +1,7 @@
 """ListGroups (16): the groups this coordinator knows, classic and share (filtered by
-state in v4, by type in v5)."""
+state in v4, by type in v5); COORDINATOR_LOAD_IN_PROGRESS and no groups while a
+``__consumer_offsets`` partition led here is still loading, as Kafka answers (its groups
+would be missing from the list)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ MAX_VERSION = 5
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    if services.coordinators.group.loading():
+        return make(schema.ListGroupsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.coordinator_load_in_progress, groups=())
     # Before v5 a client cannot tell a share group from a classic one: Kafka lists both.
     groups = services.coordinators.group.list_groups(getattr(request, "states_filter", ()),
                                                      getattr(request, "types_filter", ()))

@@ -1,4 +1,6 @@
-"""ListTransactions (66): the transactional ids this broker coordinates, filtered."""
+"""ListTransactions (66): the transactional ids this broker coordinates, filtered;
+COORDINATOR_LOAD_IN_PROGRESS and none while a ``__transaction_state`` partition led here
+is still loading, as Kafka answers."""
 
 from __future__ import annotations
 
@@ -20,6 +22,10 @@ KNOWN_STATES = {s.display.lower() for s in TransactionState}
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    if services.transactions.loading():
+        return make(schema.ListTransactionsResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.coordinator_load_in_progress, unknown_state_filters=(),
+                    transaction_states=())
     filters = list(request.state_filters)
     unknown = tuple(s for s in filters if s.lower() not in KNOWN_STATES)
     found = services.transactions.list([s for s in filters if s not in unknown],

@@ -156,6 +156,11 @@ class TransactionCoordinator:
         meta = shard.describe(transactional_id)
         return (ErrorCode.none, meta) if meta is not None else (ErrorCode.transactional_id_not_found, None)
 
+    def loading(self) -> bool:
+        """A ``__transaction_state`` partition led here is not loaded yet (``list`` would miss
+        its transactions: ListTransactions answers COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""
+        return self.runtime.any_loading(self.config.num_partitions)
+
     def list(self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()) -> list[TransactionMetadata]:
         wanted_states, wanted_ids = list(states), list(producer_ids)
         out: list[TransactionMetadata] = []

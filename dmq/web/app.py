@@ -440,7 +440,7 @@ class Console:
     # ------------------------------------------------------------------ groups
 
     async def groups_page(self, request: web.Request) -> web.Response:
-        groups = await self.cluster.list_groups()
+        groups, _complete = await self.cluster.list_groups()
         lags = {g: self.history.lag_series(g) for g, *_ in groups}
         return self.render(request, "groups.html", groups=groups, lags=lags)
 

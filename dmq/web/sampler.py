@@ -110,8 +110,10 @@ class Sampler:
         for (t, _p), e in ends.items():
             per_topic[t] = per_topic.get(t, 0) + e
         self.history.record_topics(now, per_topic)
-        groups = [g for g in await self.cluster.list_groups() if g[1] in ("classic", "share")]
-        self.history.forget_groups_except({g[0] for g in groups})
+        listed, complete = await self.cluster.list_groups()
+        groups = [g for g in listed if g[1] in ("classic", "share")]
+        if complete:  # a broker that did not answer has not forgotten its groups
+            self.history.forget_groups_except({g[0] for g in groups})
         for group, kind, _state, node in groups[:MAX_GROUPS]:
             try:
                 if kind == "share":  # the broker's lag: records after the start offset not yet done

@@ -13,9 +13,12 @@ COORDINATOR_NOT_AVAILABLE, which clients ask again until they have an answer.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
@@ -27,8 +30,10 @@ from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequestTopic,
 )
 from support.broker import BrokerProcess
+from support.cli import dmq_env
 
 from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class
 
 
 def find(c: WireClient, group: str) -> ErrorCode:
@@ -99,5 +104,50 @@ def test_librdkafka_commits_at_once_on_a_new_broker(tmp_path: Path) -> None:
             assert c.committed([TopicPartition("loading-c", 0)], timeout=30)[0].offset == 4
         finally:
             c.close()
+    finally:
+        broker.close()
+
+
+def list_groups(c: WireClient) -> Any:
+    return c.request(make(request_class(16, 5), states_filter=(), types_filter=()))
+
+
+def test_listing_groups_while_the_offsets_topic_loads(tmp_path: Path) -> None:
+    """ListGroups while this broker's coordinator partitions are loading answers
+    COORDINATOR_LOAD_IN_PROGRESS (as Kafka's does), not a list missing their groups, and
+    ``dmq groups list`` started meanwhile asks again and succeeds (librdkafka's admin
+    client passes the error on: without the CLI asking again it exited 1 with "Coordinator
+    load in progress"). 1,500 logs keep the window open for seconds, longer than the CLI
+    takes to start."""
+    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "1500",
+                                                              "offsets.commit.timeout.ms": "60000"}).start()
+    try:
+        p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        p.produce("loading-l", b"x")
+        assert p.flush(30) == 0
+
+        def create() -> None:
+            with WireClient("127.0.0.1", broker.port) as other:
+                find(other, "g")  # creates __consumer_offsets, waits for its logs
+
+        creating = threading.Thread(target=create)
+        with WireClient("127.0.0.1", broker.port) as c:
+            creating.start()
+            deadline = time.monotonic() + 60
+            while not offsets_topic_listed(c) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            first = list_groups(c)
+            cli = subprocess.Popen([sys.executable, "-m", "dmq", "groups", "list"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=dmq_env(broker.bootstrap), text=True)
+            while (answer := list_groups(c)).error_code != ErrorCode.none and time.monotonic() < deadline:
+                assert answer.error_code == ErrorCode.coordinator_load_in_progress and answer.groups == ()
+                time.sleep(0.01)
+            out, err = cli.communicate(timeout=60)
+            assert first.error_code == ErrorCode.coordinator_load_in_progress and first.groups == ()
+            assert answer.error_code == ErrorCode.none
+            assert cli.returncode == 0, err
+            assert "No consumer groups." in out
+        creating.join(60)
+        assert not creating.is_alive()
     finally:
         broker.close()
