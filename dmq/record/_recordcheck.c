@@ -1,7 +1,14 @@
-/* dmq.record._recordcheck: check_records(body, count) -> records with headers, the C walk of
- * dmq.record.check (see that module for the rules and their messages; this file
- * must give the same answer for every input, which a Hypothesis property checks).
- * Sans-io: reads a buffer, raises ValueError or returns how many records have headers.
+/* dmq.record._recordcheck: two walks over the records of a batch body, sans-io (each reads
+ * a buffer and raises ValueError or returns values):
+ *
+ * check_records(body, count) -> records with headers, the C walk of dmq.record.check (see
+ * that module for the rules and their messages);
+ * key_entries(body, count, pos, base_offset, segment_base, max_relative, out) -> (pos,
+ * keyed, bad_offset), the C walk of dmq.record.records.key_entries_py (the key indexer's:
+ * see there for what it returns).
+ *
+ * Each must give the same answer as its Python walk for every input, which Hypothesis
+ * properties check (tests/record/test_check.py, tests/record/test_key_entries.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -104,19 +111,196 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------- key_entries */
+
+typedef __int128 i128;
+typedef unsigned __int128 u128;
+
+static uint32_t crc32c_table[256];
+
+static void crc32c_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc32c_table[i] = c;
+    }
+}
+
+/* CRC-32C (Castagnoli) as the crc32c package computes it: the key index's key hash. */
+static uint32_t crc32c_of(const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n-- > 0)
+        c = crc32c_table[(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* read_varint of dmq.record.records: up to 10 bytes (70 bits, exact in 128), read below
+ * size; 0, or -1 with ValueError set. */
+static int kvarint(const unsigned char *buf, Py_ssize_t size, Py_ssize_t *pos, i128 *out)
+{
+    u128 result = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos;
+    for (;;) {
+        if (p >= size) {
+            PyErr_SetString(PyExc_ValueError, "truncated varint");
+            return -1;
+        }
+        unsigned char b = buf[p++];
+        result |= (u128)(b & 0x7F) << shift;
+        if (!(b & 0x80))
+            break;
+        shift += 7;
+        if (shift > 63) {
+            PyErr_SetString(PyExc_ValueError, "varint too long");
+            return -1;
+        }
+    }
+    *out = (i128)(result >> 1) ^ -(i128)(result & 1);
+    *pos = p;
+    return 0;
+}
+
+static PyObject *int128_to_pylong(i128 v)
+{
+    if (v >= INT64_MIN && v <= INT64_MAX)
+        return PyLong_FromLongLong((long long)v);
+    /* Only a damaged varint gets here: |v| < 2^70. */
+    int negative = v < 0;
+    u128 m = negative ? (u128)(-v) : (u128)v;
+    PyObject *hi = PyLong_FromUnsignedLongLong((unsigned long long)(m >> 64));
+    PyObject *lo = PyLong_FromUnsignedLongLong((unsigned long long)m);
+    PyObject *sixty_four = PyLong_FromLong(64);
+    PyObject *shifted = (hi && sixty_four) ? PyNumber_Lshift(hi, sixty_four) : NULL;
+    PyObject *sum = (shifted && lo) ? PyNumber_Or(shifted, lo) : NULL;
+    PyObject *result = NULL;
+    if (sum != NULL && negative)
+        result = PyNumber_Negative(sum);
+    else if (sum != NULL) {
+        Py_INCREF(sum);
+        result = sum;
+    }
+    Py_XDECREF(hi);
+    Py_XDECREF(lo);
+    Py_XDECREF(sixty_four);
+    Py_XDECREF(shifted);
+    Py_XDECREF(sum);
+    return result;
+}
+
+static PyObject *key_entries(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t count, pos;
+    long long base_offset, segment_base, max_relative;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "y*nnLLLO!", &view, &count, &pos, &base_offset, &segment_base,
+                          &max_relative, &PyList_Type, &out))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const Py_ssize_t size = view.len;
+    PyObject *result = NULL;
+    PyObject *bad = NULL;
+    Py_ssize_t keyed = 0;
+#define AT(i) do { if ((i) < 0 || (i) >= size) goto truncated; } while (0)
+    for (Py_ssize_t r = 0; r < count; r++) {
+        i128 length, value, key_length;
+        Py_ssize_t p;
+        if (pos < 0) goto truncated;
+        const Py_ssize_t start = pos; /* the record's, returned when its offset is too far */
+        if (kvarint(buf, size, &pos, &length) < 0) goto done;
+        if (length < 0 || length > (i128)(size - pos)) {
+            PyErr_SetString(PyExc_ValueError, "record extends past its batch");
+            goto done;
+        }
+        const Py_ssize_t end = pos + (Py_ssize_t)length;
+        p = pos + 1; /* after the attributes byte */
+        AT(p);
+        if (buf[p] < 0x80)
+            p += 1;
+        else if (kvarint(buf, size, &p, &value) < 0)
+            goto done; /* the timestamp delta, skipped */
+        const Py_ssize_t delta_at = p;
+        for (;;) { /* the offset delta, decoded only for a record with a key */
+            AT(p);
+            if (!(buf[p] & 0x80))
+                break;
+            p++;
+        }
+        AT(p + 1);
+        unsigned char b = buf[p + 1];
+        if (b < 0x80) {
+            if (b & 1) { /* a negative length: no key */
+                pos = end;
+                continue;
+            }
+            key_length = b >> 1;
+            p += 2;
+        } else {
+            p += 1;
+            AT(p + 1); /* the two-byte case reads its second byte first */
+            if (kvarint(buf, size, &p, &key_length) < 0) goto done;
+        }
+        Py_ssize_t d = delta_at;
+        AT(d);
+        if (buf[d] >= 0x80)
+            AT(d + 1);
+        if (kvarint(buf, size, &d, &value) < 0) goto done;
+        if (key_length >= 0) {
+            if (key_length > (i128)(end - p)) {
+                PyErr_SetString(PyExc_ValueError, "record key extends past its record");
+                goto done;
+            }
+            i128 offset = (i128)base_offset + value;
+            i128 relative = offset - segment_base;
+            if (relative < 0 || relative > max_relative) {
+                bad = int128_to_pylong(offset);
+                if (bad == NULL) goto done;
+                result = Py_BuildValue("(nnN)", start, keyed, bad);
+                goto done;
+            }
+            uint64_t entry = ((uint64_t)crc32c_of(buf + p, (Py_ssize_t)key_length) << 32) | (uint64_t)relative;
+            PyObject *e = PyLong_FromUnsignedLongLong(entry);
+            if (e == NULL || PyList_Append(out, e) < 0) {
+                Py_XDECREF(e);
+                goto done;
+            }
+            Py_DECREF(e);
+            keyed++;
+        }
+        pos = end;
+    }
+    result = Py_BuildValue("(nnO)", pos, keyed, Py_None);
+    goto done;
+truncated:
+    PyErr_SetString(PyExc_ValueError, "truncated record");
+done:
+#undef AT
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS,
      "check_records(body, count): the number of records with headers; ValueError unless\n"
      "body is count well-formed records."},
+    {"key_entries", key_entries, METH_VARARGS,
+     "key_entries(body, count, pos, base_offset, segment_base, max_relative, out): the C\n"
+     "walk of dmq.record.records.key_entries_py."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_recordcheck",
-    "The C walk of dmq.record.check.check_records.", -1, methods,
+    "The C walks of dmq.record.check.check_records and dmq.record.records.key_entries_py.",
+    -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__recordcheck(void)
 {
+    crc32c_init();
     return PyModule_Create(&module);
 }

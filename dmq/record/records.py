@@ -16,7 +16,7 @@ Record layout (varints are zig-zag)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -115,7 +115,7 @@ def batch_body(batch: bytes | memoryview, header: BatchHeader) -> bytes:
     return bytes(body)
 
 
-def _varint_at(body: bytes, pos: int) -> tuple[int, int]:
+def _varint_at(body: bytes | memoryview, pos: int) -> tuple[int, int]:
     """``read_varint`` with the one- and two-byte cases inline (deltas and key lengths are
     small, record lengths mostly below 8 KiB)."""
     b = body[pos]
@@ -191,6 +191,68 @@ def record_keys(body: bytes, base_offset: int, count: int,
     except IndexError:
         raise ValueError("truncated record") from None
     return out, pos
+
+
+def key_entries_py(body: bytes | memoryview, count: int, pos: int, base_offset: int, segment_base: int,
+                   max_relative: int, out: list[int]) -> tuple[int, int, int | None]:
+    """The key indexer's walk over ``count`` records of a batch body from ``pos``: for each
+    record with a key, ``crc32c(key) << 32 | (offset - segment_base)`` (a key index entry,
+    ``dmq.storage.key_index``) is appended to ``out``. Returns (position after them,
+    entries appended, None); or, at the first keyed record whose offset is not within
+    ``segment_base + [0, max_relative]``, (that record's position, entries appended before
+    it, its offset). ValueError where ``record_keys`` raises it.
+
+    ``key_entries`` is the C walk (``dmq.record._recordcheck``) where it is built, this
+    one without it; a Hypothesis property checks they answer the same for any bytes."""
+    append = out.append
+    keyed = 0
+    try:
+        for _ in range(count):
+            length, next_pos = _varint_at(body, pos)
+            end = next_pos + length
+            if length < 0 or end > len(body):
+                raise ValueError("record extends past its batch")
+            p = next_pos + 1  # after the attributes byte
+            if body[p] < 0x80:  # the timestamp delta, skipped
+                p += 1
+            else:
+                _ts_delta, p = _varint_at(body, p)
+            delta_at = p  # the offset delta, decoded only for a record with a key
+            while body[p] & 0x80:
+                p += 1
+            b = body[p + 1]
+            if b < 0x80:
+                if b & 1:  # a negative length: no key
+                    pos = end
+                    continue
+                key_length = b >> 1
+                p += 2
+            else:
+                key_length, p = _varint_at(body, p + 1)
+            off_delta = _varint_at(body, delta_at)[0]
+            if key_length >= 0:
+                if p + key_length > end:
+                    raise ValueError("record key extends past its record")
+                offset = base_offset + off_delta
+                relative = offset - segment_base
+                if not 0 <= relative <= max_relative:
+                    return pos, keyed, offset
+                append(crc32c(body[p : p + key_length]) << 32 | relative)
+                keyed += 1
+            pos = end
+    except IndexError:
+        raise ValueError("truncated record") from None
+    return pos, keyed, None
+
+
+KeyEntries = Callable[[bytes | memoryview, int, int, int, int, int, list[int]], tuple[int, int, int | None]]
+key_entries: KeyEntries
+try:
+    from dmq.record._recordcheck import key_entries as _key_entries_c  # type: ignore[import-not-found]
+except ImportError:  # built without a C compiler: the Python walk
+    key_entries = key_entries_py
+else:
+    key_entries = _key_entries_c
 
 
 def find_records(batch: bytes | memoryview, key: bytes | None = None,

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import TRANSACTIONAL_MASK, InvalidRecordError, validate_batches
-from dmq.record.records import encode_batch
+from dmq.record.records import encode_batch, record_keys
 from dmq.storage import key_index, key_indexer, query
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.key_index import KeyIndexFile
@@ -55,9 +55,19 @@ def hashing(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "crc32c":
         yield request.param
         return
+    def colliding(key: bytes) -> int:
+        return len(key) % 2
+
+    def colliding_entries(body: bytes | memoryview, count: int, pos: int, base_offset: int, segment_base: int,
+                          max_relative: int, out: list[int]) -> tuple[int, int, int | None]:
+        """The indexer's walk (``key_entries``, whose C walk hashes with crc32c) with that hash."""
+        keyed, end = record_keys(bytes(body), base_offset, count, pos)
+        out.extend(colliding(key) << 32 | (offset - segment_base) for offset, key in keyed)
+        return end, len(keyed), None
+
     with pytest.MonkeyPatch.context() as mp:
-        for module in (key_indexer, query):
-            mp.setattr(module, "key_hash", lambda key: len(key) % 2)
+        mp.setattr(query, "key_hash", colliding)
+        mp.setattr(key_indexer, "key_entries", colliding_entries)
         yield request.param
 
 
