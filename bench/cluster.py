@@ -41,7 +41,7 @@ from procs import ZK_JAR, Proc, Processes, broker, start_cluster, stop_on_sigter
 QUIET = {"log_level": 0}  # librdkafka's own log lines stay off the terminal
 
 
-def produce_throughput(bootstrap: str, rf: int, records: int, size: int) -> float:
+def produce_throughput(bootstrap: str, rf: int, records: int, size: int, delete: bool = True) -> float:
     topic = "tp-" + uuid.uuid4().hex[:8]
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic(topic, 6, rf)])[topic].result(30)
@@ -60,7 +60,10 @@ def produce_throughput(bootstrap: str, rf: int, records: int, size: int) -> floa
             except BufferError:
                 p.poll(0.01)
     assert p.flush(120) == 0
-    return records / (time.monotonic() - start)
+    rate = records / (time.monotonic() - start)
+    if delete:  # the brokers give back the page cache the topic took before the next run
+        admin.delete_topics([topic])[topic].result(30)
+    return rate
 
 
 def latency(bootstrap: str, rf: int) -> dict[str, float]:
@@ -122,6 +125,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--failovers", type=int, default=3)
     ap.add_argument("--override", action="append", default=[], help="key=value for every broker")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="keep each run's topic (by default deleted once measured, so that the page cache "
+                         "earlier runs took is given back before the next one)")
     args = ap.parse_args()
     if not os.path.exists(ZK_JAR):
         print("ZooKeeper is not installed: apt-get install -y zookeeper", file=sys.stderr)
@@ -137,11 +143,15 @@ def main() -> int:
         cluster_bs = ",".join(f"127.0.0.1:{b.port}" for b in brokers.values())
         single_bs = f"127.0.0.1:{single_port}"
         time.sleep(2)
+        targets = (("single", single_bs, 1), ("cluster-rf3", cluster_bs, 3))
         for size in (int(s) for s in args.sizes.split(",")):
-            for label, bs, rf in (("single", single_bs, 1), ("cluster-rf3", cluster_bs, 3)):
-                runs = [produce_throughput(bs, rf, args.records, size) for _ in range(args.repeats)]
+            runs: dict[str, list[float]] = {label: [] for label, _bs, _rf in targets}
+            for rep in range(args.repeats):  # alternated, the order flipping every repeat
+                for label, bs, rf in targets if rep % 2 == 0 else reversed(targets):
+                    runs[label].append(produce_throughput(bs, rf, args.records, size, not args.keep_topics))
+            for label, _bs, _rf in targets:
                 row = {"metric": "produce_acks_all", "target": label, "size": size,
-                       "records_per_s_median": statistics.median(runs), "runs": runs}
+                       "records_per_s_median": statistics.median(runs[label]), "runs": runs[label]}
                 print(json.dumps(row), flush=True)
                 results.append(row)
         for label, bs, rf in (("single", single_bs, 1), ("cluster-rf3", cluster_bs, 3)):

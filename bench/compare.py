@@ -95,6 +95,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     ap.add_argument("--no-reference", action="store_true", help="measure dmq alone")
     ap.add_argument("--dmq-port", type=int, default=0, help="port for the dmq broker (0: a free one)")
+    ap.add_argument("--delete-topics", action="store_true",
+                    help="each case deletes its topic when done (both brokers give back what it took)")
     args = ap.parse_args()
 
     cases = CASES if args.cases == "all" else [CASES[int(i)] for i in args.cases.split(",")]
@@ -144,7 +146,8 @@ def main() -> int:
                         print(f"[{rep + 1}/{args.repeats}] {label}", file=sys.stderr, flush=True)
                         res = run([sys.executable, str(ROOT / "bench" / "throughput.py"), brokers[name],
                                    "-p", str(parts), "-s", str(size), "--acks", acks, "-n", str(records),
-                                   "--label", label, "--broker-pid", str(procs[name].pid)], 600)
+                                   "--label", label, "--broker-pid", str(procs[name].pid)]
+                                  + ["--delete-topic"] * args.delete_topics, 600)
                         row = {"broker": name, "case": ci, "parts": parts, "size": size, "acks": acks,
                                "rep": rep, "kbench": res}
                         rows.append(row)

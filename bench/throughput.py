@@ -153,6 +153,8 @@ def main() -> int:
     ap.add_argument("--label", default="")
     ap.add_argument("--broker-pid", type=int, help="report this process's RSS after producing")
     ap.add_argument("--timeout", type=float, default=240, help="seconds per phase")
+    ap.add_argument("--delete-topic", action="store_true",
+                    help="delete the topic at the end, so the broker gives back its memory or page cache")
     args = ap.parse_args()
     topic = f"bench-{uuid.uuid4().hex[:10]}"
     result: dict[str, Any] = {"label": args.label, "topic": topic}
@@ -170,6 +172,13 @@ def main() -> int:
                                     result["produce"]["delivered_ok"], args.size, args.timeout)
     except (KafkaException, TimeoutError, OSError) as e:
         result["error"] = str(e)
+    if args.delete_topic:
+        try:
+            admin = AdminClient({"bootstrap.servers": args.bootstrap, "log_level": 0})
+            admin.delete_topics([topic])[topic].result(30)
+            result["deleted"] = True
+        except (KafkaException, TimeoutError, OSError) as e:
+            result["deleted"] = str(e)
     print(json.dumps(result), flush=True)
     ok = "error" not in result and all(result.get(k, {}).get("ok") for k in ("produce", "consume"))
     return 0 if ok else 1
