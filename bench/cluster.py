@@ -7,7 +7,9 @@ single-node ``dmq server``. For each it measures
 
 - produce throughput with acks=all (confluent-kafka, linger.ms=5), a
   6-partition topic, RF=3 on the cluster and RF=1 on the single broker,
-  ``--repeats`` times, reporting medians and the cluster/single ratio;
+  ``--repeats`` times alternated (the order flips every repeat), each run's
+  topic deleted once measured (``--keep-topics`` keeps them), reporting
+  medians and the cluster/single ratio;
 - end-to-end latency at 1000 records/s with acks=all (bench/latency.py);
 - failover time on the cluster: a producer sends one acks=all record at a
   time to a RF=3 partition; its leader is SIGKILLed; the time from the kill

