@@ -16,7 +16,8 @@ Work for one segment, in this order:
 3. extract: the log bytes past ``indexed_position`` are read batch by batch
    (decompressed; control batches skipped) and each keyed record becomes an
    entry (``dmq.record.records.key_entries``: one C call per step where the
-   extension is built, about 20 times faster than the Python walk); the entries become a sorted in-memory run every ``RUN_ENTRIES``
+   extension is built: 8 ns a record without a key, 29 ns with one, against
+   0.37 and 1.0 µs for the Python walk); the entries become a sorted in-memory run every ``RUN_ENTRIES``
    entries and whenever the indexer reaches the segment's end, and runs of
    similar sizes are merged up to ``MAX_MERGED``; a long batch is read
    ``RECORDS_PER_STEP`` records at a time; once a segment's runs hold
