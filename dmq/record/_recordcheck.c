@@ -113,6 +113,11 @@ done:
 
 /* ---------------------------------------------------------------- key_entries */
 
+/* It reads varints of up to 70 bits exactly, as Python does, in 128-bit integers; a
+ * compiler without them builds check_records alone (dmq then uses the Python walk). */
+#ifdef __SIZEOF_INT128__
+#define HAVE_KEY_ENTRIES 1
+
 typedef __int128 i128;
 typedef unsigned __int128 u128;
 
@@ -283,13 +288,17 @@ done:
     return result;
 }
 
+#endif /* __SIZEOF_INT128__ */
+
 static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS,
      "check_records(body, count): the number of records with headers; ValueError unless\n"
      "body is count well-formed records."},
+#ifdef HAVE_KEY_ENTRIES
     {"key_entries", key_entries, METH_VARARGS,
      "key_entries(body, count, pos, base_offset, segment_base, max_relative, out): the C\n"
      "walk of dmq.record.records.key_entries_py."},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

@@ -206,6 +206,8 @@ def key_entries_py(body: bytes | memoryview, count: int, pos: int, base_offset: 
     one without it; a Hypothesis property checks they answer the same for any bytes."""
     append = out.append
     keyed = 0
+    if pos < 0:  # Python would index from the end
+        raise ValueError("truncated record")
     try:
         for _ in range(count):
             length, next_pos = _varint_at(body, pos)

@@ -197,20 +197,20 @@ class KeyIndexer:
                 else:
                     batch = memoryview(buf)[at: at + header.size]
                 if not header.is_control:
+                    before = len(pending)
                     try:
                         # An uncompressed body is read where it lies (no copy).
                         body = batch_body(batch, header) if header.compression \
                             else memoryview(batch)[HEADER_SIZE: header.size]
                         left, record_at = header.record_count, 0
                         while left:  # a long batch a piece per step
-                            record_at, keyed, too_far = key_entries(
+                            record_at, _keyed, too_far = key_entries(
                                 body, min(left, RECORDS_PER_STEP), record_at, header.base_offset, base,
                                 MAX_RELATIVE_OFFSET, pending)
                             if too_far is not None:
                                 self._unindexable(lg, segment, f"offset {too_far} is too far from the base offset")
                                 return
                             left -= min(left, RECORDS_PER_STEP)
-                            self.records_indexed += keyed
                             if left:
                                 yield
                     except (ValueError, UnsupportedCodecError) as e:
@@ -218,6 +218,8 @@ class KeyIndexer:
                             log.warning("%s: cannot read the keys of the batch at offset %d: %s",
                                         lg.name, header.base_offset, e)
                             warned = True
+                    # The entries of the batch's keyed records, those before a damaged one too.
+                    self.records_indexed += len(pending) - before
                 position += header.size
                 at += header.size
                 if len(pending) >= RUN_ENTRIES or position >= segment.size:

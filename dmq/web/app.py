@@ -440,9 +440,9 @@ class Console:
     # ------------------------------------------------------------------ groups
 
     async def groups_page(self, request: web.Request) -> web.Response:
-        groups, _complete = await self.cluster.list_groups()
+        groups, complete = await self.cluster.list_groups()
         lags = {g: self.history.lag_series(g) for g, *_ in groups}
-        return self.render(request, "groups.html", groups=groups, lags=lags)
+        return self.render(request, "groups.html", groups=groups, lags=lags, complete=complete)
 
     async def group_state(self, group: str) -> dict[str, Any]:
         desc = await self.cluster.describe_group(group)

@@ -35,7 +35,7 @@ from dmq.record.records import encode_batch
 
 TIMEOUT = timedelta(seconds=30)
 POOL_SIZE = 4  # connections kept per broker
-LIST_GROUPS_WAIT_S = 3.0  # how long a broker whose coordinator is loading is asked again
+LOADING_WAIT_S = 3.0  # how long a broker whose coordinator is loading is asked again
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SET, DELETE = 0, 1
@@ -547,26 +547,31 @@ class Cluster:
 
     # ------------------------------------------------------------------ groups
 
-    async def list_groups(self) -> tuple[list[tuple[str, str, str, int]], bool]:
-        """(group id, type, state, coordinator) of every group, from every broker, and
-        whether every broker answered. A broker whose coordinator partitions are loading
-        (COORDINATOR_LOAD_IN_PROGRESS) is asked again for up to LIST_GROUPS_WAIT_S; one
-        that still cannot answer is left out, and the list is then not complete."""
-        request = make(request_class(16, 5), states_filter=(), types_filter=())
+    async def each_coordinator(self, request: Any) -> dict[int, Any]:
+        """``request`` (ListGroups, ListTransactions) sent to every broker; a broker whose
+        coordinator partitions are loading (COORDINATOR_LOAD_IN_PROGRESS, or not yet
+        available) is asked again for up to LOADING_WAIT_S. {node: response or
+        ConsoleError}."""
         answers = await self.each_broker(lambda _n: request)
-        deadline = time.monotonic() + LIST_GROUPS_WAIT_S
+        deadline = time.monotonic() + LOADING_WAIT_S
         while True:
             loading = [n for n, resp in answers.items() if not isinstance(resp, ConsoleError)
                        and resp.error_code in (ErrorCode.coordinator_load_in_progress,
                                                ErrorCode.coordinator_not_available)]
             if not loading or time.monotonic() > deadline:
-                break
+                return answers
             await asyncio.sleep(0.1)
             again = await asyncio.gather(*(self.broker(n, request) for n in loading), return_exceptions=True)
             for n, a in zip(loading, again, strict=True):
                 if isinstance(a, BaseException) and not isinstance(a, ConsoleError):
                     raise a
                 answers[n] = a
+
+    async def list_groups(self) -> tuple[list[tuple[str, str, str, int]], bool]:
+        """(group id, type, state, coordinator) of every group, from every broker, and
+        whether every broker answered (``each_coordinator``: a broker whose coordinator
+        is loading is asked again; one that still cannot answer is left out)."""
+        answers = await self.each_coordinator(make(request_class(16, 5), states_filter=(), types_filter=()))
         out = []
         complete = True
         for node, resp in answers.items():
@@ -681,8 +686,8 @@ class Cluster:
     async def open_transactions(self) -> list[OpenTransaction]:
         """Transactions in progress (Ongoing, PrepareCommit, PrepareAbort) on every coordinator."""
         states = ("Ongoing", "PrepareCommit", "PrepareAbort")
-        answers = await self.each_broker(lambda _n: make(
-            request_class(66, 0), state_filters=states, producer_id_filters=()))
+        answers = await self.each_coordinator(make(request_class(66, 0), state_filters=states,
+                                                   producer_id_filters=()))
         out: list[OpenTransaction] = []
         for node, resp in answers.items():
             if isinstance(resp, ConsoleError) or resp.error_code != ErrorCode.none or not resp.transaction_states:

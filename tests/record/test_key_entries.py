@@ -76,25 +76,33 @@ def test_a_batch_walked_a_piece_at_a_time_gives_the_same_entries(walk: Any, recs
 @needs_c
 @settings(max_examples=1000, deadline=None)
 @given(batches, st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
-       st.integers(0, 10_000), st.integers(-3, 3))
-def test_the_c_and_python_walks_agree_on_damaged_batches(recs: Any, edits: Any, cut: int, extra: int) -> None:
+       st.integers(0, 10_000), st.integers(-3, 3), st.integers(0, 40), st.booleans(),
+       st.integers(-5, 50), st.integers(0, 60))
+def test_the_c_and_python_walks_agree_on_damaged_batches(recs: Any, edits: Any, cut: int, extra: int, skip: int,
+                                                         view: bool, shift: int, max_relative: int) -> None:
+    """From any record start (``skip`` records in), on bytes or a memoryview, with offsets
+    near and past the segment's limits."""
     body = bytearray(body_of(recs))
+    pos = len(body_of(recs[:skip])) if 0 < skip < len(recs) else 0
     for at, byte in edits:
         if body:
             body[at % len(body)] = byte
     body = body[: len(body) - cut % (len(body) + 1)] if cut % 3 == 0 else body
     count = max(len(recs) + extra, 0)
-    assert outcome(rec.key_entries, bytes(body), count) == outcome(key_entries_py, bytes(body), count)
+    data: bytes | memoryview = memoryview(bytes(body)) if view else bytes(body)
+    args = (count, pos, 1000, 1000 - shift, max_relative)
+    assert outcome(rec.key_entries, data, *args) == outcome(key_entries_py, data, *args)
 
 
 @needs_c
 @settings(max_examples=1000, deadline=None)
-@given(st.binary(max_size=200), st.integers(0, 20), st.integers(-(2**63), 2**63 - 1),
-       st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**31))
-def test_the_c_and_python_walks_agree_on_any_bytes(body: bytes, count: int, base_offset: int, segment_base: int,
-                                                   max_relative: int) -> None:
-    assert outcome(rec.key_entries, body, count, 0, base_offset, segment_base, max_relative) == \
-        outcome(key_entries_py, body, count, 0, base_offset, segment_base, max_relative)
+@given(st.binary(max_size=200), st.integers(0, 20), st.integers(-(2**63) + 50, 2**63 - 6),
+       st.integers(-5, 50), st.integers(0, 2**31), st.integers(0, 30))
+def test_the_c_and_python_walks_agree_on_any_bytes(body: bytes, count: int, base_offset: int, shift: int,
+                                                   max_relative: int, pos: int) -> None:
+    """``segment_base`` near ``base_offset``, so that keyed records are mostly in range."""
+    args = (count, min(pos, len(body)), base_offset, base_offset - shift, max_relative)
+    assert outcome(rec.key_entries, body, *args) == outcome(key_entries_py, body, *args)
 
 
 @settings(max_examples=300, deadline=None)
@@ -121,7 +129,7 @@ def test_a_keyed_record_too_far_from_the_segment_base_stops_the_walk(
 def test_a_ten_byte_offset_delta_is_read_exactly() -> None:
     """A damaged record whose offset delta takes ten bytes (70 bits): the offset reported
     is the exact one, as Python's ints read it."""
-    delta = bytes([0xFF] * 9 + [0x01])  # zig-zag of 2**64 - 1 + 2**63 ... read whole
+    delta = bytes([0xFF] * 9 + [0x01])  # a 10-byte varint: 64 bits set, beyond what an int64 holds
     fields = b"\x00" + b"\x00" + delta + b"\x02k" + b"\x00" + b"\x00"  # attrs, ts, delta, key "k"
     body = bytes([len(fields) << 1]) + fields
     for walk in (w.values[0] for w in WALKS):
