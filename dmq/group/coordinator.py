@@ -205,6 +205,12 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ admin
 
+    @property
+    def active(self) -> bool:
+        """False once closed (the broker is shutting down): listings answer
+        COORDINATOR_NOT_AVAILABLE, as Kafka's inactive coordinator does."""
+        return not self.runtime.closed
+
     def loading(self) -> bool:
         """A ``__consumer_offsets`` partition led here is not loaded yet (``list_groups`` would
         miss its groups: ListGroups answers COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""

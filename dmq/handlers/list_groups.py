@@ -1,7 +1,8 @@
 """ListGroups (16): the groups this coordinator knows, classic and share (filtered by
 state in v4, by type in v5); COORDINATOR_LOAD_IN_PROGRESS and no groups while a
 ``__consumer_offsets`` partition led here is still loading, as Kafka answers (its groups
-would be missing from the list)."""
+would be missing from the list); COORDINATOR_NOT_AVAILABLE once the coordinator is closed
+(the broker shutting down)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ MAX_VERSION = 5
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    if services.coordinators.group.loading():
-        return make(schema.ListGroupsResponse, throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.coordinator_load_in_progress, groups=())
+    group = services.coordinators.group
+    if not group.active or group.loading():
+        error = ErrorCode.coordinator_load_in_progress if group.active else ErrorCode.coordinator_not_available
+        return make(schema.ListGroupsResponse, throttle_time=NO_THROTTLE, error_code=error, groups=())
     # Before v5 a client cannot tell a share group from a classic one: Kafka lists both.
     groups = services.coordinators.group.list_groups(getattr(request, "states_filter", ()),
                                                      getattr(request, "types_filter", ()))

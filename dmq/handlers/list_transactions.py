@@ -1,6 +1,6 @@
 """ListTransactions (66): the transactional ids this broker coordinates, filtered;
 COORDINATOR_LOAD_IN_PROGRESS and none while a ``__transaction_state`` partition led here
-is still loading, as Kafka answers."""
+is still loading, as Kafka answers; COORDINATOR_NOT_AVAILABLE once the coordinator is closed."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ KNOWN_STATES = {s.display.lower() for s in TransactionState}
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    if services.transactions.loading():
-        return make(schema.ListTransactionsResponse, throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.coordinator_load_in_progress, unknown_state_filters=(),
-                    transaction_states=())
+    txns = services.transactions
+    if not txns.active or txns.loading():
+        error = ErrorCode.coordinator_load_in_progress if txns.active else ErrorCode.coordinator_not_available
+        return make(schema.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
+                    unknown_state_filters=(), transaction_states=())
     filters = list(request.state_filters)
     unknown = tuple(s for s in filters if s.lower() not in KNOWN_STATES)
     found = services.transactions.list([s for s in filters if s not in unknown],

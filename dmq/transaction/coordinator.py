@@ -156,6 +156,12 @@ class TransactionCoordinator:
         meta = shard.describe(transactional_id)
         return (ErrorCode.none, meta) if meta is not None else (ErrorCode.transactional_id_not_found, None)
 
+    @property
+    def active(self) -> bool:
+        """False once closed (the broker is shutting down): ListTransactions answers
+        COORDINATOR_NOT_AVAILABLE."""
+        return not self.runtime.closed
+
     def loading(self) -> bool:
         """A ``__transaction_state`` partition led here is not loaded yet (``list`` would miss
         its transactions: ListTransactions answers COORDINATOR_LOAD_IN_PROGRESS meanwhile)."""

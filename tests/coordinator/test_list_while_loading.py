@@ -1,6 +1,8 @@
 """ListGroups (16) and ListTransactions (66) while a coordinator partition led here is
 still loading: Kafka answers COORDINATOR_LOAD_IN_PROGRESS (clients ask again) rather than
-a list that silently leaves that partition's groups or transactions out.
+a list that silently leaves that partition's groups or transactions out; once the
+coordinator is closed (the broker shutting down) they answer COORDINATOR_NOT_AVAILABLE,
+as Kafka's inactive coordinators do.
 
 The handlers run over real coordinators on the in-memory writer; requests and answers
 go through the wire codec both ways, as a client sends and reads them."""
@@ -67,7 +69,9 @@ def test_list_groups_answers_load_in_progress_while_a_led_partition_is_not_loade
         listed = await call(svc, request, 5)
         assert listed.error_code == ErrorCode.none
         assert sorted(g.group_id for g in listed.groups) == sorted([g0, g1])
-        await groups.close()
+        await groups.close()  # the broker shutting down: nothing is loading, nothing listed
+        closed = await call(svc, request, 5)
+        assert closed.error_code == ErrorCode.coordinator_not_available and closed.groups == ()
 
     asyncio.run(scenario())
 
@@ -102,5 +106,7 @@ def test_list_transactions_answers_load_in_progress_while_a_led_partition_is_not
         assert listed.error_code == ErrorCode.none
         assert [t.transactional_id for t in listed.transaction_states] == [t0]
         await txns.close()
+        closed = await call(svc, request, 0)
+        assert closed.error_code == ErrorCode.coordinator_not_available and closed.transaction_states == ()
 
     asyncio.run(scenario())
