@@ -505,6 +505,11 @@ class ReplicaManager:
         if partition.isr_written(leader_epoch, new_isr, written):
             log.info("%s-%d: ISR %s -> %s (%s)", *tp, old, new_isr, reason)
             self._count_isr_change(old, new_isr)
+        elif written is not None and written == partition.partition_version and partition.isr == new_isr \
+                and old != new_isr and partition.is_leader and partition.leader_epoch == leader_epoch:
+            # ZooKeeper's data watch brought this write's own state (its version) before
+            # the write's reply, and become_leader took it and counted it: say it here.
+            log.info("%s-%d: ISR %s -> %s (%s)", *tp, old, new_isr, reason)
         elif written is None:
             log.info("%s-%d: ISR change to %s refused: the partition state changed since "
                      "version %d; waiting for the new state", *tp, new_isr, version)

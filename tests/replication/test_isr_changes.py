@@ -9,8 +9,10 @@ paused), release, fail, or change behind the leader's back (the controller).
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
+import pytest
 from kio.schema.errors import ErrorCode
 from support.replication import IsrStore, records, replica_manager, settle
 
@@ -245,5 +247,32 @@ def test_a_batch_committed_just_before_leadership_moves_is_acknowledged(tmp_path
         rm.become_follower(*TP, "id", 2, 3, [1, 2], [1, 2], store.version + 1)
         assert (await late)[TP].error == ErrorCode.not_leader_or_follower
         rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_an_isr_change_is_logged_when_the_stores_watch_brings_it_before_the_writes_answer(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """ZooKeeper delivered the data watch's event (the leader's own new ISR, a newer
+    version) before the SetData reply; the leader took the state from the watch, and the
+    reply then found nothing left to change: the shrink and the expansion were never
+    logged (tests/cluster/test_link_faults.py waits for those lines, and failed about one
+    run in four). Each change is still counted once (as the watch's refresh counts it)."""
+
+    async def scenario() -> None:
+        store = IsrStore(isr=[1, 2])
+        rm = replica_manager(tmp_path, store)
+        p = rm.become_leader(*TP, "id", 0, [1, 2], store.isr, store.version)
+        store.on_landed = lambda: rm.become_leader(*TP, "id", 0, [1, 2], store.isr, store.version)
+        with caplog.at_level(logging.INFO, logger="dmq.replication"):
+            rm.maybe_shrink_isr(lag_max_ms=-1)  # follower 2 has not caught up "for long"
+            await settle()
+            assert p.isr == [1] and p.pending_isr is None
+            await follower_fetch(rm, 2, 0)  # it fetches again, caught up: the leader adds it
+            await settle()
+            assert p.isr == [1, 2] and p.pending_isr is None
+        lines = [r.getMessage() for r in caplog.records if "ISR" in r.getMessage()]
+        assert lines == ["t-0: ISR [1, 2] -> [1] (lagging)", "t-0: ISR [1] -> [1, 2] (caught up)"], lines
+        assert (rm.isr_shrinks, rm.isr_expands) == (1, 1)
 
     asyncio.run(scenario())

@@ -45,6 +45,9 @@ class IsrStore:
     failing: bool = False
     lands_before_failing: bool = False
     writes: list[list[int]] = field(default_factory=list)
+    # Called once a write has landed, before its answer returns: ZooKeeper can deliver the
+    # data watch's event (the new state) ahead of the SetData reply.
+    on_landed: Callable[[], None] | None = None
     resignations: list[int] = field(default_factory=list)  # leader epochs that asked to go
     _waiting: list[asyncio.Future[None]] = field(default_factory=list)
 
@@ -81,6 +84,8 @@ class IsrStore:
         self.isr = list(isr)
         self.version += 1
         self.writes.append(list(isr))
+        if self.on_landed is not None:
+            self.on_landed()
         if self.failing:
             raise ConnectionError("ZooKeeper connection lost after the write")
         return self.version
