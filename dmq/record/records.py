@@ -139,19 +139,19 @@ def keyed_offsets(batch: bytes | memoryview) -> tuple[BatchHeader, list[tuple[in
     return header, out
 
 
-def record_keys(body: bytes, base_offset: int, count: int,
-                pos: int = 0) -> tuple[list[tuple[int, bytes]], int]:
-    """``keyed_offsets`` of ``count`` records of a batch body (``batch_body``) from ``pos``:
-    (offset, key) of those with a key, and the position after them, so a long batch can
-    be read a piece at a time."""
+def _walk_keys(body: bytes | memoryview, count: int, pos: int,
+               on_key: Callable[[int, int, int, int], bool]) -> int:
+    """The one Python walk over the keys of ``count`` records from ``pos``: for each record
+    with a key, ``on_key(record start, offset delta, key start, key length)``, which returns
+    False to stop there. Returns the position after the records, or the start of the record
+    ``on_key`` stopped at. ValueError when the records do not parse."""
     # One call per record costs as much as the rest of its parsing, so the one-byte
     # varints (key lengths, most deltas) are read inline, and a record without a key
     # stops at its key length's first byte (zigzag -1 is 0x01).
-    out: list[tuple[int, bytes]] = []
-    append = out.append
     size = len(body)
     try:
         for _ in range(count):
+            start = pos
             b = body[pos]
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
@@ -186,11 +186,26 @@ def record_keys(body: bytes, base_offset: int, count: int,
             if key_length >= 0:
                 if p + key_length > end:
                     raise ValueError("record key extends past its record")
-                append((base_offset + off_delta, body[p : p + key_length]))
+                if not on_key(start, off_delta, p, key_length):
+                    return start
             pos = end
     except IndexError:
         raise ValueError("truncated record") from None
-    return out, pos
+    return pos
+
+
+def record_keys(body: bytes, base_offset: int, count: int,
+                pos: int = 0) -> tuple[list[tuple[int, bytes]], int]:
+    """``keyed_offsets`` of ``count`` records of a batch body (``batch_body``) from ``pos``:
+    (offset, key) of those with a key, and the position after them, so a long batch can
+    be read a piece at a time."""
+    out: list[tuple[int, bytes]] = []
+
+    def on_key(_start: int, off_delta: int, key_at: int, key_length: int) -> bool:
+        out.append((base_offset + off_delta, body[key_at : key_at + key_length]))
+        return True
+
+    return out, _walk_keys(body, count, pos, on_key)
 
 
 def key_entries_py(body: bytes | memoryview, count: int, pos: int, base_offset: int, segment_base: int,
@@ -204,47 +219,23 @@ def key_entries_py(body: bytes | memoryview, count: int, pos: int, base_offset: 
 
     ``key_entries`` is the C walk (``dmq.record._recordcheck``) where it is built, this
     one without it; a Hypothesis property checks they answer the same for any bytes."""
-    append = out.append
-    keyed = 0
     if pos < 0:  # Python would index from the end
         raise ValueError("truncated record")
-    try:
-        for _ in range(count):
-            length, next_pos = _varint_at(body, pos)
-            end = next_pos + length
-            if length < 0 or end > len(body):
-                raise ValueError("record extends past its batch")
-            p = next_pos + 1  # after the attributes byte
-            if body[p] < 0x80:  # the timestamp delta, skipped
-                p += 1
-            else:
-                _ts_delta, p = _varint_at(body, p)
-            delta_at = p  # the offset delta, decoded only for a record with a key
-            while body[p] & 0x80:
-                p += 1
-            b = body[p + 1]
-            if b < 0x80:
-                if b & 1:  # a negative length: no key
-                    pos = end
-                    continue
-                key_length = b >> 1
-                p += 2
-            else:
-                key_length, p = _varint_at(body, p + 1)
-            off_delta = _varint_at(body, delta_at)[0]
-            if key_length >= 0:
-                if p + key_length > end:
-                    raise ValueError("record key extends past its record")
-                offset = base_offset + off_delta
-                relative = offset - segment_base
-                if not 0 <= relative <= max_relative:
-                    return pos, keyed, offset
-                append(crc32c(body[p : p + key_length]) << 32 | relative)
-                keyed += 1
-            pos = end
-    except IndexError:
-        raise ValueError("truncated record") from None
-    return pos, keyed, None
+    appended = len(out)
+    too_far: int | None = None
+
+    def on_key(_start: int, off_delta: int, key_at: int, key_length: int) -> bool:
+        nonlocal too_far
+        offset = base_offset + off_delta
+        relative = offset - segment_base
+        if not 0 <= relative <= max_relative:
+            too_far = offset
+            return False
+        out.append(crc32c(body[key_at : key_at + key_length]) << 32 | relative)
+        return True
+
+    end = _walk_keys(body, count, pos, on_key)
+    return end, len(out) - appended, too_far
 
 
 KeyEntries = Callable[[bytes | memoryview, int, int, int, int, int, list[int]], tuple[int, int, int | None]]
