@@ -54,13 +54,21 @@ def offsets_topic_listed(c: WireClient) -> bool:
     return answer.topics[0].error_code == ErrorCode.none
 
 
-def test_find_coordinator_names_this_broker_only_once_the_group_can_commit(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "200",
+def broker_creating_offsets_logs(tmp_path: Path, partitions: int, topic: str) -> BrokerProcess:
+    """A broker whose ``__consumer_offsets`` has ``partitions`` logs to make (commit timeout
+    60 s, so a slow disk cannot turn a waited lookup into COORDINATOR_NOT_AVAILABLE), with
+    one record produced to ``topic`` (the broker is up and serving)."""
+    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": str(partitions),
                                                               "offsets.commit.timeout.ms": "60000"}).start()
+    p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    p.produce(topic, b"x")
+    assert p.flush(30) == 0
+    return broker
+
+
+def test_find_coordinator_names_this_broker_only_once_the_group_can_commit(tmp_path: Path) -> None:
+    broker = broker_creating_offsets_logs(tmp_path, 200, "loading-t")
     try:
-        p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
-        p.produce("loading-t", b"x")
-        assert p.flush(30) == 0
         first: list[ErrorCode] = []
 
         def create() -> None:
@@ -119,13 +127,8 @@ def test_listing_groups_while_the_offsets_topic_loads(tmp_path: Path) -> None:
     client passes the error on: without the CLI asking again it exited 1 with "Coordinator
     load in progress"). 1,500 logs keep the window open for seconds, longer than the CLI
     takes to start."""
-    broker = BrokerProcess(tmp_path / "data", overrides={"offsets.topic.num.partitions": "1500",
-                                                              "offsets.commit.timeout.ms": "60000"}).start()
+    broker = broker_creating_offsets_logs(tmp_path, 1500, "loading-l")
     try:
-        p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
-        p.produce("loading-l", b"x")
-        assert p.flush(30) == 0
-
         def create() -> None:
             with WireClient("127.0.0.1", broker.port) as other:
                 find(other, "g")  # creates __consumer_offsets, waits for its logs
