@@ -72,13 +72,8 @@ class ShareGroups:
         """(group id, state) of every share group, from every broker (ListGroups v5)."""
         out = []
         for broker_id in sorted(self.brokers.addresses):
-            deadline = time.monotonic() + COORDINATOR_WAIT
-            while True:  # a broker loading its coordinator partitions is asked again
-                resp = self.brokers.ask(broker_id, make(request_class(16, 5), states_filter=(),
-                                                        types_filter=("share",)))
-                if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
-                    break
-                time.sleep(0.2)
+            resp = self.brokers.ask_listing(broker_id, make(request_class(16, 5), states_filter=(),
+                                                            types_filter=("share",)))
             if resp.error_code != ErrorCode.none:
                 fail(f"broker {broker_id} cannot list groups: {_code(resp.error_code)}")
             out += [(g.group_id, g.group_state) for g in resp.groups]

@@ -145,6 +145,17 @@ class Brokers:
         except OSError as e:
             fail(f"lost the connection to {where}: {(e.strerror or str(e) or type(e).__name__).lower()}")
 
+    def ask_listing(self, broker_id: int, request: Any) -> Any:
+        """``ask`` a listing (ListGroups, ListTransactions) of every coordinator shard of
+        the broker: one whose coordinator is loading is asked again, for up to
+        COORDINATOR_WAIT seconds; the last answer is returned."""
+        deadline = time.monotonic() + COORDINATOR_WAIT
+        while True:
+            resp = self.ask(broker_id, request)
+            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
+                return resp
+            time.sleep(0.2)
+
     def close(self) -> None:
         for c in self._clients.values():
             c.close()
@@ -167,12 +178,8 @@ def _list_transactions(b: Brokers, producer_ids: tuple[int, ...] = ()) -> list[t
     """(transactional id, coordinator, producer id, state) from every broker."""
     out = []
     for broker_id in sorted(b.addresses):
-        deadline = time.monotonic() + COORDINATOR_WAIT
-        while True:  # a broker loading its coordinator partitions is asked again
-            resp = b.ask(broker_id, make(request_class(66, 0), state_filters=(), producer_id_filters=producer_ids))
-            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+        resp = b.ask_listing(broker_id, make(request_class(66, 0), state_filters=(),
+                                             producer_id_filters=producer_ids))
         if resp.error_code != ErrorCode.none:
             fail(f"broker {broker_id} cannot list transactions: {_code(resp.error_code)}")
         out += [(t.transactional_id, broker_id, t.producer_id, t.transaction_state) for t in resp.transaction_states]
