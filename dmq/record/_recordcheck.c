@@ -1,14 +1,17 @@
-/* dmq.record._recordcheck: two walks over the records of a batch body, sans-io (each reads
- * a buffer and raises ValueError or returns values):
+/* dmq.record._recordcheck: three walks over the records of batch bodies, sans-io (each
+ * reads buffers and raises ValueError or returns values):
  *
  * check_records(body, count) -> records with headers, the C walk of dmq.record.check (see
  * that module for the rules and their messages);
  * key_entries(body, count, pos, base_offset, segment_base, max_relative, out) -> (pos,
  * keyed, bad_offset), the C walk of dmq.record.records.key_entries_py (the key indexer's:
- * see there for what it returns).
+ * see there for what it returns);
+ * record_fields(buf, bodies, out), the fields of every record of a Spark read's batch
+ * bodies, the C walk of dmq.spark.arrow_records._fields_np.
  *
  * Each must give the same answer as its Python walk for every input, which Hypothesis
- * properties check (tests/record/test_check.py, tests/record/test_key_entries.py).
+ * properties check (tests/record/test_check.py, tests/record/test_key_entries.py,
+ * tests/spark/test_arrow_records.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -108,6 +111,110 @@ static PyObject *check_records(PyObject *self, PyObject *args)
     result = PyLong_FromSsize_t(with_headers);
 done:
     PyBuffer_Release(&view);
+    return result;
+}
+
+/* ---------------------------------------------------------------- record_fields */
+
+enum { F_TS, F_OFF, F_KEY_AT, F_KEY_LEN, F_VAL_AT, F_VAL_LEN, F_HDR_AT, F_HDRS, F_END, N_FIELDS };
+
+/* A zig-zag varint of up to 10 bytes inside [.., end); on failure fail with why. */
+#define SPARK_FIELD(out)                                                        \
+    do {                                                                        \
+        int r_ = read_varint(buf, &p, end, 10, (out));                          \
+        if (r_ == TOO_LONG) { result = fail("varint longer than 10 bytes"); goto done; } \
+        if (r_ == TRUNCATED) { result = fail(RUN_PAST); goto done; }            \
+    } while (0)
+
+#define RUN_PAST "a record's fields run past its end"
+
+/* record_fields(buf, bodies, out): the C walk of dmq.spark.arrow_records (its _fields
+ * checks the same and gives the same columns). bodies holds int64 triples (first byte,
+ * end, record count) of batch bodies in buf; out is n_fields rows of n int64s (n: the sum
+ * of the counts), filled field by field for every record: timestamp delta, offset delta,
+ * key position, key length, value position, value length, headers position, header count,
+ * record end. Every varint is read as 64 bits (up to 10 bytes), as numpy reads them. */
+static PyObject *record_fields(PyObject *self, PyObject *args)
+{
+    Py_buffer view, bodies_view, out_view;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &view, &bodies_view, &out_view))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const Py_ssize_t size = view.len;
+    const int64_t *bodies = (const int64_t *)bodies_view.buf;
+    const Py_ssize_t n_bodies = bodies_view.len / (Py_ssize_t)(3 * sizeof(int64_t));
+    int64_t *out = (int64_t *)out_view.buf;
+    const Py_ssize_t n = out_view.len / (Py_ssize_t)(N_FIELDS * sizeof(int64_t));
+    Py_ssize_t i = 0;
+    if (bodies_view.len % (Py_ssize_t)(3 * sizeof(int64_t))
+        || out_view.len % (Py_ssize_t)(N_FIELDS * sizeof(int64_t))) {
+        result = fail("bodies must be int64 triples and out n_fields rows of int64s");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_bodies; k++) {
+        const int64_t first = bodies[3 * k], stop = bodies[3 * k + 1], count = bodies[3 * k + 2];
+        if (first < 0 || first > stop || stop > (int64_t)size || count < 0) {
+            result = fail("a batch body lies outside the buffer");
+            goto done;
+        }
+        Py_ssize_t pos = (Py_ssize_t)first;
+        for (int64_t c = 0; c < count; c++) {
+            int64_t length, ts, off, key_len, val_len, headers;
+            if (i >= n) { result = fail("more records than room for them"); goto done; }
+            int r = read_varint(buf, &pos, (Py_ssize_t)stop, 10, &length);
+            if (r == TOO_LONG) { result = fail("varint longer than 10 bytes"); goto done; }
+            if (r == TRUNCATED) { result = fail("record lengths run past their batch"); goto done; }
+            if (length < 0) { result = fail("a record has a negative length"); goto done; }
+            if (length > (int64_t)(stop - pos)) {
+                result = fail("record lengths do not add up to their batches");
+                goto done;
+            }
+            const Py_ssize_t end = pos + (Py_ssize_t)length;
+            Py_ssize_t p = pos;
+            if (p >= end) { result = fail(RUN_PAST); goto done; }
+            p++; /* attributes */
+            SPARK_FIELD(&ts);
+            SPARK_FIELD(&off);
+            SPARK_FIELD(&key_len);
+            const Py_ssize_t key_at = p;
+            if (key_len < -1) { result = fail(RUN_PAST); goto done; }
+            if (key_len > (int64_t)(end - p)) { result = fail(RUN_PAST); goto done; }
+            if (key_len > 0) p += (Py_ssize_t)key_len;
+            SPARK_FIELD(&val_len);
+            const Py_ssize_t val_at = p;
+            if (val_len < -1) { result = fail(RUN_PAST); goto done; }
+            if (val_len > (int64_t)(end - p)) { result = fail(RUN_PAST); goto done; }
+            if (val_len > 0) p += (Py_ssize_t)val_len;
+            SPARK_FIELD(&headers);
+            if (headers < 0 || headers > (int64_t)(end - p) / 2) { /* a header takes two bytes at least */
+                result = fail(RUN_PAST);
+                goto done;
+            }
+            out[F_TS * n + i] = ts;
+            out[F_OFF * n + i] = off;
+            out[F_KEY_AT * n + i] = key_at;
+            out[F_KEY_LEN * n + i] = key_len;
+            out[F_VAL_AT * n + i] = val_at;
+            out[F_VAL_LEN * n + i] = val_len;
+            out[F_HDR_AT * n + i] = p;
+            out[F_HDRS * n + i] = headers;
+            out[F_END * n + i] = end;
+            i++;
+            pos = end;
+        }
+        if (pos != (Py_ssize_t)stop) {
+            result = fail("record lengths do not add up to their batches");
+            goto done;
+        }
+    }
+    if (i != n) { result = fail("fewer records than room for them"); goto done; }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&bodies_view);
+    PyBuffer_Release(&out_view);
     return result;
 }
 
@@ -294,6 +401,8 @@ static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS,
      "check_records(body, count): the number of records with headers; ValueError unless\n"
      "body is count well-formed records."},
+    {"record_fields", record_fields, METH_VARARGS,
+     "record_fields(buf, bodies, out): the C walk of dmq.spark.arrow_records (see there)."},
 #ifdef HAVE_KEY_ENTRIES
     {"key_entries", key_entries, METH_VARARGS,
      "key_entries(body, count, pos, base_offset, segment_base, max_relative, out): the C\n"
@@ -304,7 +413,8 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_recordcheck",
-    "The C walks of dmq.record.check.check_records and dmq.record.records.key_entries_py.",
+    "The C walks of dmq.record.check.check_records, dmq.record.records.key_entries_py and\n"
+    "dmq.spark.arrow_records._fields_np.",
     -1, methods,
 };
 

@@ -7,12 +7,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
-pytest.importorskip("numpy")
+np = pytest.importorskip("numpy")
 
 from dmq.record.batch import TIMESTAMP_TYPE_MASK, TRANSACTIONAL_MASK  # noqa: E402
 from dmq.record.control import ControlRecordType, EndTxnMarker, build_end_txn_marker_batch  # noqa: E402
 from dmq.record.records import decode_batch, encode_batch  # noqa: E402
+from dmq.spark import arrow_records  # noqa: E402
 from dmq.spark.arrow_records import CorruptRecordsError, arrow_batches, next_offset  # noqa: E402
+
+# The record walks: numpy's everywhere, and the C one where the extension is built. Every
+# read below goes through each, and they must agree (rows, or both CorruptRecordsError).
+WALKS = {"numpy": arrow_records._fields_np}
+if arrow_records._fields is not arrow_records._fields_np:
+    WALKS["c"] = arrow_records._fields_c
 
 blobs = st.one_of(st.none(), st.binary(max_size=300),
                   st.sampled_from([b"", b"x" * 63, b"y" * 64, b"z" * 8200, b"w" * 70000]))
@@ -25,6 +32,25 @@ batches = st.tuples(st.lists(records, min_size=1, max_size=40),
 
 
 def rows(data: bytes, start: int, end: int, **kw: object) -> list[tuple]:
+    """The rows read from ``data`` by each record walk, which must agree."""
+    results: list[list[tuple] | CorruptRecordsError] = []
+    for walk in WALKS.values():
+        arrow_records._fields = walk
+        try:
+            results.append(_rows(data, start, end, **kw))
+        except CorruptRecordsError as e:
+            results.append(e)
+        finally:
+            arrow_records._fields = WALKS.get("c", WALKS["numpy"])
+    first = results[0]
+    if isinstance(first, CorruptRecordsError):
+        assert all(isinstance(r, CorruptRecordsError) for r in results), "the record walks disagree"
+        raise first
+    assert all(r == first for r in results), "the record walks disagree"
+    return first
+
+
+def _rows(data: bytes, start: int, end: int, **kw: object) -> list[tuple]:
     out = []
     for rb in arrow_batches(data, start, end, topic="tôpic", partition=7, **kw):  # type: ignore[arg-type]
         d = rb.to_pydict()
@@ -125,6 +151,71 @@ def test_corrupt_records_are_an_error_not_a_crash(where: int, byte: int, headers
     except CorruptRecordsError:
         return
     assert len(got) <= 50
+
+
+def test_the_c_walk_is_built_and_used() -> None:
+    """The package builds its C extension where a compiler is (as every test machine has)."""
+    assert "c" in WALKS and arrow_records._fields is arrow_records._fields_c
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.binary(min_size=0, max_size=40), st.integers(1, 8)), min_size=1, max_size=3),
+       st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=4))
+def test_the_walks_agree_on_any_bodies(pieces: list, flips: list) -> None:
+    """Bodies of arbitrary bytes, or of valid records with bytes changed, claiming any record
+    count (at least one: the caller skips empty batches): both walks give the same fields or
+    both CorruptRecordsError."""
+    bodies, parts, pos = [], [], 0
+    for raw, count in pieces:
+        if raw:  # valid records, then damaged below
+            recs = [(raw[:i], raw[i:], [("h", raw)] if i % 2 else []) for i in range(count)]
+            raw = encode_batch(recs, timestamp=1)[61:]
+        parts.append(raw)
+        bodies.append((pos, pos + len(raw), count))
+        pos += len(raw)
+    buf = bytearray(b"".join([*parts, bytes(16)]))
+    for where, byte in flips:
+        if pos:
+            buf[where % pos] = byte
+    results = []
+    for walk in WALKS.values():
+        data = bytes(buf)
+        try:
+            fields = walk(data, np.frombuffer(data, dtype=np.uint8), bodies)
+            results.append([f.tolist() for f in fields])
+        except CorruptRecordsError:
+            results.append(None)
+    assert all(r == results[0] for r in results)
+
+
+def fields_or_none(walk: object, body: bytes, count: int) -> list | None:
+    data = body + bytes(16)
+    try:
+        fields = walk(data, np.frombuffer(data, dtype=np.uint8), [(0, len(body), count)])  # type: ignore[operator]
+    except CorruptRecordsError:
+        return None
+    return [f.tolist() for f in fields]
+
+
+def test_the_walks_agree_on_every_one_byte_change() -> None:
+    """Every value of every byte of a small body (a record with a key, one with a header):
+    the field checks' bounds, exhaustively."""
+    body = encode_batch([(b"k", b"vv", []), (None, b"", [("h", b"x")])], timestamp=1)[61:]
+    changed = 0
+    for pos in range(len(body)):
+        for value in range(256):
+            damaged = body[:pos] + bytes([value]) + body[pos + 1:]
+            got = [fields_or_none(walk, damaged, 2) for walk in WALKS.values()]
+            assert all(g == got[0] for g in got), (pos, value)
+            changed += got[0] is None
+    assert changed > len(body) * 64  # many changes are errors: the checks are on
+
+
+def test_a_huge_record_count_is_an_error_not_an_allocation() -> None:
+    batch = bytearray(encode_batch([(None, b"x", [])], timestamp=1))
+    batch[57:61] = (2**31 - 1).to_bytes(4, "big")  # the batch header's record count
+    with pytest.raises(CorruptRecordsError):
+        rows(bytes(batch), 0, 10)
 
 
 def test_bad_batches_are_named() -> None:
