@@ -7,7 +7,8 @@
  * keyed, bad_offset), the C walk of dmq.record.records.key_entries_py (the key indexer's:
  * see there for what it returns);
  * record_fields(buf, bodies, out), the fields of every record of a Spark read's batch
- * bodies, the C walk of dmq.spark.arrow_records._fields_np.
+ * bodies, the C walk of dmq.spark.arrow_records._fields_np, and gather(...), which
+ * copies their keys or values into an Arrow binary column.
  *
  * Each must give the same answer as its Python walk for every input, which Hypothesis
  * properties check (tests/record/test_check.py, tests/record/test_key_entries.py,
@@ -16,6 +17,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { OK = 0, TRUNCATED = 1, TOO_LONG = 2 };
 
@@ -218,6 +220,53 @@ done:
     return result;
 }
 
+/* gather(buf, at, length, offsets, data): an Arrow binary column's offsets and data from the
+ * byte ranges [at[i], at[i] + length[i]) of buf (length -1: a null, no bytes). at and length
+ * are n int64s, offsets n + 1 int32s and data exactly the ranges' total size. */
+static PyObject *gather(PyObject *self, PyObject *args)
+{
+    Py_buffer view, at_view, len_view, off_view, data_view;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &view, &at_view, &len_view, &off_view, &data_view))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const int64_t *at = (const int64_t *)at_view.buf;
+    const int64_t *length = (const int64_t *)len_view.buf;
+    int32_t *offsets = (int32_t *)off_view.buf;
+    unsigned char *data = (unsigned char *)data_view.buf;
+    const Py_ssize_t n = at_view.len / (Py_ssize_t)sizeof(int64_t);
+    int64_t filled = 0;
+    if (len_view.len != at_view.len || off_view.len != (n + 1) * (Py_ssize_t)sizeof(int32_t)
+        || at_view.len % (Py_ssize_t)sizeof(int64_t)) {
+        result = fail("at and length must be n int64s and offsets n + 1 int32s");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t a = at[i], l = length[i];
+        offsets[i] = (int32_t)filled;
+        if (l <= 0)
+            continue;
+        if (a < 0 || a > (int64_t)view.len || l > (int64_t)view.len - a
+            || l > (int64_t)data_view.len - filled || filled + l > INT32_MAX) {
+            result = fail("a range lies outside the buffer or the column");
+            goto done;
+        }
+        memcpy(data + filled, buf + a, (size_t)l);
+        filled += l;
+    }
+    if (filled != (int64_t)data_view.len) { result = fail("the ranges do not fill the column"); goto done; }
+    offsets[n] = (int32_t)filled;
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&at_view);
+    PyBuffer_Release(&len_view);
+    PyBuffer_Release(&off_view);
+    PyBuffer_Release(&data_view);
+    return result;
+}
+
 /* ---------------------------------------------------------------- key_entries */
 
 /* It reads varints of up to 70 bits exactly, as Python does, in 128-bit integers; a
@@ -401,6 +450,8 @@ static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS,
      "check_records(body, count): the number of records with headers; ValueError unless\n"
      "body is count well-formed records."},
+    {"gather", gather, METH_VARARGS,
+     "gather(buf, at, length, offsets, data): an Arrow binary column of byte ranges of buf."},
     {"record_fields", record_fields, METH_VARARGS,
      "record_fields(buf, bodies, out): the C walk of dmq.spark.arrow_records (see there)."},
 #ifdef HAVE_KEY_ENTRIES

@@ -18,8 +18,10 @@ from dmq.spark.arrow_records import CorruptRecordsError, arrow_batches, next_off
 # The record walks: numpy's everywhere, and the C one where the extension is built. Every
 # read below goes through each, and they must agree (rows, or both CorruptRecordsError).
 WALKS = {"numpy": arrow_records._fields_np}
+COLUMNS = {"numpy": lambda buf, starts, lengths: arrow_records._binary(pa.py_buffer(buf), starts, lengths)}
 if arrow_records._fields is not arrow_records._fields_np:
     WALKS["c"] = arrow_records._fields_c
+    COLUMNS["c"] = arrow_records._binary_c
 
 blobs = st.one_of(st.none(), st.binary(max_size=300),
                   st.sampled_from([b"", b"x" * 63, b"y" * 64, b"z" * 8200, b"w" * 70000]))
@@ -34,14 +36,15 @@ batches = st.tuples(st.lists(records, min_size=1, max_size=40),
 def rows(data: bytes, start: int, end: int, **kw: object) -> list[tuple]:
     """The rows read from ``data`` by each record walk, which must agree."""
     results: list[list[tuple] | CorruptRecordsError] = []
-    for walk in WALKS.values():
-        arrow_records._fields = walk
+    for name, walk in WALKS.items():
+        arrow_records._fields, arrow_records._column = walk, COLUMNS[name]
         try:
             results.append(_rows(data, start, end, **kw))
         except CorruptRecordsError as e:
             results.append(e)
         finally:
-            arrow_records._fields = WALKS.get("c", WALKS["numpy"])
+            best = "c" if "c" in WALKS else "numpy"
+            arrow_records._fields, arrow_records._column = WALKS[best], COLUMNS[best]
     first = results[0]
     if isinstance(first, CorruptRecordsError):
         assert all(isinstance(r, CorruptRecordsError) for r in results), "the record walks disagree"
@@ -156,6 +159,31 @@ def test_corrupt_records_are_an_error_not_a_crash(where: int, byte: int, headers
 def test_the_c_walk_is_built_and_used() -> None:
     """The package builds its C extension where a compiler is (as every test machine has)."""
     assert "c" in WALKS and arrow_records._fields is arrow_records._fields_c
+    assert arrow_records._column is arrow_records._binary_c
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.tuples(st.integers(-3, 320), st.integers(-3, 40)), max_size=12))
+def test_gather_builds_the_column_take_builds_or_refuses(buf: bytes, ranges: list) -> None:
+    """Ranges inside the buffer give the column the numpy path's ``take`` gives (a negative
+    length: a null); a range outside it (which the field checks never pass on) is an error,
+    not a read."""
+    starts = np.array([a for a, _ in ranges], dtype=np.int64)
+    lengths = np.array([n for _, n in ranges], dtype=np.int64)
+    outside = any(n > 0 and (a < 0 or a + n > len(buf)) for a, n in ranges)
+    try:
+        got = arrow_records._binary_c(buf, starts, lengths)
+    except CorruptRecordsError:
+        assert outside
+        return
+    assert not outside
+    got.validate(full=True)
+    expected = [None if n < 0 else buf[a : a + n] for a, n in ranges]
+    bounds = [b for a, n in ranges for b in (a, a + max(n, 0))]
+    if bounds and min(bounds) >= 0 and max(bounds) <= len(buf) and bounds == sorted(bounds):
+        # take's case: ranges in buffer order, inside it
+        assert arrow_records._binary(pa.py_buffer(buf + bytes(16)), starts, lengths).to_pylist() == expected
+    assert got.to_pylist() == expected
 
 
 @settings(max_examples=300, deadline=None)
