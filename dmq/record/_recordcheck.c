@@ -120,11 +120,22 @@ done:
 
 enum { F_TS, F_OFF, F_KEY_AT, F_KEY_LEN, F_VAL_AT, F_VAL_LEN, F_HDR_AT, F_HDRS, F_END, N_FIELDS };
 
+/* A zig-zag varint of up to 10 bytes whose value fits in 64 bits (read_varint's tenth byte
+ * may carry bits above them, which it drops). */
+static int read_varint64(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out)
+{
+    if (*pos + 9 < limit && (buf[*pos + 9] & 0x7E) && (buf[*pos] & buf[*pos + 1] & buf[*pos + 2]
+            & buf[*pos + 3] & buf[*pos + 4] & buf[*pos + 5] & buf[*pos + 6] & buf[*pos + 7]
+            & buf[*pos + 8] & 0x80))
+        return TOO_LONG;
+    return read_varint(buf, pos, limit, 10, out);
+}
+
 /* A zig-zag varint of up to 10 bytes inside [.., end); on failure fail with why. */
 #define SPARK_FIELD(out)                                                        \
     do {                                                                        \
-        int r_ = read_varint(buf, &p, end, 10, (out));                          \
-        if (r_ == TOO_LONG) { result = fail("varint longer than 10 bytes"); goto done; } \
+        int r_ = read_varint64(buf, &p, end, (out));                            \
+        if (r_ == TOO_LONG) { result = fail("varint longer than 64 bits"); goto done; } \
         if (r_ == TRUNCATED) { result = fail(RUN_PAST); goto done; }            \
     } while (0)
 
@@ -135,7 +146,8 @@ enum { F_TS, F_OFF, F_KEY_AT, F_KEY_LEN, F_VAL_AT, F_VAL_LEN, F_HDR_AT, F_HDRS, 
  * end, record count) of batch bodies in buf; out is n_fields rows of n int64s (n: the sum
  * of the counts), filled field by field for every record: timestamp delta, offset delta,
  * key position, key length, value position, value length, headers position, header count,
- * record end. Every varint is read as 64 bits (up to 10 bytes), as numpy reads them. */
+ * record end. Every varint is read as 64 bits (up to 10 bytes, none above bit 63), as numpy
+ * reads them. */
 static PyObject *record_fields(PyObject *self, PyObject *args)
 {
     Py_buffer view, bodies_view, out_view;
@@ -164,8 +176,8 @@ static PyObject *record_fields(PyObject *self, PyObject *args)
         for (int64_t c = 0; c < count; c++) {
             int64_t length, ts, off, key_len, val_len, headers;
             if (i >= n) { result = fail("more records than room for them"); goto done; }
-            int r = read_varint(buf, &pos, (Py_ssize_t)stop, 10, &length);
-            if (r == TOO_LONG) { result = fail("varint longer than 10 bytes"); goto done; }
+            int r = read_varint64(buf, &pos, (Py_ssize_t)stop, &length);
+            if (r == TOO_LONG) { result = fail("varint longer than 64 bits"); goto done; }
             if (r == TRUNCATED) { result = fail("record lengths run past their batch"); goto done; }
             if (length < 0) { result = fail("a record has a negative length"); goto done; }
             if (length > (int64_t)(stop - pos)) {

@@ -151,6 +151,8 @@ def _record_begins(buf: bytes, u8: np.ndarray, bodies: Sequence[tuple[int, int, 
             stride = after - pos + (length >> 1)
             if length & 1 or stride <= 0:
                 raise CorruptRecordsError("a record has a negative length")
+            if stride > stop - pos:
+                raise CorruptRecordsError("record lengths do not add up to their batches")
             guess = min(count, window, (stop - pos) // stride)
             candidates = pos + stride * np.arange(guess, dtype=np.int64)
             lengths, ends = _varints(u8, candidates, strict=False)
@@ -196,6 +198,8 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            if result >> 64:
+                raise CorruptRecordsError("varint longer than 64 bits")
             return result, pos
         shift += 7
 
@@ -217,6 +221,11 @@ def _varints(u8: np.ndarray, pos: np.ndarray, strict: bool = True) -> tuple[np.n
                 raise CorruptRecordsError("varint longer than 10 bytes")
             break
         b = u8[after[more]]
+        if shift == 63 and np.any(b & 0x7E):  # bits above bit 63
+            if strict:
+                raise CorruptRecordsError("varint longer than 64 bits")
+            wide = more[(b & 0x7E) != 0]
+            value[wide] = 0  # a guess: the caller's checks refuse it
         value[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
         after[more] += 1
         more = more[(b & 0x80) != 0]
@@ -294,8 +303,12 @@ def _fields_np(buf: bytes, u8: np.ndarray, bodies: Sequence[tuple[int, int, int]
     off_delta, p = _varints(u8, p)
     key_len, p = _varints(u8, p)
     key_at = p
+    if np.any(key_len > last - p):  # checked before adding: a length near 2^63 would wrap
+        raise CorruptRecordsError("a record's fields run past its end")
     val_len, p = _varints(u8, p + np.maximum(key_len, 0))
     val_at = p
+    if np.any(val_len > last - p):
+        raise CorruptRecordsError("a record's fields run past its end")
     n_headers, p = _varints(u8, p + np.maximum(val_len, 0))
     if (np.any(p > last) or np.any(key_len < -1) or np.any(val_len < -1) or np.any(n_headers < 0)
             or np.any(n_headers > (last - p) // 2)):  # a header takes two bytes at least
