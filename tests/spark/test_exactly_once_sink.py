@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from support.broker import BrokerProcess  # noqa: E402
 from support.spark import copy_query  # noqa: E402
 
-from dmq.spark.sink import DmqSinkError, DmqStreamWriter, transactional_id  # noqa: E402
+from dmq.spark.sink import DmqSinkError, DmqStreamWriter, row_records, transactional_id  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
 SCHEMA = "key string, value string"
@@ -90,13 +90,21 @@ def committed(b: BrokerProcess, group: str, topic: str = "dmq-spark-markers") ->
 def write_in_spark(spark: Any, writer: DmqStreamWriter, rows: list[tuple[str, str]], query_id: str,
                    batch_id: int) -> list[Any]:
     """writer.write() in the tasks of a Spark job that carries a micro-batch's local properties,
-    one task per Spark partition (two here), as Spark runs a streaming sink's tasks."""
+    one task per Spark partition (two here), each given its rows as one Arrow batch, as Spark
+    runs a streaming sink's tasks."""
+    import pyarrow as pa
+
+    arrow_schema = pa.schema([("key", pa.string()), ("value", pa.string())])
+
+    def task(rows: Any) -> list[Any]:
+        return [writer.write(iter([pa.RecordBatch.from_pylist([r.asDict() for r in rows], schema=arrow_schema)]))]
+
     sc = spark.sparkContext
     sc.setLocalProperty("sql.streaming.queryId", query_id)
     sc.setLocalProperty("streaming.sql.batchId", str(batch_id))
     try:
         df = spark.createDataFrame(rows, SCHEMA).coalesce(2)
-        return sorted(df.rdd.mapPartitions(lambda it: [writer.write(it)]).collect(), key=lambda m: m.records)
+        return sorted(df.rdd.mapPartitions(task).collect(), key=lambda m: m.records)
     finally:
         sc.setLocalProperty("sql.streaming.queryId", None)
         sc.setLocalProperty("streaming.sql.batchId", None)
@@ -151,11 +159,12 @@ def test_an_unfinished_attempt_is_fenced_and_aborted(broker: BrokerProcess) -> N
     rows = [Row(value=f"r{i}", partition=0) for i in range(20)]
     # An attempt that fails half way (a row for a partition the topic lacks) leaves nothing.
     with pytest.raises(DmqSinkError):
-        writer.write_exactly_once(iter([*rows[:10], Row(value="bad", partition=7), *rows[10:]]), query_id, 0, 5)
+        writer.write_exactly_once(row_records([*rows[:10], Row(value="bad", partition=7), *rows[10:]], None),
+                                  query_id, 0, 5)
     assert committed(broker, transactional_id(query_id, 0)) < 0
-    done = writer.write_exactly_once(iter(rows), query_id, 0, 5)
+    done = writer.write_exactly_once(row_records(rows, None), query_id, 0, 5)
     assert (done.records, done.already_written) == (20, False)
-    assert writer.write_exactly_once(iter(rows), query_id, 0, 5).already_written
+    assert writer.write_exactly_once(row_records(rows, None), query_id, 0, 5).already_written
     with pytest.raises(KafkaException):
         zombie.commit_transaction(10)
     committed_reader = Reader(broker, "eo-zombie", 1, "read_committed")
