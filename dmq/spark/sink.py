@@ -5,10 +5,12 @@ Columns as Spark's Kafka sink: ``value`` (required, string or binary), ``key``,
 struct key string, value binary). Options prefixed ``kafka.`` go to the
 producer (``kafka.linger.ms``, ``kafka.transaction.timeout.ms``, ...).
 
-A task's rows come as Arrow batches (``DataSourceArrowWriter``; a streaming
-writer on Spark before 4.3 gets rows), turned into records a column at a time,
-and the producer reports failed deliveries only: no Python object per row
-besides what the producer's call takes.
+A task's rows come as Arrow batches (``DataSourceArrowWriter``,
+``DataSourceStreamArrowWriter``: Spark 4.1 and later), turned into records a
+column at a time, and the producer reports failed deliveries only, looked at
+every ``POLL_EVERY`` records (a task that fails writes at most that many
+records after the first failure): no Python object per row besides what the
+producer's call takes.
 
 Delivery guarantee, by default: **at least once**. Each task writes with an
 idempotent producer (acks=all) and fails with the first delivery error.
@@ -73,21 +75,14 @@ from itertools import chain
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import Row
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
-    DataSourceStreamWriter,
+    DataSourceStreamArrowWriter,
     WriterCommitMessage,
 )
 from pyspark.sql.types import BinaryType, NullType, StringType, StructType
 
 from dmq.client.producing import produce_waiting
-
-_StreamArrowWriter: Any
-try:  # Spark 4.3: streaming writers can take Arrow batches too
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamArrowWriter
-except ImportError:  # older Spark: its streaming writers take rows
-    _StreamArrowWriter = None
 
 MARKER_TOPIC = "dmq-spark-markers"
 ID_PREFIX = "dmq-spark-"
@@ -154,16 +149,6 @@ def arrow_records(batches: Iterable[pa.RecordBatch], topic: str | None) -> Itera
                        for hs in batch.column("headers").to_pylist()]
         yield from zip(topics, _bytes_column(batch, "value"), _bytes_column(batch, "key"), partitions, headers,
                        strict=True)
-
-
-def row_records(rows: Iterable[Row], topic: str | None) -> Iterator[Record]:
-    """The records of Spark rows (streaming writes on a Spark without Arrow stream writers)."""
-    for row in rows:
-        d = row.asDict()
-        hs = d.get("headers")
-        yield (d.get("topic", topic), _bytes(d.get("value"), "value"), _bytes(d.get("key"), "key"),
-               d.get("partition"),
-               None if hs is None else [(h["key"], _bytes(h["value"], "headers.value")) for h in hs])
 
 
 def transactional_id(query_id: str, partition: int) -> str:
@@ -263,13 +248,14 @@ class _Writer:
             raise DmqSinkError(f"{remaining} records were not acknowledged by {self.bootstrap} within 120 s")
         return WriteCount(count)
 
-    def write_exactly_once(self, records: Iterable[Record], query_id: str, partition: int,
+    def write_exactly_once(self, batches: Iterable[pa.RecordBatch], query_id: str, partition: int,
                            batch_id: int) -> WriteCount:
         """Partition ``partition`` of micro-batch ``batch_id`` of query ``query_id`` in one
         transaction, together with its marker; nothing if the marker says it is written."""
         from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-        rows = iter(records)
+        batches = iter(batches)
+        rows = arrow_records(batches, self.topic)
         first = next(rows, None)
         if first is None:
             return WriteCount(0)  # nothing to write, so nothing to write twice
@@ -287,7 +273,7 @@ class _Writer:
             if done.error is not None:
                 raise DmqSinkError(f"cannot read the marker of {name}: {done.error.str()}")
             if done.offset >= batch_id + 1:
-                for _ in rows:  # the batch's rows of this partition are in the output already
+                for _ in batches:  # the batch's rows of this partition are in the output already
                     pass
                 return WriteCount(0, already_written=True)
             producer.begin_transaction()
@@ -349,11 +335,8 @@ class DmqWriter(_Writer, DataSourceArrowWriter):
         return self.write_records(arrow_records(iterator, self.topic))
 
 
-_StreamBase: Any = _StreamArrowWriter if _StreamArrowWriter is not None else DataSourceStreamWriter
-
-
-class DmqStreamWriter(_Writer, _StreamBase):  # type: ignore[misc]
-    """``df.writeStream``: a micro-batch's rows arrive as Arrow batches (as rows before Spark 4.3)."""
+class DmqStreamWriter(_Writer, DataSourceStreamArrowWriter):
+    """``df.writeStream``: a micro-batch's rows arrive as Arrow batches."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _Writer.__init__(self, options, schema)
@@ -362,12 +345,10 @@ class DmqStreamWriter(_Writer, _StreamBase):  # type: ignore[misc]
             assert self.bootstrap is not None
             ensure_marker_topic(self.bootstrap, self.marker_topic, self.extra)
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        records = (arrow_records(iterator, self.topic) if _StreamArrowWriter is not None
-                   else row_records(iterator, self.topic))
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         if self.exactly_once:
-            return self.write_exactly_once(records, *stream_task_context())
-        return self.write_records(records)
+            return self.write_exactly_once(iterator, *stream_task_context())
+        return self.write_records(arrow_records(iterator, self.topic))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Rows were acknowledged (exactly once: committed) when write() returned; nothing left to do."""

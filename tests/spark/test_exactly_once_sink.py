@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from support.broker import BrokerProcess  # noqa: E402
 from support.spark import copy_query  # noqa: E402
 
-from dmq.spark.sink import DmqSinkError, DmqStreamWriter, row_records, transactional_id  # noqa: E402
+from dmq.spark.sink import DmqSinkError, DmqStreamWriter, transactional_id  # noqa: E402
 
 TESTS = Path(__file__).resolve().parents[1]
 SCHEMA = "key string, value string"
@@ -140,6 +140,16 @@ def test_a_retried_task_or_replayed_batch_writes_nothing_twice(spark, broker: Br
     assert sum(m.records for m in other) == 30
 
 
+def arrow_batches(rows: list[Any]) -> Any:
+    """Rows of (value string, partition int) as Spark hands them to the sink: Arrow batches
+    (of up to 8 rows here, so a task's rows span several)."""
+    import pyarrow as pa
+
+    schema = pa.schema([("value", pa.string()), ("partition", pa.int32())])
+    return iter([pa.RecordBatch.from_pylist([r.asDict() for r in rows[i:i + 8]], schema=schema)
+                 for i in range(0, len(rows), 8)])
+
+
 def test_an_unfinished_attempt_is_fenced_and_aborted(broker: BrokerProcess) -> None:
     """A task killed mid-write left its transaction open; a failed attempt aborted its own.
     Neither's rows are visible, and the next attempt writes the partition once."""
@@ -159,12 +169,12 @@ def test_an_unfinished_attempt_is_fenced_and_aborted(broker: BrokerProcess) -> N
     rows = [Row(value=f"r{i}", partition=0) for i in range(20)]
     # An attempt that fails half way (a row for a partition the topic lacks) leaves nothing.
     with pytest.raises(DmqSinkError):
-        writer.write_exactly_once(row_records([*rows[:10], Row(value="bad", partition=7), *rows[10:]], None),
+        writer.write_exactly_once(arrow_batches([*rows[:10], Row(value="bad", partition=7), *rows[10:]]),
                                   query_id, 0, 5)
     assert committed(broker, transactional_id(query_id, 0)) < 0
-    done = writer.write_exactly_once(row_records(rows, None), query_id, 0, 5)
+    done = writer.write_exactly_once(arrow_batches(rows), query_id, 0, 5)
     assert (done.records, done.already_written) == (20, False)
-    assert writer.write_exactly_once(row_records(rows, None), query_id, 0, 5).already_written
+    assert writer.write_exactly_once(arrow_batches(rows), query_id, 0, 5).already_written
     with pytest.raises(KafkaException):
         zombie.commit_transaction(10)
     committed_reader = Reader(broker, "eo-zombie", 1, "read_committed")

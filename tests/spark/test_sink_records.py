@@ -1,5 +1,5 @@
-"""The sink's rows as records, from Arrow batches (what Spark hands a DataSourceArrowWriter)
-and from Rows (streaming writers before Spark 4.3), without Spark."""
+"""The sink's rows as records, from Arrow batches (what Spark hands a DataSourceArrowWriter),
+without Spark; and a write that fails part way fails its task."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import pytest
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
-from pyspark.sql import Row  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType  # noqa: E402
+from support.broker import BrokerProcess  # noqa: E402
 
-from dmq.spark.sink import DmqSinkError, DmqWriter, arrow_records, row_records  # noqa: E402
+from dmq.spark.sink import POLL_EVERY, DmqSinkError, DmqWriter, arrow_records  # noqa: E402
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
 
@@ -39,11 +40,13 @@ def test_missing_columns_are_the_topic_option_and_nulls() -> None:
     assert list(arrow_records([nulls], "opt")) == [("opt", None, b"k", None, None)]
 
 
-def test_rows_become_the_same_records() -> None:
-    rows = [Row(value="a", key=b"k", topic="t1", partition=0, headers=[Row(key="h", value=b"x")]),
-            Row(value=b"b", key=None, topic=None, partition=None, headers=None)]
-    assert list(row_records(rows, "opt")) == [("t1", b"a", b"k", 0, [("h", b"x")]),
-                                              (None, b"b", None, None, None)]
+def test_int64_partitions_null_header_values_and_text_that_is_not_utf8() -> None:
+    not_utf8 = pa.array([b"\xff\xfe"], pa.binary()).view(pa.string())  # as CAST(binary AS STRING) can make
+    batch = pa.RecordBatch.from_pydict({
+        "value": not_utf8, "partition": pa.array([3], pa.int64()),
+        "headers": pa.array([[{"key": "h", "value": None}]], pa.list_(HEADER))})
+    assert list(arrow_records([batch], "t")) == [("t", b"\xff\xfe", None, 3, [("h", None)])]
+    assert list(arrow_records([], "t")) == []
 
 
 def test_a_value_that_is_not_text_or_bytes_is_refused_before_any_task() -> None:
@@ -54,3 +57,19 @@ def test_a_value_that_is_not_text_or_bytes_is_refused_before_any_task() -> None:
     with pytest.raises(DmqSinkError, match="column value must be string or binary, got int64"):
         list(arrow_records([bad], "t"))
     DmqWriter({"bootstrap.servers": "127.0.0.1:1", "topic": "t"}, StructType([StructField("value", StringType())]))
+
+
+def test_a_failure_after_the_first_poll_fails_the_task(broker: BrokerProcess) -> None:
+    """A record for a partition the topic lacks, after the first look at the delivery reports:
+    the write raises (the task fails) rather than report the rows written."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic("sink-fail", 1, 1)])["sink-fail"].result(30)
+    good = POLL_EVERY + POLL_EVERY // 2
+    batch = pa.RecordBatch.from_pydict({"value": pa.array([b"v"] * (good + 10), pa.binary()),
+                                        "partition": pa.array([0] * good + [7] * 10, pa.int32())})
+    writer = DmqWriter({"bootstrap.servers": broker.bootstrap, "topic": "sink-fail"},
+                       StructType([StructField("value", StringType()), StructField("partition", IntegerType())]))
+    with pytest.raises(DmqSinkError, match="sink-fail"):
+        writer.write(iter([batch]))
+    ok = writer.write(iter([batch.slice(0, good)]))
+    assert ok.records == good  # type: ignore[attr-defined]
