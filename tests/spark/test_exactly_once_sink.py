@@ -90,21 +90,13 @@ def committed(b: BrokerProcess, group: str, topic: str = "dmq-spark-markers") ->
 def write_in_spark(spark: Any, writer: DmqStreamWriter, rows: list[tuple[str, str]], query_id: str,
                    batch_id: int) -> list[Any]:
     """writer.write() in the tasks of a Spark job that carries a micro-batch's local properties,
-    one task per Spark partition (two here), each given its rows as one Arrow batch, as Spark
-    runs a streaming sink's tasks."""
-    import pyarrow as pa
-
-    arrow_schema = pa.schema([("key", pa.string()), ("value", pa.string())])
-
-    def task(rows: Any) -> list[Any]:
-        return [writer.write(iter([pa.RecordBatch.from_pylist([r.asDict() for r in rows], schema=arrow_schema)]))]
-
+    one task per Spark partition (two here), as Spark runs a streaming sink's tasks."""
     sc = spark.sparkContext
     sc.setLocalProperty("sql.streaming.queryId", query_id)
     sc.setLocalProperty("streaming.sql.batchId", str(batch_id))
     try:
         df = spark.createDataFrame(rows, SCHEMA).coalesce(2)
-        return sorted(df.rdd.mapPartitions(task).collect(), key=lambda m: m.records)
+        return sorted(df.rdd.mapPartitions(lambda it: [writer.write(it)]).collect(), key=lambda m: m.records)
     finally:
         sc.setLocalProperty("sql.streaming.queryId", None)
         sc.setLocalProperty("streaming.sql.batchId", None)
@@ -140,16 +132,6 @@ def test_a_retried_task_or_replayed_batch_writes_nothing_twice(spark, broker: Br
     assert sum(m.records for m in other) == 30
 
 
-def arrow_batches(rows: list[Any]) -> Any:
-    """Rows of (value string, partition int) as Spark hands them to the sink: Arrow batches
-    (of up to 8 rows here, so a task's rows span several)."""
-    import pyarrow as pa
-
-    schema = pa.schema([("value", pa.string()), ("partition", pa.int32())])
-    return iter([pa.RecordBatch.from_pylist([r.asDict() for r in rows[i:i + 8]], schema=schema)
-                 for i in range(0, len(rows), 8)])
-
-
 def test_an_unfinished_attempt_is_fenced_and_aborted(broker: BrokerProcess) -> None:
     """A task killed mid-write left its transaction open; a failed attempt aborted its own.
     Neither's rows are visible, and the next attempt writes the partition once."""
@@ -169,12 +151,11 @@ def test_an_unfinished_attempt_is_fenced_and_aborted(broker: BrokerProcess) -> N
     rows = [Row(value=f"r{i}", partition=0) for i in range(20)]
     # An attempt that fails half way (a row for a partition the topic lacks) leaves nothing.
     with pytest.raises(DmqSinkError):
-        writer.write_exactly_once(arrow_batches([*rows[:10], Row(value="bad", partition=7), *rows[10:]]),
-                                  query_id, 0, 5)
+        writer.write_exactly_once(iter([*rows[:10], Row(value="bad", partition=7), *rows[10:]]), query_id, 0, 5)
     assert committed(broker, transactional_id(query_id, 0)) < 0
-    done = writer.write_exactly_once(arrow_batches(rows), query_id, 0, 5)
+    done = writer.write_exactly_once(iter(rows), query_id, 0, 5)
     assert (done.records, done.already_written) == (20, False)
-    assert writer.write_exactly_once(arrow_batches(rows), query_id, 0, 5).already_written
+    assert writer.write_exactly_once(iter(rows), query_id, 0, 5).already_written
     with pytest.raises(KafkaException):
         zombie.commit_transaction(10)
     committed_reader = Reader(broker, "eo-zombie", 1, "read_committed")
