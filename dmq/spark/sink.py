@@ -62,6 +62,7 @@ a failed job would write again: ``exactlyOnce`` fails there with an error.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain
@@ -102,6 +103,19 @@ def _bytes(value: Any, column: str) -> bytes | None:
 def _kafka_error(e: Exception) -> str:
     arg = e.args[0] if e.args else e
     return str(arg.str()) if hasattr(arg, "str") else str(arg)
+
+
+def executor_ancestry() -> tuple[int, int]:
+    """This process's parent and grandparent (Spark's Python daemon and executor JVM, or the
+    JVM and its parent without the daemon); -1 where /proc cannot say. When the JVM dies its
+    children are re-parented, so the pair changes."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/stat") as f:
+            grandparent = int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        grandparent = -1
+    return parent, grandparent
 
 
 def transactional_id(query_id: str, partition: int) -> str:
@@ -198,6 +212,13 @@ class _Writer:
         transaction, together with its marker; nothing if the marker says it is written."""
         from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+        # pyspark's daemon keeps its Python workers in a process group of their own, so a worker
+        # can outlive its executor JVM; its rows then end where the JVM stopped sending, as if the
+        # partition were complete. Committing those with the marker would lose the rest: the
+        # replayed batch finds the marker and skips the partition. So the executor must still be
+        # there when the transaction commits (checked after the marker's round trip, by when a
+        # JVM whose death ended the rows has been reaped and its children re-parented).
+        ancestry = executor_ancestry()
         rows = iter(rows)
         first = next(rows, None)
         if first is None:
@@ -227,6 +248,9 @@ class _Writer:
             producer.send_offsets_to_transaction(
                 [TopicPartition(self.marker_topic, 0, batch_id + 1, f"batch {batch_id}: {count} records")],
                 marker.consumer_group_metadata(), TIMEOUT_S)
+            if executor_ancestry() != ancestry:
+                raise DmqSinkError(f"exactly-once write of {name}, batch {batch_id}: Spark's executor went away "
+                                   f"while this task wrote; its transaction is aborted, not committed")
             for attempt in range(3):
                 try:
                     producer.commit_transaction(TIMEOUT_S)
