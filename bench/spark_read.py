@@ -79,6 +79,41 @@ def cpu_by_role(root: int, broker: int) -> dict[str, float]:
     return out
 
 
+def start_broker(tmp: str) -> tuple[subprocess.Popen[str], str] | None:
+    """A fresh ``dmq server`` on a free loopback port, its data under ``tmp``, once it
+    listens: (process, bootstrap), or None (with an error line) when it did not start."""
+    port = free_port()
+    broker = subprocess.Popen([sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
+                               "--data-dir", os.path.join(tmp, "data"), "--log-level", "WARNING"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True)
+    assert broker.stdout is not None
+    if not broker.stdout.readline():
+        print(f"error: dmq server did not start (exit {broker.wait(10)})", file=sys.stderr)
+        return None
+    return broker, f"127.0.0.1:{port}"
+
+
+def stop_broker(broker: subprocess.Popen[str]) -> None:
+    """SIGTERM (a clean shutdown), SIGKILL after 30 s."""
+    if broker.poll() is None:
+        broker.send_signal(signal.SIGTERM)
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+            broker.wait(10)
+
+
+def print_medians(what: str, rates: dict[str, list[float]], size: int) -> dict[str, float]:
+    """The median rate of dmq and of Parquet as a Markdown table, and their ratio."""
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"| {what} | records/s (median) | MB/s |\n| --- | --- | --- |")
+    for k in ("dmq", "parquet"):
+        print(f"| {k} | {med[k]:,.0f} | {med[k] * size / 1e6:,.1f} |")
+    print(f"\ndmq / parquet = {med['dmq'] / med['parquet']:.2f}")
+    return med
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -98,16 +133,12 @@ def main() -> int:
     from dmq.spark import register
 
     tmp = tempfile.mkdtemp(prefix="dmq-spark-bench-")
-    port = free_port()
-    broker = subprocess.Popen([sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
-                               "--data-dir", os.path.join(tmp, "data"), "--log-level", "WARNING"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    bootstrap = f"127.0.0.1:{port}"
+    started = start_broker(tmp)
+    if started is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 1
+    broker, bootstrap = started
     try:
-        assert broker.stdout is not None
-        if not broker.stdout.readline():
-            print(f"error: dmq server did not start (exit {broker.wait(10)})", file=sys.stderr)
-            return 1
         a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         a.create_topics([NewTopic("bench", args.partitions, 1)])["bench"].result(30)
         p = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "linger.ms": 5, "batch.size": 1_000_000,
@@ -161,19 +192,9 @@ def main() -> int:
                       f"CPU s: {', '.join(f'{k} {v:.2f}' for k, v in used.items())}", file=sys.stderr)
         spark.stop()
     finally:
-        if broker.poll() is None:
-            broker.send_signal(signal.SIGTERM)
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait(10)
+        stop_broker(broker)
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    print("| source | records/s (median) | MB/s |\n| --- | --- | --- |")
-    for k in ("dmq", "parquet"):
-        print(f"| {k} | {med[k]:,.0f} | {med[k] * args.size / 1e6:,.1f} |")
-    print(f"\ndmq / parquet = {med['dmq'] / med['parquet']:.2f}")
+    med = print_medians("source", rates, args.size)
     print(json.dumps({"spark_read": 1, "records": args.records, "size": args.size, "partitions": args.partitions,
                       "warmup": args.warmup, "rates": rates, "median": med, "cpu_seconds": cpu}))
     return 0

@@ -18,15 +18,13 @@ import json
 import os
 import shutil
 import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_read import cpu_by_role, free_port  # noqa: E402
+from spark_read import cpu_by_role, print_medians, start_broker, stop_broker  # noqa: E402
 
 
 def main() -> int:
@@ -44,18 +42,14 @@ def main() -> int:
     from dmq.spark import register
 
     tmp = tempfile.mkdtemp(prefix="dmq-spark-write-")
-    port = free_port()
-    broker = subprocess.Popen([sys.executable, "-m", "dmq", "server", "--listen", f"127.0.0.1:{port}",
-                               "--data-dir", os.path.join(tmp, "data"), "--log-level", "WARNING"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
-    bootstrap = f"127.0.0.1:{port}"
+    started = start_broker(tmp)
+    if started is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return 1
+    broker, bootstrap = started
     rates: dict[str, list[float]] = {"dmq": [], "parquet": []}
     cpu: dict[str, list[dict[str, float]]] = {"dmq": [], "parquet": []}
     try:
-        assert broker.stdout is not None
-        if not broker.stdout.readline():
-            print(f"error: dmq server did not start (exit {broker.wait(10)})", file=sys.stderr)
-            return 1
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
         os.environ["PYSPARK_PYTHON"] = sys.executable
         spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
@@ -101,19 +95,9 @@ def main() -> int:
                       f"CPU s: {', '.join(f'{k} {v:.2f}' for k, v in used.items())}", file=sys.stderr)
         spark.stop()
     finally:
-        if broker.poll() is None:
-            broker.send_signal(signal.SIGTERM)
-            try:
-                broker.wait(30)
-            except subprocess.TimeoutExpired:
-                broker.kill()
-                broker.wait(10)
+        stop_broker(broker)
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    print("| sink | records/s (median) | MB/s |\n| --- | --- | --- |")
-    for k in ("dmq", "parquet"):
-        print(f"| {k} | {med[k]:,.0f} | {med[k] * args.size / 1e6:,.1f} |")
-    print(f"\ndmq / parquet = {med['dmq'] / med['parquet']:.2f}")
+    med = print_medians("sink", rates, args.size)
     print(json.dumps({"spark_write": 1, "records": args.records, "size": args.size, "warmup": args.warmup,
                       "rates": rates, "median": med, "cpu_seconds": cpu}))
     return 0
