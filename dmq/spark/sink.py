@@ -5,6 +5,13 @@ Columns as Spark's Kafka sink: ``value`` (required, string or binary), ``key``,
 struct key string, value binary). Options prefixed ``kafka.`` go to the
 producer (``kafka.linger.ms``, ``kafka.transaction.timeout.ms``, ...).
 
+A task's rows come as Arrow batches (``DataSourceArrowWriter``,
+``DataSourceStreamArrowWriter``: Spark 4.1 and later), turned into records a
+column at a time, and the producer reports failed deliveries only, looked at
+every ``POLL_EVERY`` records (a task that fails writes at most that many
+records after the first failure): no Python object per row besides what the
+producer's call takes.
+
 Delivery guarantee, by default: **at least once**. Each task writes with an
 idempotent producer (acks=all) and fails with the first delivery error.
 Idempotence removes duplicates from a producer's own retries, but a Spark task
@@ -68,9 +75,13 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
-from pyspark.sql import Row
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
-from pyspark.sql.types import StructType
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import BinaryType, NullType, StringType, StructType
 
 from dmq.client.producing import produce_waiting
 
@@ -78,6 +89,7 @@ MARKER_TOPIC = "dmq-spark-markers"
 ID_PREFIX = "dmq-spark-"
 TRANSACTION_TIMEOUT_MS = 300_000
 TIMEOUT_S = 120.0
+POLL_EVERY = 1000  # records produced between two looks at the delivery reports
 
 
 class DmqSinkError(ValueError):
@@ -118,6 +130,41 @@ def executor_ancestry() -> tuple[int, int]:
     return parent, grandparent
 
 
+Record = tuple[str | None, bytes | None, bytes | None, int | None, list[tuple[str, bytes | None]] | None]
+"""What the sink produces of one row: (topic, value, key, partition, headers)."""
+
+_AS_BINARY = {pa.string(): pa.binary(), pa.large_string(): pa.large_binary(),
+              pa.binary(): pa.binary(), pa.large_binary(): pa.large_binary()}
+
+
+def _bytes_column(batch: pa.RecordBatch, name: str) -> list[Any]:
+    """A string or binary column's values as bytes (None for nulls); a missing column: all None."""
+    if name not in batch.schema.names:
+        return [None] * batch.num_rows
+    column = batch.column(name)
+    if column.type == pa.null():
+        return [None] * batch.num_rows
+    target = _AS_BINARY.get(column.type)
+    if target is None:
+        raise DmqSinkError(f"column {name} must be string or binary, got {column.type}")
+    return column.cast(target).to_pylist()  # the cast reinterprets strings as bytes: no decoding
+
+
+def arrow_records(batches: Iterable[pa.RecordBatch], topic: str | None) -> Iterator[Record]:
+    """The records of Arrow batches with the sink's columns, a column at a time (no Row objects)."""
+    for batch in batches:
+        n = batch.num_rows
+        names = batch.schema.names
+        topics = batch.column("topic").to_pylist() if "topic" in names else [topic] * n
+        partitions = batch.column("partition").to_pylist() if "partition" in names else [None] * n
+        headers: list[Any] = [None] * n
+        if "headers" in names:
+            headers = [None if hs is None else [(h["key"], _bytes(h["value"], "headers.value")) for h in hs]
+                       for hs in batch.column("headers").to_pylist()]
+        yield from zip(topics, _bytes_column(batch, "value"), _bytes_column(batch, "key"), partitions, headers,
+                       strict=True)
+
+
 def transactional_id(query_id: str, partition: int) -> str:
     """The transactional id of, and the marker group of, one Spark partition of a query."""
     return f"{ID_PREFIX}{query_id}-{partition}"
@@ -145,6 +192,10 @@ class _Writer:
         names = set(schema.fieldNames())
         if "value" not in names:
             raise DmqSinkError("the DataFrame needs a value column (string or binary)")
+        for name in ("value", "key"):  # checked here, on the driver, before any task starts
+            kind = schema[name].dataType if name in names else None
+            if kind is not None and not isinstance(kind, StringType | BinaryType | NullType):
+                raise DmqSinkError(f"column {name} must be string or binary, got {kind.simpleString()}")
         self.topic = options.get("topic")
         if self.topic is None and "topic" not in names:
             raise DmqSinkError("give a topic column or the topic option")
@@ -162,43 +213,48 @@ class _Writer:
         # Spark as this task's exception, not as raw client lines on the terminal.
         return {"bootstrap.servers": self.bootstrap, "log_level": 0}
 
-    def _produce(self, producer: Any, rows: Iterable[Row], errors: list[str]) -> int:
+    def _delivery(self, errors: list[str]) -> dict[str, Any]:
+        """Producer settings that report failed deliveries, and only those, into ``errors``."""
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None and len(errors) < 5:
                 errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
 
+        return {"on_delivery": on_delivery, "delivery.report.only.error": True}
+
+    def _produce(self, producer: Any, records: Iterable[Record], errors: list[str]) -> int:
         from confluent_kafka import KafkaException
 
         count = 0
-        for row in rows:
-            d = row.asDict()
-            topic = d.get("topic") if d.get("topic") is not None else self.topic
+        for topic, value, key, partition, headers in records:
             if topic is None:
-                raise DmqSinkError("a row has a null topic and no topic option is set")
-            kwargs: dict[str, Any] = {"value": _bytes(d.get("value"), "value"),
-                                      "key": _bytes(d.get("key"), "key"), "on_delivery": on_delivery}
-            if d.get("partition") is not None:
-                kwargs["partition"] = int(d["partition"])
-            if d.get("headers"):
-                kwargs["headers"] = [(h["key"], _bytes(h["value"], "headers.value")) for h in d["headers"]]
+                topic = self.topic
+                if topic is None:
+                    raise DmqSinkError("a row has a null topic and no topic option is set")
+            kwargs: dict[str, Any] = {"value": value, "key": key}
+            if partition is not None:
+                kwargs["partition"] = int(partition)
+            if headers:
+                kwargs["headers"] = headers
             try:
                 produce_waiting(producer, topic, **kwargs)
             except KafkaException as e:
                 raise DmqSinkError(f"cannot write to {topic}: {_kafka_error(e)}") from None
-            producer.poll(0)
             count += 1
-            if errors:
-                break
+            if not count % POLL_EVERY:  # serve delivery reports (failures only)
+                producer.poll(0)
+                if errors:
+                    break
+        producer.poll(0)
         return count
 
-    def write_rows(self, rows: Iterator[Row]) -> WriteCount:
+    def write_records(self, records: Iterable[Record]) -> WriteCount:
         """At least once: an idempotent producer, flushed before the task ends."""
         from confluent_kafka import Producer
 
         errors: list[str] = []
-        producer = Producer({**self._conf(), "enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                             **self.extra})
-        count = self._produce(producer, rows, errors)
+        producer = Producer({**self._conf(), **self._delivery(errors), "enable.idempotence": True, "acks": "all",
+                             "linger.ms": 5, **self.extra})
+        count = self._produce(producer, records, errors)
         remaining = producer.flush(TIMEOUT_S)
         if errors:
             raise DmqSinkError(f"writing to dmq at {self.bootstrap} failed: {'; '.join(errors)}")
@@ -206,7 +262,7 @@ class _Writer:
             raise DmqSinkError(f"{remaining} records were not acknowledged by {self.bootstrap} within 120 s")
         return WriteCount(count)
 
-    def write_exactly_once(self, rows: Iterable[Row], query_id: str, partition: int,
+    def write_exactly_once(self, batches: Iterable[pa.RecordBatch], query_id: str, partition: int,
                            batch_id: int) -> WriteCount:
         """Partition ``partition`` of micro-batch ``batch_id`` of query ``query_id`` in one
         transaction, together with its marker; nothing if the marker says it is written."""
@@ -219,17 +275,18 @@ class _Writer:
         # there when the transaction commits (checked after the marker's round trip, by when a
         # JVM whose death ended the rows has been reaped and its children re-parented).
         ancestry = executor_ancestry()
-        rows = iter(rows)
+        batches = iter(batches)
+        rows = arrow_records(batches, self.topic)
         first = next(rows, None)
         if first is None:
             return WriteCount(0)  # nothing to write, so nothing to write twice
         name = transactional_id(query_id, partition)
-        producer = Producer({**self._conf(), "acks": "all", "linger.ms": 5,
+        errors: list[str] = []
+        producer = Producer({**self._conf(), **self._delivery(errors), "acks": "all", "linger.ms": 5,
                              "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, **self.extra,
                              "transactional.id": name, "enable.idempotence": True})
         marker = Consumer({**self._conf(), **self.extra, "group.id": name, "enable.auto.commit": False,
                            "isolation.level": "read_committed"})
-        errors: list[str] = []
         in_transaction = False
         try:
             producer.init_transactions(TIMEOUT_S)  # fences earlier attempts, ends their transaction
@@ -237,7 +294,7 @@ class _Writer:
             if done.error is not None:
                 raise DmqSinkError(f"cannot read the marker of {name}: {done.error.str()}")
             if done.offset >= batch_id + 1:
-                for _ in rows:  # the batch's rows of this partition are in the output already
+                for _ in batches:  # the batch's rows of this partition are in the output already
                     pass
                 return WriteCount(0, already_written=True)
             producer.begin_transaction()
@@ -288,7 +345,9 @@ def ensure_marker_topic(bootstrap: str, topic: str, extra: dict[str, str]) -> No
             raise DmqSinkError(f"cannot create the marker topic {topic}: {_kafka_error(e)}") from None
 
 
-class DmqWriter(_Writer, DataSourceWriter):
+class DmqWriter(_Writer, DataSourceArrowWriter):
+    """``df.write``: the task's rows arrive as Arrow batches."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _Writer.__init__(self, options, schema)
         if self.exactly_once:
@@ -296,11 +355,13 @@ class DmqWriter(_Writer, DataSourceWriter):
                 "option exactlyOnce applies to streaming writes (df.writeStream) only: a batch write "
                 "has no checkpoint to resume from, so a re-run of a failed job writes its rows again")
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
-        return self.write_rows(iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.write_records(arrow_records(iterator, self.topic))
 
 
-class DmqStreamWriter(_Writer, DataSourceStreamWriter):
+class DmqStreamWriter(_Writer, DataSourceStreamArrowWriter):
+    """``df.writeStream``: a micro-batch's rows arrive as Arrow batches."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _Writer.__init__(self, options, schema)
         if self.exactly_once:
@@ -308,10 +369,10 @@ class DmqStreamWriter(_Writer, DataSourceStreamWriter):
             assert self.bootstrap is not None
             ensure_marker_topic(self.bootstrap, self.marker_topic, self.extra)
 
-    def write(self, iterator: Iterator[Row]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         if self.exactly_once:
             return self.write_exactly_once(iterator, *stream_task_context())
-        return self.write_rows(iterator)
+        return self.write_records(arrow_records(iterator, self.topic))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Rows were acknowledged (exactly once: committed) when write() returned; nothing left to do."""

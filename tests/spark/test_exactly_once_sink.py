@@ -90,13 +90,21 @@ def committed(b: BrokerProcess, group: str, topic: str = "dmq-spark-markers") ->
 def write_in_spark(spark: Any, writer: DmqStreamWriter, rows: list[tuple[str, str]], query_id: str,
                    batch_id: int) -> list[Any]:
     """writer.write() in the tasks of a Spark job that carries a micro-batch's local properties,
-    one task per Spark partition (two here), as Spark runs a streaming sink's tasks."""
+    one task per Spark partition (two here), each given its rows as one Arrow batch, as Spark
+    runs a streaming sink's tasks."""
+    import pyarrow as pa
+
+    arrow_schema = pa.schema([("key", pa.string()), ("value", pa.string())])
+
+    def task(rows: Any) -> list[Any]:
+        return [writer.write(iter([pa.RecordBatch.from_pylist([r.asDict() for r in rows], schema=arrow_schema)]))]
+
     sc = spark.sparkContext
     sc.setLocalProperty("sql.streaming.queryId", query_id)
     sc.setLocalProperty("streaming.sql.batchId", str(batch_id))
     try:
         df = spark.createDataFrame(rows, SCHEMA).coalesce(2)
-        return sorted(df.rdd.mapPartitions(lambda it: [writer.write(it)]).collect(), key=lambda m: m.records)
+        return sorted(df.rdd.mapPartitions(task).collect(), key=lambda m: m.records)
     finally:
         sc.setLocalProperty("sql.streaming.queryId", None)
         sc.setLocalProperty("streaming.sql.batchId", None)
@@ -132,6 +140,16 @@ def test_a_retried_task_or_replayed_batch_writes_nothing_twice(spark, broker: Br
     assert sum(m.records for m in other) == 30
 
 
+def arrow_batches(rows: list[Any]) -> Any:
+    """Rows of (value string, partition int) as Spark hands them to the sink: Arrow batches
+    (of up to 8 rows here, so a task's rows span several)."""
+    import pyarrow as pa
+
+    schema = pa.schema([("value", pa.string()), ("partition", pa.int32())])
+    return iter([pa.RecordBatch.from_pylist([r.asDict() for r in rows[i:i + 8]], schema=schema)
+                 for i in range(0, len(rows), 8)])
+
+
 def test_an_unfinished_attempt_is_fenced_and_aborted(broker: BrokerProcess) -> None:
     """A task killed mid-write left its transaction open; a failed attempt aborted its own.
     Neither's rows are visible, and the next attempt writes the partition once."""
@@ -151,11 +169,12 @@ def test_an_unfinished_attempt_is_fenced_and_aborted(broker: BrokerProcess) -> N
     rows = [Row(value=f"r{i}", partition=0) for i in range(20)]
     # An attempt that fails half way (a row for a partition the topic lacks) leaves nothing.
     with pytest.raises(DmqSinkError):
-        writer.write_exactly_once(iter([*rows[:10], Row(value="bad", partition=7), *rows[10:]]), query_id, 0, 5)
+        writer.write_exactly_once(arrow_batches([*rows[:10], Row(value="bad", partition=7), *rows[10:]]),
+                                  query_id, 0, 5)
     assert committed(broker, transactional_id(query_id, 0)) < 0
-    done = writer.write_exactly_once(iter(rows), query_id, 0, 5)
+    done = writer.write_exactly_once(arrow_batches(rows), query_id, 0, 5)
     assert (done.records, done.already_written) == (20, False)
-    assert writer.write_exactly_once(iter(rows), query_id, 0, 5).already_written
+    assert writer.write_exactly_once(arrow_batches(rows), query_id, 0, 5).already_written
     with pytest.raises(KafkaException):
         zombie.commit_transaction(10)
     committed_reader = Reader(broker, "eo-zombie", 1, "read_committed")
@@ -293,7 +312,7 @@ def test_a_query_killed_mid_batch_and_restarted(spark, broker: BrokerProcess, tm
 # end where the JVM stopped sending (between two Arrow messages, as if the partition ended).
 WORKER = """
 import os, sys, time
-from pyspark.sql import Row
+import pyarrow as pa
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 from dmq.spark.sink import DmqSinkError, DmqStreamWriter
 bootstrap, topic, query_id, status = sys.argv[1:5]
@@ -301,16 +320,16 @@ writer = DmqStreamWriter({"bootstrap.servers": bootstrap, "topic": topic, "exact
                          StructType([StructField("value", StringType()), StructField("partition", IntegerType())]))
 executor = os.getppid()
 
-def rows():
-    for i in range(10):
-        yield Row(value=f"r{i}", partition=0)
+def batches():
+    yield pa.RecordBatch.from_pylist([{"value": f"r{i}", "partition": 0} for i in range(10)],
+                                     schema=pa.schema([("value", pa.string()), ("partition", pa.int32())]))
     open(status, "w").write("produced")
     deadline = time.monotonic() + 60
     while os.getppid() == executor and time.monotonic() < deadline:
         time.sleep(0.01)
 
 try:
-    done = writer.write_exactly_once(rows(), query_id, 0, 3)
+    done = writer.write_exactly_once(batches(), query_id, 0, 3)
     open(status, "w").write(f"committed {done.records}")
 except DmqSinkError as e:
     open(status, "w").write(f"refused: {e}")
