@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import cast
 
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -43,7 +44,21 @@ from procs import ZK_JAR, Proc, Processes, broker, start_cluster, stop_on_sigter
 QUIET = {"log_level": 0}  # librdkafka's own log lines stay off the terminal
 
 
-def produce_throughput(bootstrap: str, rf: int, records: int, size: int, delete: bool = True) -> float:
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds a process has used so far; its own when ``pid`` is ours."""
+    if pid == os.getpid():
+        t = os.times()
+        return t.user, t.system
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def produce_throughput(bootstrap: str, rf: int, records: int, size: int, delete: bool = True,
+                       brokers: tuple[int, ...] = ()) -> tuple[float, dict[str, float]]:
+    """Records/s of one acks=all produce run, and the CPU seconds (user and system) the
+    ``brokers`` (pids) together and this process (the client) used during it."""
     topic = "tp-" + uuid.uuid4().hex[:8]
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic(topic, 6, rf)])[topic].result(30)
@@ -53,6 +68,7 @@ def produce_throughput(bootstrap: str, rf: int, records: int, size: int, delete:
     payload = b"x" * size
     p.produce(topic, payload)
     p.flush(30)
+    before = {pid: cpu_seconds(pid) for pid in (os.getpid(), *brokers)}
     start = time.monotonic()
     for i in range(records):
         while True:
@@ -63,9 +79,13 @@ def produce_throughput(bootstrap: str, rf: int, records: int, size: int, delete:
                 p.poll(0.01)
     assert p.flush(120) == 0
     rate = records / (time.monotonic() - start)
+    used = {pid: [a - b for a, b in zip(cpu_seconds(pid), was, strict=True)] for pid, was in before.items()}
+    me = used.pop(os.getpid())
+    cpu = {"brokers_user": sum(u for u, _s in used.values()), "brokers_sys": sum(s for _u, s in used.values()),
+           "client_user": me[0], "client_sys": me[1]}
     if delete:  # the brokers give back the page cache the topic took before the next run
         admin.delete_topics([topic])[topic].result(30)
-    return rate
+    return rate, cpu
 
 
 def latency(bootstrap: str, rf: int) -> dict[str, float]:
@@ -146,14 +166,22 @@ def main() -> int:
         single_bs = f"127.0.0.1:{single_port}"
         time.sleep(2)
         targets = (("single", single_bs, 1), ("cluster-rf3", cluster_bs, 3))
+        pids = {"single": (single.pid,), "cluster-rf3": tuple(b.pid for b in brokers.values())}
         for size in (int(s) for s in args.sizes.split(",")):
             runs: dict[str, list[float]] = {label: [] for label, _bs, _rf in targets}
+            cpus: dict[str, list[dict[str, float]]] = {label: [] for label, _bs, _rf in targets}
             for rep in range(args.repeats):  # alternated, the order flipping every repeat
                 for label, bs, rf in targets if rep % 2 == 0 else reversed(targets):
-                    runs[label].append(produce_throughput(bs, rf, args.records, size, not args.keep_topics))
+                    rate, cpu = produce_throughput(bs, rf, args.records, size, not args.keep_topics,
+                                                   pids[label])
+                    runs[label].append(rate)
+                    cpus[label].append(cpu)
             for label, _bs, _rf in targets:
+                per_m = {k: round(statistics.median(c[k] for c in cpus[label]) * 1e6 / args.records, 3)
+                         for k in cpus[label][0]}
                 row = {"metric": "produce_acks_all", "target": label, "size": size,
-                       "records_per_s_median": statistics.median(runs[label]), "runs": runs[label]}
+                       "records_per_s_median": statistics.median(runs[label]), "runs": runs[label],
+                       "cpu_s_per_million_records_median": per_m}
                 print(json.dumps(row), flush=True)
                 results.append(row)
         for label, bs, rf in (("single", single_bs, 1), ("cluster-rf3", cluster_bs, 3)):
@@ -182,6 +210,11 @@ def main() -> int:
         c = next(r for r in results if r["metric"] == "produce_acks_all" and r["size"] == size and r["target"] == "cluster-rf3")
         sv, cv = float(s["records_per_s_median"]), float(c["records_per_s_median"])  # type: ignore[arg-type]
         print(f"  produce acks=all {size:>5} B  single {sv:>10,.0f}/s  RF=3 {cv:>10,.0f}/s  ratio {cv / sv:5.2f}")
+        for r in (s, c):
+            cpu = cast("dict[str, float]", r["cpu_s_per_million_records_median"])
+            print(f"    CPU s per 1 M records, {r['target']:>11}: brokers user {cpu['brokers_user']:6.2f}"
+                  f"  sys {cpu['brokers_sys']:6.2f}   client user {cpu['client_user']:6.2f}"
+                  f"  sys {cpu['client_sys']:6.2f}")
     for r in results:
         if r["metric"] == "latency_acks_all_1000rps":
             print(f"  latency acks=all {r['target']:>12}  p50 {r.get('p50_ms')} ms  p99 {r.get('p99_ms')} ms")

@@ -42,6 +42,12 @@ class Proc:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=out, start_new_session=True)
 
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} was not started")
+        return self.proc.pid
+
     def wait_listening(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
