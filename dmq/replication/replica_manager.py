@@ -22,8 +22,9 @@ instead (``Partition.lagging_followers``). With the embedded store the ISR is th
 broker's metadata listener calls ``become_leader``/``become_follower``/
 ``remove_partition``. Event-loop thread only.
 
-High watermarks are checkpointed (``checkpoint_high_watermarks``, every
-``replica.high.watermark.checkpoint.interval.ms`` and at shutdown) to
+High watermarks are checkpointed (``high_watermarks_snapshot``, every
+``replica.high.watermark.checkpoint.interval.ms``, written on a worker thread;
+``checkpoint_high_watermarks`` at shutdown) to
 ``replication-offset-checkpoint`` in the data directory, Kafka's text format.
 A replicated partition opened after a restart starts from its checkpointed
 high watermark, clamped into [log start, log end]: those records were
@@ -38,6 +39,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -45,7 +47,7 @@ from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.replication.partition import Partition, PartitionError, ReadResult
 from dmq.replication.purgatory import DelayedOperationPurgatory
 from dmq.replication.stats import TopicStats
-from dmq.storage.log_manager import LogManager, read_checkpoint, write_checkpoint
+from dmq.storage.log_manager import CheckpointFile, LogManager
 from dmq.storage.producer_state import AppendOrigin, ProducerEntry
 
 log = logging.getLogger("dmq.replication")
@@ -95,20 +97,26 @@ class ReplicaManager:
         self.isr_writer = isr_writer
         self.resigner = resigner
         self._isr_tasks: set[asyncio.Task[None]] = set()
-        self._hw_path = os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE)
-        self._checkpointed_hw = read_checkpoint(self._hw_path)
+        self._hw_file = CheckpointFile(os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE))
         # Metrics (dmq.metrics reads them at scrape time): per-topic counters shared by the
         # topic's partitions, and the confirmed ISR changes of partitions led here.
         self.topic_stats: dict[str, TopicStats] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
 
+    def high_watermarks_snapshot(self) -> Callable[[], None] | None:
+        """Every hosted partition's high watermark now, as a call that writes them to the
+        checkpoint file (replaced atomically) on any thread; None when the file says so
+        already. The broker runs that call on a worker thread: an fsync under load takes
+        milliseconds to tens of milliseconds, which the event loop must not wait for."""
+        snapshot = self._hw_file.snapshot({tp: p.high_watermark for tp, p in self.partitions.items()})
+        return None if snapshot is None else partial(self._hw_file.write, snapshot)
+
     def checkpoint_high_watermarks(self) -> None:
-        """Write every hosted partition's high watermark (replaces the file atomically)."""
-        entries = {tp: p.high_watermark for tp, p in self.partitions.items()}
-        if entries != self._checkpointed_hw:
-            write_checkpoint(self._hw_path, entries)
-            self._checkpointed_hw = entries
+        """Write every hosted partition's high watermark now, on this thread (at shutdown)."""
+        write = self.high_watermarks_snapshot()
+        if write is not None:
+            write()
 
     # ------------------------------------------------------------------- roles
 
@@ -124,7 +132,7 @@ class ReplicaManager:
             if len(replicas) > 1:
                 # Only what the checkpoint says was committed; without one, nothing yet:
                 # the leader's fetch responses (or the followers' fetches) move it up.
-                checkpointed = self._checkpointed_hw.get((topic, index), lg.log_start_offset)
+                checkpointed = self._hw_file.written.get((topic, index), lg.log_start_offset)
                 partition.high_watermark = min(max(checkpointed, lg.log_start_offset), lg.log_end_offset)
             self.partitions[(topic, index)] = partition
         return partition

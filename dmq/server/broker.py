@@ -423,7 +423,7 @@ class Broker:
         self._spawn(self._every(int(self.config["log.flush.offset.checkpoint.interval.ms"]),
                                 self._checkpoint))
         self._spawn(self._every(int(self.config["replica.high.watermark.checkpoint.interval.ms"]),
-                                self.replica_manager.checkpoint_high_watermarks))
+                                self._checkpoint_high_watermarks))
         self._spawn(self._every(int(self.config["producer.id.expiration.check.interval.ms"]),
                                 self._expire_producers))
         if self.config["log.cleaner.enable"]:
@@ -764,8 +764,14 @@ class Broker:
         if expired:
             log.info("removed %d expired offsets and groups", expired)
 
-    def _checkpoint(self) -> None:
-        self.log_manager.checkpoint()
+    async def _checkpoint(self) -> None:
+        # Snapshots on the loop, the writes (fsync and rename) on a worker thread.
+        await asyncio.to_thread(self.log_manager.checkpoint_snapshots())
+
+    async def _checkpoint_high_watermarks(self) -> None:
+        write = self.replica_manager.high_watermarks_snapshot()
+        if write is not None:
+            await asyncio.to_thread(write)
 
     async def _await_controller(self, timeout_s: float) -> None:
         """Wait until some broker is the controller (bounded), before saying this broker is

@@ -7,7 +7,8 @@ count line, then ``<topic> <partition> <offset>`` lines):
 - ``.dmq_cleanshutdown``: present only between a clean shutdown and the next start.
 
 The event-loop thread owns the logs. ``flush_pending()`` (fsync of rolled
-segments) is the one method meant for a background thread.
+segments) and the writer ``checkpoint_snapshots()`` returns are meant for a
+background thread.
 """
 
 from __future__ import annotations
@@ -64,6 +65,47 @@ def write_checkpoint(path: str, entries: dict[TopicPartition, int]) -> None:
     os.replace(tmp, path)
 
 
+class CheckpointFile:
+    """One checkpoint file, written off the event loop.
+
+    The event loop takes a ``snapshot()`` of what the file should say (None when the
+    last written one says it already); ``write()`` writes it, fsync and rename, on
+    any thread. Writes are serialised, and a snapshot never replaces a later one that
+    is already written: a write whose task was cancelled can still be running in its
+    thread when the shutdown writes the final one."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._written = 0  # the number of the newest snapshot written; under _lock
+        self.written: dict[TopicPartition, int] = read_checkpoint(path)  # what the file says
+        self._taken = 0  # snapshots taken, and the newest; event-loop thread
+        self._last_taken = self.written
+
+    def snapshot(self, entries: dict[TopicPartition, int]) -> tuple[int, dict[TopicPartition, int]] | None:
+        """``entries`` numbered for ``write``; None when the file already says them (the
+        newest snapshot says them and is written)."""
+        if entries == self._last_taken and self._written == self._taken:
+            return None
+        self._taken += 1
+        self._last_taken = entries
+        return self._taken, entries
+
+    def write(self, snapshot: tuple[int, dict[TopicPartition, int]]) -> None:
+        number, entries = snapshot
+        with self._lock:
+            if number <= self._written:
+                return
+            write_checkpoint(self.path, entries)
+            self._written, self.written = number, entries
+
+    def write_now(self, entries: dict[TopicPartition, int]) -> None:
+        """``snapshot`` and ``write`` in one call, on the calling thread."""
+        snapshot = self.snapshot(entries)
+        if snapshot is not None:
+            self.write(snapshot)
+
+
 def parse_partition_dir(name: str) -> TopicPartition | None:
     topic, sep, part = name.rpartition("-")
     if not sep or not topic or not part.isdigit():
@@ -99,6 +141,8 @@ class LogManager:
         self.logs: dict[TopicPartition, Log] = {}
         self._pending_flush: dict[TopicPartition, int] = {}
         self._lock = threading.Lock()
+        self._recovery_file = CheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
+        self._log_start_file = CheckpointFile(os.path.join(self.data_dir, LOG_START_FILE))
         os.makedirs(self.data_dir, exist_ok=True)
         # A data dir without a recovery checkpoint has never held a log: nothing to recover.
         self.clean_shutdown = os.path.exists(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)) \
@@ -249,11 +293,22 @@ class LogManager:
             lg.producer_state.remove_expired(now, expiration_ms)
         return before - sum(len(lg.producer_state.producers) for lg in self.logs.values())
 
+    def checkpoint_snapshots(self) -> Callable[[], None]:
+        """What the recovery-point and log-start checkpoints should say now (event-loop
+        thread), as a call that writes them (any thread)."""
+        snapshots = [(f, f.snapshot(entries)) for f, entries in (
+            (self._recovery_file, {tp: lg.recovery_point for tp, lg in self.logs.items()}),
+            (self._log_start_file, {tp: lg.log_start_offset for tp, lg in self.logs.items()}))]
+
+        def write() -> None:
+            for f, snapshot in snapshots:
+                if snapshot is not None:
+                    f.write(snapshot)
+        return write
+
     def checkpoint(self) -> None:
-        write_checkpoint(os.path.join(self.data_dir, RECOVERY_POINT_FILE),
-                         {tp: lg.recovery_point for tp, lg in self.logs.items()})
-        write_checkpoint(os.path.join(self.data_dir, LOG_START_FILE),
-                         {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+        """Write both checkpoints now, on this thread (at start and at shutdown)."""
+        self.checkpoint_snapshots()()
 
     def shutdown(self) -> None:
         """Flush everything, write checkpoints and the clean-shutdown marker."""

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import validate_batches
@@ -8,6 +12,7 @@ from dmq.record.records import encode_batch
 from dmq.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_FILE,
+    CheckpointFile,
     LogManager,
     read_checkpoint,
 )
@@ -80,3 +85,41 @@ def test_idle_producer_state_expires(tmp_path: Path) -> None:
     nxt = bytearray(encode_batch([(None, b"v", [])], producer_id=5, producer_epoch=0, base_sequence=1))
     with pytest.raises(InvalidRecordError):
         lg.append_as_leader(nxt, validate_batches(nxt, 10**6), 0)
+
+
+def test_a_checkpoint_snapshot_written_late_does_not_replace_a_later_one(tmp_path: Path) -> None:
+    """The loop takes a snapshot and a worker thread writes it; a write whose task was
+    cancelled may still run after the shutdown wrote the final snapshot. It must not
+    bring the file back to the older values."""
+    f = CheckpointFile(str(tmp_path / "cp"))
+    older = f.snapshot({("t", 0): 5})
+    newer = f.snapshot({("t", 0): 9})
+    assert older is not None and newer is not None
+    f.write(newer)
+    f.write(older)  # the late one
+    assert read_checkpoint(f.path) == {("t", 0): 9}
+    assert f.snapshot({("t", 0): 9}) is None  # the file says so already
+    assert CheckpointFile(f.path).snapshot({("t", 0): 9}) is None  # also once reopened
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.dictionaries(st.tuples(st.sampled_from("ab"), st.integers(0, 3)), st.integers(0, 10**6),
+                                max_size=4), min_size=1, max_size=8),
+       st.randoms(use_true_random=False))
+def test_checkpoint_writes_from_threads_in_any_order_leave_the_newest_snapshot(
+        tmp_path_factory: object, states: list[dict[tuple[str, int], int]], rnd: object) -> None:
+    """Snapshots taken in order and written by threads in any order: the file ends with
+    the newest state, in a form ``read_checkpoint`` accepts (also when a state goes back
+    to what the file said while a different one is still being written)."""
+    import random
+    assert isinstance(rnd, random.Random)
+    path = tmp_path_factory.mktemp("cp") / "cp"  # type: ignore[attr-defined]
+    f = CheckpointFile(str(path))
+    snapshots = [s for s in (f.snapshot(state) for state in states) if s is not None]
+    rnd.shuffle(snapshots)
+    threads = [threading.Thread(target=f.write, args=(s,)) for s in snapshots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert read_checkpoint(str(path)) == states[-1]
