@@ -80,12 +80,15 @@ class CheckpointFile:
         self._written = 0  # the number of the newest snapshot written; under _lock
         self.written: dict[TopicPartition, int] = read_checkpoint(path)  # what the file says
         self._taken = 0  # snapshots taken, and the newest; event-loop thread
-        self._last_taken = self.written
+        # A missing file is written by the first snapshot, whatever it says: its existence
+        # is what tells a later start that this data directory has logs to recover.
+        self._last_taken: dict[TopicPartition, int] | None = self.written if os.path.exists(path) else None
 
-    def snapshot(self, entries: dict[TopicPartition, int]) -> tuple[int, dict[TopicPartition, int]] | None:
+    def snapshot(self, entries: dict[TopicPartition, int],
+                 force: bool = False) -> tuple[int, dict[TopicPartition, int]] | None:
         """``entries`` numbered for ``write``; None when the file already says them (the
-        newest snapshot says them and is written)."""
-        if entries == self._last_taken and self._written == self._taken:
+        newest snapshot says them and is written) unless ``force``."""
+        if not force and entries == self._last_taken and self._written == self._taken:
             return None
         self._taken += 1
         self._last_taken = entries
@@ -98,12 +101,6 @@ class CheckpointFile:
                 return
             write_checkpoint(self.path, entries)
             self._written, self.written = number, entries
-
-    def write_now(self, entries: dict[TopicPartition, int]) -> None:
-        """``snapshot`` and ``write`` in one call, on the calling thread."""
-        snapshot = self.snapshot(entries)
-        if snapshot is not None:
-            self.write(snapshot)
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -293,10 +290,11 @@ class LogManager:
             lg.producer_state.remove_expired(now, expiration_ms)
         return before - sum(len(lg.producer_state.producers) for lg in self.logs.values())
 
-    def checkpoint_snapshots(self) -> Callable[[], None]:
+    def checkpoint_snapshots(self, force: bool = False) -> Callable[[], None]:
         """What the recovery-point and log-start checkpoints should say now (event-loop
-        thread), as a call that writes them (any thread)."""
-        snapshots = [(f, f.snapshot(entries)) for f, entries in (
+        thread), as a call that writes them (any thread); unchanged files are left alone
+        unless ``force``."""
+        snapshots = [(f, f.snapshot(entries, force)) for f, entries in (
             (self._recovery_file, {tp: lg.recovery_point for tp, lg in self.logs.items()}),
             (self._log_start_file, {tp: lg.log_start_offset for tp, lg in self.logs.items()}))]
 
@@ -307,8 +305,9 @@ class LogManager:
         return write
 
     def checkpoint(self) -> None:
-        """Write both checkpoints now, on this thread (at start and at shutdown)."""
-        self.checkpoint_snapshots()()
+        """Write both checkpoints now, on this thread, changed or not (at start and at
+        shutdown: the recovery-point file's existence says the directory has logs)."""
+        self.checkpoint_snapshots(force=True)()
 
     def shutdown(self) -> None:
         """Flush everything, write checkpoints and the clean-shutdown marker."""

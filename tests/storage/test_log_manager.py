@@ -123,3 +123,40 @@ def test_checkpoint_writes_from_threads_in_any_order_leave_the_newest_snapshot(
     for t in threads:
         t.join()
     assert read_checkpoint(str(path)) == states[-1]
+
+
+def test_a_crash_soon_after_a_fresh_start_is_an_unclean_shutdown(tmp_path: Path) -> None:
+    """A new data directory gets its recovery-point file when its logs are loaded, so a
+    crash before the first periodic checkpoint is recovered, not taken for a clean stop.
+    (Without the file a start takes the directory for one that never held a log.)"""
+    config = LogConfig(BrokerConfig())
+    lm = LogManager(str(tmp_path), lambda t: config)
+    lm.load_logs(lambda t, p: "id")
+    assert (tmp_path / RECOVERY_POINT_FILE).exists()
+    lm.get_or_create("t", 0, "id")
+    _append(lm, "t", 3)
+    # killed here: no shutdown(), no later checkpoint
+    again = LogManager(str(tmp_path), lambda t: config)
+    assert not again.clean_shutdown
+
+
+def test_a_checkpoint_write_that_failed_is_taken_again(tmp_path: Path) -> None:
+    """A write that raised (a full disk) leaves the next snapshot of the same entries to
+    be taken and written, not skipped as already written."""
+    (tmp_path / "dir").mkdir()
+    f = CheckpointFile(str(tmp_path / "dir" / "cp"))
+    first = f.snapshot({("t", 0): 5})
+    assert first is not None
+    (tmp_path / "dir").rename(tmp_path / "gone")  # the write cannot create its file
+    try:
+        f.write(first)
+    except OSError:
+        pass
+    else:
+        raise AssertionError("the write should have failed")
+    (tmp_path / "gone").rename(tmp_path / "dir")
+    again = f.snapshot({("t", 0): 5})
+    assert again is not None
+    f.write(again)
+    assert read_checkpoint(f.path) == {("t", 0): 5}
+    assert f.snapshot({("t", 0): 5}) is None
