@@ -235,7 +235,10 @@ def test_throttled_reassignment_copies_at_the_rate_and_clears_the_throttle(clust
     # The command to set and clear it by hand, for moves started with --no-wait.
     assert dmq("partitions", "throttle", "--brokers", str(receiver), "--rate", "1000",
                "-b", cluster.bootstrap).returncode == 0
-    assert _broker_config(port, receiver, "follower.replication.throttled.rate")[0] == "1000"
+    # Written to ZooKeeper by the broker asked; the receiver applies it when its watch fires
+    # (Kafka's dynamic broker configs take the same way), so it is waited for, not assumed.
+    cluster.wait_for(lambda: _broker_config(port, receiver, "follower.replication.throttled.rate")[0] == "1000",
+                     "the throttle set by hand", timeout=15)
     assert dmq("partitions", "throttle", "--brokers", str(receiver), "--clear", "-b", cluster.bootstrap).returncode == 0
     assert dmq("partitions", "throttle", "--brokers", str(receiver), "-b", cluster.bootstrap).returncode == 2
 
