@@ -1,7 +1,8 @@
-"""A running broker writes its checkpoints on time, off the event loop: the high
-watermarks every ``replica.high.watermark.checkpoint.interval.ms`` and the recovery
-points and log start offsets every ``log.flush.offset.checkpoint.interval.ms`` (Kafka's
-files and format), not only at shutdown."""
+"""A running broker writes its checkpoints on time: the high watermarks every
+``replica.high.watermark.checkpoint.interval.ms`` and the recovery points and log start
+offsets every ``log.flush.offset.checkpoint.interval.ms`` (Kafka's files and format),
+not only at shutdown. (That the writes run on a worker thread is not asserted here; the
+ordering of writes from threads is tested in tests/storage/test_log_manager.py.)"""
 
 from __future__ import annotations
 
