@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 
 def free_port() -> int:
@@ -104,6 +105,21 @@ def stop_broker(broker: subprocess.Popen[str]) -> None:
             broker.wait(10)
 
 
+def local_spark() -> Any:
+    """A ``local[2]`` SparkSession (no UI, quiet) with dmq's source and sink registered; its
+    Python workers run this interpreter."""
+    from pyspark.sql import SparkSession
+
+    from dmq.spark import register
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
 def print_medians(what: str, rates: dict[str, list[float]], size: int) -> dict[str, float]:
     """The median rate of dmq and of Parquet as a Markdown table, and their ratio."""
     med = {k: statistics.median(v) for k, v in rates.items()}
@@ -128,10 +144,6 @@ def main() -> int:
 
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pyspark.sql import SparkSession
-
-    from dmq.spark import register
-
     tmp = tempfile.mkdtemp(prefix="dmq-spark-bench-")
     started = start_broker(tmp)
     if started is None:
@@ -154,11 +166,7 @@ def main() -> int:
         assert p.flush(120) == 0
         print(f"produced {args.records:,} records of {args.size} B", file=sys.stderr)
 
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_spark()
 
         def dmq_df():  # noqa: ANN202
             return (spark.read.format("dmq").option("bootstrap.servers", bootstrap)

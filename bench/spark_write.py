@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_read import cpu_by_role, print_medians, start_broker, stop_broker  # noqa: E402
+from spark_read import cpu_by_role, local_spark, print_medians, start_broker, stop_broker  # noqa: E402
 
 
 def main() -> int:
@@ -37,9 +37,6 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pyspark.sql import SparkSession
-
-    from dmq.spark import register
 
     tmp = tempfile.mkdtemp(prefix="dmq-spark-write-")
     started = start_broker(tmp)
@@ -51,11 +48,7 @@ def main() -> int:
     cpu: dict[str, list[dict[str, float]]] = {"dmq": [], "parquet": []}
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-                 .config("spark.sql.shuffle.partitions", "2").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
-        register(spark)
+        spark = local_spark()
         df = spark.range(args.records, numPartitions=2).selectExpr(
             "cast(id as string) AS key", f"cast(repeat('x', {args.size}) AS binary) AS value").cache()
         assert df.count() == args.records
