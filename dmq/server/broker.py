@@ -765,9 +765,8 @@ class Broker:
             log.info("removed %d expired offsets and groups", expired)
 
     async def _checkpoint(self) -> None:
-        # Snapshots on the loop, the writes (fsync and rename) on a worker thread; rewritten
-        # every time, changed or not, as Kafka's are.
-        await asyncio.to_thread(self.log_manager.checkpoint_snapshots(force=True))
+        # Snapshots on the loop, the writes (fsync and rename) on a worker thread.
+        await asyncio.to_thread(self.log_manager.checkpoint_snapshots())
 
     async def _checkpoint_high_watermarks(self) -> None:
         write = self.replica_manager.high_watermarks_snapshot()

@@ -84,12 +84,15 @@ class CheckpointFile:
         # is what tells a later start that this data directory has logs to recover.
         self._last_taken: dict[TopicPartition, int] | None = self.written if os.path.exists(path) else None
 
-    def snapshot(self, entries: dict[TopicPartition, int],
-                 force: bool = False) -> tuple[int, dict[TopicPartition, int]] | None:
-        """``entries`` numbered for ``write``; None when the file already says them (the
-        newest snapshot says them and is written) unless ``force``."""
-        if not force and entries == self._last_taken and self._written == self._taken:
+    def snapshot(self, entries: dict[TopicPartition, int]) -> tuple[int, dict[TopicPartition, int]] | None:
+        """``take(entries)``, or None when the file already says them (the newest snapshot
+        says them and is written)."""
+        if entries == self._last_taken and self._written == self._taken:
             return None
+        return self.take(entries)
+
+    def take(self, entries: dict[TopicPartition, int]) -> tuple[int, dict[TopicPartition, int]]:
+        """``entries`` numbered for ``write``, changed or not."""
         self._taken += 1
         self._last_taken = entries
         return self._taken, entries
@@ -290,24 +293,23 @@ class LogManager:
             lg.producer_state.remove_expired(now, expiration_ms)
         return before - sum(len(lg.producer_state.producers) for lg in self.logs.values())
 
-    def checkpoint_snapshots(self, force: bool = False) -> Callable[[], None]:
+    def checkpoint_snapshots(self) -> Callable[[], None]:
         """What the recovery-point and log-start checkpoints should say now (event-loop
-        thread), as a call that writes them (any thread); unchanged files are left alone
-        unless ``force``."""
-        snapshots = [(f, f.snapshot(entries, force)) for f, entries in (
+        thread), as a call that writes them (any thread). Written every time, changed or
+        not, as Kafka's are: the recovery-point file's existence tells the next start that
+        the directory has logs to recover."""
+        snapshots = [(f, f.take(entries)) for f, entries in (
             (self._recovery_file, {tp: lg.recovery_point for tp, lg in self.logs.items()}),
             (self._log_start_file, {tp: lg.log_start_offset for tp, lg in self.logs.items()}))]
 
         def write() -> None:
             for f, snapshot in snapshots:
-                if snapshot is not None:
-                    f.write(snapshot)
+                f.write(snapshot)
         return write
 
     def checkpoint(self) -> None:
-        """Write both checkpoints now, on this thread, changed or not (at start and at
-        shutdown: the recovery-point file's existence says the directory has logs)."""
-        self.checkpoint_snapshots(force=True)()
+        """Write both checkpoints now, on this thread (at start and at shutdown)."""
+        self.checkpoint_snapshots()()
 
     def shutdown(self) -> None:
         """Flush everything, write checkpoints and the clean-shutdown marker."""
