@@ -98,6 +98,8 @@ class ReplicaManager:
         self.resigner = resigner
         self._isr_tasks: set[asyncio.Task[None]] = set()
         self._hw_file = CheckpointFile(os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE))
+        # A deleted partition leaves this file too before its next log is created.
+        log_manager.add_checkpoint(self._hw_file, self._high_watermarks)
         # Metrics (dmq.metrics reads them at scrape time): per-topic counters shared by the
         # topic's partitions, and the confirmed ISR changes of partitions led here.
         self.topic_stats: dict[str, TopicStats] = {}
@@ -109,8 +111,11 @@ class ReplicaManager:
         checkpoint file (replaced atomically) on any thread; None when the file says so
         already. The broker runs that call on a worker thread: an fsync under load takes
         milliseconds to tens of milliseconds, which the event loop must not wait for."""
-        snapshot = self._hw_file.snapshot({tp: p.high_watermark for tp, p in self.partitions.items()})
+        snapshot = self._hw_file.snapshot(self._high_watermarks())
         return None if snapshot is None else partial(self._hw_file.write, snapshot)
+
+    def _high_watermarks(self) -> dict[TopicPartition, int]:
+        return {tp: p.high_watermark for tp, p in self.partitions.items()}
 
     def checkpoint_high_watermarks(self) -> None:
         """Write every hosted partition's high watermark now, on this thread (at shutdown)."""

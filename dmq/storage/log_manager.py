@@ -9,6 +9,17 @@ count line, then ``<topic> <partition> <offset>`` lines):
 The event-loop thread owns the logs. ``flush_pending()`` (fsync of rolled
 segments) and the writer ``checkpoint_snapshots()`` returns are meant for a
 background thread.
+
+Invariant: no checkpoint file in the directory names a partition whose log was
+deleted once a new log of that partition exists. A partition deleted and created
+again (a topic deleted and created under the same name, a replica moved away and
+back) starts at offset 0; the deleted log's entries (its log start offset above
+all, which would hide the new log's acknowledged records after a crash) must not
+apply to it. So ``delete()`` takes snapshots of every per-partition checkpoint file
+of the directory without the partition (these two, and those others register with
+``add_checkpoint``: the high watermarks), and ``open_new()`` writes the newest such
+snapshot before it creates a directory, as Kafka writes its checkpoints when it
+deletes a log.
 """
 
 from __future__ import annotations
@@ -143,6 +154,11 @@ class LogManager:
         self._lock = threading.Lock()
         self._recovery_file = CheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
         self._log_start_file = CheckpointFile(os.path.join(self.data_dir, LOG_START_FILE))
+        # Every per-partition checkpoint file of the directory, with what it should say now.
+        self._checkpoint_files: list[tuple[CheckpointFile, Callable[[], dict[TopicPartition, int]]]] = [
+            (self._recovery_file, self._recovery_points), (self._log_start_file, self._log_starts)]
+        # The newest snapshots taken by delete() and not yet known written (see the invariant).
+        self._removal: Callable[[], None] | None = None
         os.makedirs(self.data_dir, exist_ok=True)
         # A data dir without a recovery checkpoint has never held a log: nothing to recover.
         self.clean_shutdown = os.path.exists(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)) \
@@ -192,11 +208,21 @@ class LogManager:
             lg = self.adopt(self.open_new(topic, partition, topic_id, self.config_for(topic)))
         return lg
 
+    def add_checkpoint(self, file: CheckpointFile, entries: Callable[[], dict[TopicPartition, int]]) -> None:
+        """Another per-partition checkpoint file of this directory, with what it should say
+        now (event-loop thread): a deleted partition leaves it too before its next log is
+        created."""
+        self._checkpoint_files.append((file, entries))
+
     def open_new(self, topic: str, partition: int, topic_id: str, config: LogConfig) -> Log:
         """The log of a partition this manager does not hold yet, created on disk (or opened,
         should its directory exist) but not held: plain file work that touches nothing of
         the manager's, so a worker thread may do it (creating a topic's partitions is a
-        few fsyncs each). ``adopt`` then holds it, on the owning thread."""
+        few fsyncs each). ``adopt`` then holds it, on the owning thread.
+
+        First the checkpoint files leave the partitions deleted so far (the class
+        invariant); an OSError doing so creates nothing."""
+        self.write_removals()
         path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
         return Log(path, topic, partition, config, clean_shutdown=True, topic_id=topic_id)
 
@@ -220,6 +246,22 @@ class LogManager:
             self._pending_flush.pop((topic, partition), None)
         lg.close()
         self._schedule_delete(lg.directory)
+        snapshots = [(f, f.take(entries())) for f, entries in self._checkpoint_files]
+
+        def write() -> None:
+            for f, snapshot in snapshots:
+                f.write(snapshot)
+        self._removal = write
+
+    def write_removals(self) -> None:
+        """Write the checkpoint snapshots the newest ``delete()`` took, unless done (any
+        thread). A snapshot never replaces a later one, so whichever of these writes and
+        the periodic checkpoints lands last, the files end with the newest state."""
+        write = self._removal
+        if write is not None:
+            write()
+            if self._removal is write:
+                self._removal = None
 
     def discard_unheld(self, lg: Log) -> None:
         """Remove the directory of a closed log ``open_new`` made that was never held."""
@@ -298,14 +340,19 @@ class LogManager:
         thread), as a call that writes them (any thread). Written every time, changed or
         not, as Kafka's are: the recovery-point file's existence tells the next start that
         the directory has logs to recover."""
-        snapshots = [(f, f.take(entries)) for f, entries in (
-            (self._recovery_file, {tp: lg.recovery_point for tp, lg in self.logs.items()}),
-            (self._log_start_file, {tp: lg.log_start_offset for tp, lg in self.logs.items()}))]
+        snapshots = [(self._recovery_file, self._recovery_file.take(self._recovery_points())),
+                     (self._log_start_file, self._log_start_file.take(self._log_starts()))]
 
         def write() -> None:
             for f, snapshot in snapshots:
                 f.write(snapshot)
         return write
+
+    def _recovery_points(self) -> dict[TopicPartition, int]:
+        return {tp: lg.recovery_point for tp, lg in self.logs.items()}
+
+    def _log_starts(self) -> dict[TopicPartition, int]:
+        return {tp: lg.log_start_offset for tp, lg in self.logs.items()}
 
     def checkpoint(self) -> None:
         """Write both checkpoints now, on this thread (at start and at shutdown)."""

@@ -54,3 +54,25 @@ def test_checkpoint_is_clamped_into_the_log(tmp_path: Path) -> None:
     lm, rm = _open(tmp_path)
     assert rm.become_follower("t", 0, "id", 2, 1, replicas=[1, 2], isr=[1, 2])[0].high_watermark == 0
     lm.shutdown()
+
+
+def test_a_recreated_partition_does_not_take_the_deleted_ones_high_watermark(tmp_path: Path) -> None:
+    """A partition deleted and created again starts at offset 0 with nothing committed. A
+    crash before the next periodic checkpoint must not give the new log the deleted one's
+    high watermark (its uncommitted records would become readable, and later be cut by
+    the leader's log)."""
+    lm, rm = _open(tmp_path)
+    p = rm.become_leader("t", 0, "id", 0, replicas=[1, 2], isr=[1])
+    _produce(rm, 10)
+    assert p.high_watermark == 10
+    rm.checkpoint_high_watermarks()
+    rm.remove_partition("t", 0, delete=True)
+    again = rm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[1, 2])  # follower 2 in the ISR
+    _produce(rm, 3)
+    assert again.high_watermark == 0  # follower 2 has not fetched them
+    # killed here: no shutdown, no later periodic checkpoint
+    lm, rm = _open(tmp_path)
+    restarted = rm.become_follower("t", 0, "id", 2, 2, replicas=[1, 2], isr=[1, 2])[0]
+    assert restarted.log.log_end_offset == 3
+    assert restarted.high_watermark == 0
+    lm.shutdown()

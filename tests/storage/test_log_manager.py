@@ -157,3 +157,29 @@ def test_a_checkpoint_write_that_failed_is_taken_again(tmp_path: Path) -> None:
     f.write(again)
     assert read_checkpoint(f.path) == {("t", 0): 5}
     assert f.snapshot({("t", 0): 5}) is None
+
+
+def test_a_recreated_partition_does_not_take_the_checkpoints_of_the_deleted_one(tmp_path: Path) -> None:
+    """A partition deleted and created again (a topic deleted and created with the same
+    name, a replica moved away and back) starts from offset 0. A crash before the next
+    periodic checkpoint must not give the new log the old one's log start offset (which
+    would hide its acknowledged records) or recovery point: deleting a log writes the
+    checkpoints without it, as Kafka does."""
+    config = LogConfig(BrokerConfig())
+    lm = LogManager(str(tmp_path), lambda t: config)
+    lm.load_logs(lambda t, p: "old")
+    old = lm.get_or_create("t", 0, "old")
+    _append(lm, "t", 10)
+    old.flush()
+    old.delete_records_before(8)
+    lm.checkpoint()  # the periodic checkpoint: t-0 starts at 8, recovered to 10
+    lm.delete("t", 0)
+    lm.get_or_create("t", 0, "new")
+    _append(lm, "t", 3)
+    # killed here: no shutdown(), no later periodic checkpoint
+    again = LogManager(str(tmp_path), lambda t: config)
+    again.load_logs(lambda t, p: "new")
+    lg = again.get("t", 0)
+    assert lg is not None
+    assert (lg.log_start_offset, lg.log_end_offset) == (0, 3)
+    assert lg.recovery_point == 0
