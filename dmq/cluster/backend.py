@@ -17,6 +17,10 @@ states with what this broker runs and makes the difference good:
 - the partitions of internal topics it leads (``__consumer_offsets``,
   ``__transaction_state``) are handed to their coordinators
   (``on_internal_leadership``), which load and unload their shards.
+- a topic gone from the store, or there under a new topic id, since the last
+  reconcile was deleted: ``on_topics_deleted`` is told its name (the group
+  coordinator drops its committed offsets). The first reconcile only notes
+  the topics; one deleted while this broker was down is not reported.
 
 On SIGTERM, ``controlled_shutdown()`` stops following, asks the controller to
 move this broker's leadership away and waits (bounded) until the cached states
@@ -109,17 +113,21 @@ class ClusterBackend:
         self.replica_manager: ReplicaManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.on_internal_leadership: Callable[[str, dict[int, int]], None] = lambda topic, led: None
+        self.on_topics_deleted: Callable[[frozenset[str]], None] = lambda names: None
+        self._topic_ids: dict[str, str] | None = None  # at the last reconcile
         self.shutting_down = False
         self._scheduled = False
         self._creating: asyncio.Task[None] | None = None
         self._create_after = 0.0  # monotonic: no new log is created before (after a failure)
 
     def attach(self, replica_manager: ReplicaManager, fetchers: ReplicaFetcherManager | None,
-               on_internal_leadership: Callable[[str, dict[int, int]], None]) -> None:
+               on_internal_leadership: Callable[[str, dict[int, int]], None],
+               on_topics_deleted: Callable[[frozenset[str]], None] = lambda names: None) -> None:
         """Wire the parts built after the backend (they take its callbacks)."""
         self.replica_manager = replica_manager
         self.fetchers = fetchers
         self.on_internal_leadership = on_internal_leadership
+        self.on_topics_deleted = on_topics_deleted
 
     # ------------------------------------------------------- what replication asks
 
@@ -183,6 +191,12 @@ class ClusterBackend:
         missing: list[NewLog] = []
         internal_led: dict[str, dict[int, int]] = {name: {} for name in INTERNAL_TOPICS}
         topics = self.store.topics()
+        ids = {name: meta.topic_id for name, meta in topics.items()}
+        if self._topic_ids is not None:
+            deleted = frozenset(name for name, topic_id in self._topic_ids.items() if ids.get(name) != topic_id)
+            if deleted:
+                self.on_topics_deleted(deleted)
+        self._topic_ids = ids
         for topic in topics.values():
             adding = self.zk.adding_replicas.get(topic.name, {}) if self.zk is not None else {}
             for index, state in topic.partitions.items():

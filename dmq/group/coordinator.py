@@ -203,6 +203,18 @@ class GroupCoordinator:
             total += int(expired)
         return total
 
+    async def on_topics_deleted(self, topics: frozenset[str]) -> int:
+        """Topics deleted from the cluster: their committed offsets leave every group of
+        every partition coordinated here (Kafka's ``onPartitionsDeleted``). Returns the
+        records written."""
+        total = 0
+        for partition in sorted(self.runtime.loaded_partitions()):
+            written = await self.runtime.write(
+                partition, lambda shard, now: shard.delete_topic_offsets(topics, now), lambda error: 0,
+                exclusive=True)
+            total += int(written)
+        return total
+
     # ------------------------------------------------------------------ admin
 
     @property

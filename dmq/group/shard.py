@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -171,6 +171,10 @@ class GroupShard:
             if value is None:
                 if group is not None:
                     group.offsets.pop(tp, None)
+                # As Kafka's coordinator: a tombstone also drops what open transactions
+                # would commit for the partition (a deleted topic's offsets stay gone).
+                for pending in self.txn_offsets.values():
+                    pending.get(key.group, {}).pop(tp, None)
                 return
             if group is None:
                 group = self.groups[key.group] = GroupMetadata(key.group)
@@ -770,6 +774,25 @@ class GroupShard:
                        > self.config.offsets_retention_ms]
             out.records.extend(expired)
             if expired and len(expired) == len(group.offsets):
+                out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
+        return out.result(len(out.records))
+
+    def delete_topic_offsets(self, topics: Collection[str], now_ms: int) -> CoordinatorResult:
+        """Topics were deleted (Kafka's ``onPartitionsDeleted``): tombstones for every
+        group's committed offsets of their partitions, and for those open transactions
+        would commit; an empty group left without offsets goes too. A topic created
+        again under the same name starts without them, as a consumer group would on a
+        new topic. The result is the number of records."""
+        out = _Out()
+        doomed = set(topics)
+        for group in self.groups.values():
+            gone = {tp for tp in group.offsets if tp[0] in doomed}
+            gone.update(tp for pending in self.txn_offsets.values()
+                        for tp in pending.get(group.group_id, {}) if tp[0] in doomed)
+            out.records.extend((rec.encode_offset_key(rec.OffsetKey(group.group_id, *tp)), None)
+                               for tp in sorted(gone))
+            if (gone and group.state == GroupState.EMPTY and group.is_empty
+                    and not any(tp not in gone for tp in group.offsets)):
                 out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
         return out.result(len(out.records))
 

@@ -179,6 +179,7 @@ class Broker:
         self.authenticator: Authenticator | None = None
         self.stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._one_off: set[asyncio.Future[None]] = set()  # short background work, kept referenced
         self.listener: Listener | None = None
         self.bound: tuple[str, int] = (self.listen_host, self.listen_port)
         # listener name -> its bound address, once every listener listens
@@ -332,7 +333,7 @@ class Broker:
             elif topic == SHARE_STATE_TOPIC:
                 self.share_coordinator.set_led(led)
 
-        backend.attach(self.replica_manager, self.fetchers, on_internal_leadership)
+        backend.attach(self.replica_manager, self.fetchers, on_internal_leadership, self._on_topics_deleted)
         self.share_channels = BrokerChannels(f"dmq-share-{self.broker_id}", self._broker_address,
                                              self.inter_broker_security)
         share_admin = ShareGroupAdmin(
@@ -758,6 +759,21 @@ class Broker:
         removed = self.log_manager.expire_producers(int(self.config["producer.id.expiration.ms"]))
         if removed:
             log.info("expired the state of %d idle producers", removed)
+
+    def _on_topics_deleted(self, names: frozenset[str]) -> None:
+        task = asyncio.ensure_future(self._forget_deleted_topics(names))
+        self._one_off.add(task)
+        task.add_done_callback(self._one_off.discard)
+
+    async def _forget_deleted_topics(self, names: frozenset[str]) -> None:
+        try:
+            removed = await self.group_coordinator.on_topics_deleted(names)
+        except Exception:
+            log.exception("removing the committed offsets of deleted topics %s failed", sorted(names))
+            return
+        if removed:
+            log.info("removed %d committed offsets and groups of deleted topics %s", removed,
+                     ", ".join(sorted(names)))
 
     async def _expire_offsets(self) -> None:
         expired = await self.group_coordinator.expire_offsets()

@@ -186,3 +186,25 @@ def test_a_log_made_for_a_topic_created_again_meanwhile_is_made_anew(tmp_path: P
 
     run(scenario())
     rm.log_manager.shutdown()
+
+
+def test_deleted_topics_are_reported_also_when_created_again_before_a_reconcile(tmp_path: Path) -> None:
+    """Every broker hears of a deleted topic (its group coordinator drops the topic's
+    committed offsets), whether it hosted the topic or not, and also when the topic was
+    created again under the same name before this broker reconciled (a new topic id)."""
+    backend, store, rm, _ = _backend(tmp_path)
+    deleted: list[frozenset[str]] = []
+    backend.on_topics_deleted = deleted.append
+    run(store.create_topic("a", 1, 1, {}))
+    run(store.create_topic("b", 1, 1, {}))
+    run(backend.reconcile_now())
+    run(backend.reconcile_now())
+    assert deleted == []  # the first reconcile notes the topics; nothing changed since
+    run(store.delete_topic("a"))
+    run(backend.reconcile_now())
+    assert deleted == [frozenset({"a"})]
+    run(store.delete_topic("b"))
+    run(store.create_topic("b", 1, 1, {}))
+    run(backend.reconcile_now())
+    assert deleted == [frozenset({"a"}), frozenset({"b"})]
+    rm.log_manager.shutdown()

@@ -115,6 +115,27 @@ def test_delete_groups_and_offsets() -> None:
     assert "d" not in reloaded(d).groups
 
 
+def test_a_deleted_topics_offsets_leave_every_group() -> None:
+    """Kafka's onPartitionsDeleted: committed offsets of the deleted topic go, and what an
+    open transaction would commit for it; other topics' offsets stay; an empty group left
+    without offsets goes too. A new leader replaying the log agrees."""
+    d = ShardDriver(GroupShard(0, GroupConfig(num_partitions=5, initial_rebalance_delay_ms=0),
+                               lambda t, p: t in ("t", "gone") and p < 4))
+    d.run(d.shard.commit_offsets, "only", -1, "", None, [("gone", 0, 5, -1, None), ("gone", 1, 6, -1, None)])
+    d.run(d.shard.commit_offsets, "mixed", -1, "", None, [("gone", 0, 1, -1, None), ("t", 0, 2, -1, None)])
+    d.run(d.shard.txn_offset_commit, "tx", "mixed", 77, 0, -1, "", None,
+          [("gone", 1, 9, -1, None), ("t", 1, 3, -1, None)])
+    assert d.run(d.shard.delete_topic_offsets, {"gone"}) == 5  # 4 offsets and the group "only"
+    assert "only" not in d.shard.groups
+    assert set(d.shard.fetch_offsets("mixed", None)[1]) == {("t", 0)}
+    assert d.run(d.shard.complete_transaction, 77, 0, True, 3) == ErrorCode.none
+    assert set(d.shard.fetch_offsets("mixed", None)[1]) == {("t", 0), ("t", 1)}  # not ("gone", 1)
+    again = reloaded(d)
+    assert "only" not in again.groups
+    assert again.fetch_offsets("mixed", None) == d.shard.fetch_offsets("mixed", None)
+    assert d.run(d.shard.delete_topic_offsets, {"gone"}) == 0
+
+
 def test_protocol_every_member_supports_is_chosen_and_laggards_are_removed() -> None:
     d = ShardDriver(shard(min_session_timeout_ms=100))
     both = [("range", b""), ("roundrobin", b"")]

@@ -225,6 +225,37 @@ def test_committed_offsets_and_resume(broker: BrokerProcess) -> None:
     assert [m.value() for m in rest] == [b"r%d" % i for i in range(60, 100)]
 
 
+def test_deleting_a_topic_drops_its_committed_offsets(broker: BrokerProcess) -> None:
+    """As Kafka (``onPartitionsDeleted``): a deleted topic's committed offsets leave the
+    group, so a topic created again under the same name is read from where
+    auto.offset.reset says, not from the old topic's offset (which would skip records)."""
+    topic, group = "grp-deleted", "g-deleted"
+    create(broker, topic, 1)
+    produce(broker, topic, [f"old{i}" for i in range(10)])
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+    assert c.committed([TopicPartition(topic, 0)], 10)[0].offset == 7
+    c.close()
+    a = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    a.delete_topics([topic])[topic].result(10)
+    wait_for(lambda: topic not in a.list_topics(timeout=10).topics, 10, "the topic deleted")
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    wait_for(lambda: c.committed([TopicPartition(topic, 0)], 10)[0].offset < 0, 10,
+             "the deleted topic's offset gone from the group")
+    c.close()
+    create(broker, topic, 1)
+    produce(broker, topic, [f"new{i}" for i in range(10)])
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    c.subscribe([topic])
+    got: list = []
+    deadline = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < deadline:
+        got += [m for m in c.consume(10, 0.5) if not m.error()]
+    c.close()
+    assert [m.value() for m in got] == [b"new%d" % i for i in range(10)]
+
+
 @pytest.mark.parametrize("assignor", ["range", "sticky"])
 def test_kafka_python_group(kafka_default_broker: BrokerProcess, assignor: str) -> None:
     broker = kafka_default_broker
