@@ -43,7 +43,9 @@ Invariants: ``reconcile()`` is idempotent and reads only cached metadata, so
 calling it on every event is safe and cheap; it never calls ZooKeeper (the
 ISR write is awaited by the ReplicaManager's own task) and creates no log.
 Event-loop thread only, but for ``_open_new_logs``, which the worker runs on
-logs nothing else holds yet.
+logs nothing else holds yet (and which first writes the checkpoint snapshots
+the reconcile had the log manager take after its deletes: a partition deleted
+and created again must not take the deleted log's checkpointed offsets).
 """
 
 from __future__ import annotations
@@ -240,6 +242,7 @@ class ClusterBackend:
                     self.fetchers.remove_partition(tp)
                 rm.remove_partition(tp[0], tp[1], delete=True)
                 self.cleaner.forget(*tp)
+        self.log_manager.take_removals()  # once for this reconcile's deletes, before any creation
         for name, led in sorted(internal_led.items()):
             self.on_internal_leadership(name, led)
         if missing and self._creating is None and time.monotonic() >= self._create_after:

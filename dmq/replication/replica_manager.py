@@ -98,8 +98,14 @@ class ReplicaManager:
         self.resigner = resigner
         self._isr_tasks: set[asyncio.Task[None]] = set()
         self._hw_file = CheckpointFile(os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE))
-        # A deleted partition leaves this file too before its next log is created.
+        # A deleted partition leaves this file too before its next log is created (the
+        # LogManager's invariant). Built after load_logs: the entries of logs it did not keep
+        # (topics deleted, replicas moved away while this broker was down) go now, as they
+        # went from its own files.
         log_manager.add_checkpoint(self._hw_file, self._high_watermarks)
+        kept = {tp: hw for tp, hw in self._hw_file.written.items() if tp in log_manager.logs}
+        if kept != self._hw_file.written:
+            self._hw_file.write(self._hw_file.take(kept))
         # Metrics (dmq.metrics reads them at scrape time): per-topic counters shared by the
         # topic's partitions, and the confirmed ISR changes of partitions led here.
         self.topic_stats: dict[str, TopicStats] = {}
@@ -166,6 +172,8 @@ class ReplicaManager:
         return partition, changed
 
     def remove_partition(self, topic: str, index: int, delete: bool) -> None:
+        # Before the log is deleted: the high-watermark snapshot the log manager takes for
+        # the deletion must already leave the partition out.
         self.partitions.pop((topic, index), None)
         if delete:
             self.log_manager.delete(topic, index)

@@ -93,6 +93,7 @@ from dmq.storage.txn_index import AbortedTxn
 
 # A batch's first bytes the leader sets: base offset, batch length (kept), partition leader epoch.
 _FIRST_BYTES = struct.Struct(">qii")
+PARTITION_METADATA_FILE = "partition.metadata"
 
 log = logging.getLogger("dmq.storage")
 
@@ -117,6 +118,19 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def read_partition_topic_id(directory: str) -> str | None:
+    """The topic id a log directory's ``partition.metadata`` names, or None without one."""
+    try:
+        with open(os.path.join(directory, PARTITION_METADATA_FILE)) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "topic_id":
+                    return value.strip() or None
+    except OSError:
+        return None
+    return None
 
 
 class Log:
@@ -190,7 +204,7 @@ class Log:
     # ------------------------------------------------------------------ loading
 
     def _write_partition_metadata(self, topic_id: str) -> None:
-        path = os.path.join(self.directory, "partition.metadata")
+        path = os.path.join(self.directory, PARTITION_METADATA_FILE)
         if not os.path.exists(path):
             tmp = path + ".tmp"
             with open(tmp, "w") as f:

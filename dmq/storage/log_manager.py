@@ -10,16 +10,24 @@ The event-loop thread owns the logs. ``flush_pending()`` (fsync of rolled
 segments) and the writer ``checkpoint_snapshots()`` returns are meant for a
 background thread.
 
-Invariant: no checkpoint file in the directory names a partition whose log was
-deleted once a new log of that partition exists. A partition deleted and created
-again (a topic deleted and created under the same name, a replica moved away and
-back) starts at offset 0; the deleted log's entries (its log start offset above
-all, which would hide the new log's acknowledged records after a crash) must not
-apply to it. So ``delete()`` takes snapshots of every per-partition checkpoint file
-of the directory without the partition (these two, and those others register with
-``add_checkpoint``: the high watermarks), and ``open_new()`` writes the newest such
-snapshot before it creates a directory, as Kafka writes its checkpoints when it
-deletes a log.
+Invariant: once a new log of a partition exists, neither file (nor those others
+register with ``add_checkpoint``: the high watermarks) names the partition with a
+deleted log's values. A partition deleted and created again (a topic deleted and
+created under the same name, a replica moved away and back) starts at offset 0;
+the deleted log's entries (its log start offset above all, which would hide the
+new log's acknowledged records after a crash) must not apply to it. At runtime,
+``delete()`` notes that the files must change; ``take_removals()`` (event-loop
+thread, once after a batch of deletes: ``get_or_create`` calls it, and the
+cluster backend before it creates logs) snapshots every file as it should be now,
+and ``open_new()`` writes those snapshots before it creates a directory, as Kafka
+writes its checkpoints when it deletes a log. At start, ``load_logs`` writes both
+files with the logs it kept; the ReplicaManager, built after it, does the same
+with its file. (The cleaner's ``cleaner-offset-checkpoint`` is not covered: a stale
+entry there only delays a compaction.)
+
+A directory whose ``partition.metadata`` names another topic id than the cluster
+knows (the topic was deleted and created again while this broker was down) is
+removed at start: it holds the earlier topic's records.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from dmq.config import LogConfig
-from dmq.storage.log import Log, now_ms, partition_dir_name
+from dmq.storage.log import Log, now_ms, partition_dir_name, read_partition_topic_id
 
 log = logging.getLogger("dmq.storage")
 
@@ -44,6 +52,7 @@ CLEAN_SHUTDOWN_FILE = ".dmq_cleanshutdown"
 DELETE_SUFFIX = "-delete"
 
 TopicPartition = tuple[str, int]
+Snapshot = tuple[int, dict[TopicPartition, int]]  # a CheckpointFile's numbered entries
 
 
 def read_checkpoint(path: str) -> dict[TopicPartition, int]:
@@ -95,26 +104,34 @@ class CheckpointFile:
         # is what tells a later start that this data directory has logs to recover.
         self._last_taken: dict[TopicPartition, int] | None = self.written if os.path.exists(path) else None
 
-    def snapshot(self, entries: dict[TopicPartition, int]) -> tuple[int, dict[TopicPartition, int]] | None:
+    def snapshot(self, entries: dict[TopicPartition, int]) -> Snapshot | None:
         """``take(entries)``, or None when the file already says them (the newest snapshot
         says them and is written)."""
         if entries == self._last_taken and self._written == self._taken:
             return None
         return self.take(entries)
 
-    def take(self, entries: dict[TopicPartition, int]) -> tuple[int, dict[TopicPartition, int]]:
+    def take(self, entries: dict[TopicPartition, int]) -> Snapshot:
         """``entries`` numbered for ``write``, changed or not."""
         self._taken += 1
         self._last_taken = entries
         return self._taken, entries
 
-    def write(self, snapshot: tuple[int, dict[TopicPartition, int]]) -> None:
+    def write(self, snapshot: Snapshot) -> None:
         number, entries = snapshot
         with self._lock:
             if number <= self._written:
                 return
             write_checkpoint(self.path, entries)
             self._written, self.written = number, entries
+
+
+def _writer(snapshots: list[tuple[CheckpointFile, Snapshot]]) -> Callable[[], None]:
+    """A call that writes each snapshot to its file (any thread)."""
+    def write() -> None:
+        for f, snapshot in snapshots:
+            f.write(snapshot)
+    return write
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -157,8 +174,10 @@ class LogManager:
         # Every per-partition checkpoint file of the directory, with what it should say now.
         self._checkpoint_files: list[tuple[CheckpointFile, Callable[[], dict[TopicPartition, int]]]] = [
             (self._recovery_file, self._recovery_points), (self._log_start_file, self._log_starts)]
-        # The newest snapshots taken by delete() and not yet known written (see the invariant).
-        self._removal: Callable[[], None] | None = None
+        self._removals_due = False  # a log was deleted since take_removals(); event-loop thread
+        # The newest snapshots take_removals() took, not yet known written (the invariant).
+        self._removal: Callable[[], None] | None = None  # under _removal_lock
+        self._removal_lock = threading.Lock()
         os.makedirs(self.data_dir, exist_ok=True)
         # A data dir without a recovery checkpoint has never held a log: nothing to recover.
         self.clean_shutdown = os.path.exists(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)) \
@@ -188,6 +207,13 @@ class LogManager:
                 log.warning("removing log directory %s of a topic that no longer exists", name)
                 self._schedule_delete(path)
                 continue
+            held_id = read_partition_topic_id(path)
+            if held_id is not None and held_id != topic_id:
+                log.warning("removing log directory %s: it holds topic id %s, the cluster's topic of that "
+                            "name is %s (deleted and created again while this broker was down)",
+                            name, held_id, topic_id)
+                self._schedule_delete(path)
+                continue
             lg = Log(path, tp[0], tp[1], self.config_for(tp[0]),
                      recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
                      clean_shutdown=self.clean_shutdown, topic_id=topic_id)
@@ -205,6 +231,7 @@ class LogManager:
     def get_or_create(self, topic: str, partition: int, topic_id: str) -> Log:
         lg = self.logs.get((topic, partition))
         if lg is None:
+            self.take_removals()
             lg = self.adopt(self.open_new(topic, partition, topic_id, self.config_for(topic)))
         return lg
 
@@ -216,12 +243,12 @@ class LogManager:
 
     def open_new(self, topic: str, partition: int, topic_id: str, config: LogConfig) -> Log:
         """The log of a partition this manager does not hold yet, created on disk (or opened,
-        should its directory exist) but not held: plain file work that touches nothing of
-        the manager's, so a worker thread may do it (creating a topic's partitions is a
-        few fsyncs each). ``adopt`` then holds it, on the owning thread.
+        should its directory exist) but not held: plain file work, so a worker thread may
+        do it (creating a topic's partitions is a few fsyncs each). ``adopt`` then holds
+        it, on the owning thread.
 
-        First the checkpoint files leave the partitions deleted so far (the class
-        invariant); an OSError doing so creates nothing."""
+        First it writes the checkpoint snapshots ``take_removals()`` took, unless written
+        (the class invariant; thread-safe); an OSError doing so creates nothing."""
         self.write_removals()
         path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
         return Log(path, topic, partition, config, clean_shutdown=True, topic_id=topic_id)
@@ -246,20 +273,29 @@ class LogManager:
             self._pending_flush.pop((topic, partition), None)
         lg.close()
         self._schedule_delete(lg.directory)
-        snapshots = [(f, f.take(entries())) for f, entries in self._checkpoint_files]
+        self._removals_due = True
 
-        def write() -> None:
-            for f, snapshot in snapshots:
-                f.write(snapshot)
-        self._removal = write
+    def take_removals(self) -> None:
+        """After deletes (event-loop thread): snapshot every per-partition checkpoint file as
+        it should be now, for the next ``open_new`` to write first. Cheap when nothing was
+        deleted; one snapshot for any number of deletes."""
+        if not self._removals_due:
+            return
+        self._removals_due = False
+        write = _writer([(f, f.take(entries())) for f, entries in self._checkpoint_files])
+        with self._removal_lock:
+            self._removal = write
 
     def write_removals(self) -> None:
-        """Write the checkpoint snapshots the newest ``delete()`` took, unless done (any
-        thread). A snapshot never replaces a later one, so whichever of these writes and
-        the periodic checkpoints lands last, the files end with the newest state."""
-        write = self._removal
-        if write is not None:
-            write()
+        """Write the snapshots the newest ``take_removals()`` took, unless done (any thread).
+        A snapshot never replaces a later one, so whichever of these writes and the periodic
+        checkpoints lands last, the files end with the newest state."""
+        with self._removal_lock:
+            write = self._removal
+        if write is None:
+            return
+        write()
+        with self._removal_lock:
             if self._removal is write:
                 self._removal = None
 
@@ -340,13 +376,8 @@ class LogManager:
         thread), as a call that writes them (any thread). Written every time, changed or
         not, as Kafka's are: the recovery-point file's existence tells the next start that
         the directory has logs to recover."""
-        snapshots = [(self._recovery_file, self._recovery_file.take(self._recovery_points())),
-                     (self._log_start_file, self._log_start_file.take(self._log_starts()))]
-
-        def write() -> None:
-            for f, snapshot in snapshots:
-                f.write(snapshot)
-        return write
+        return _writer([(self._recovery_file, self._recovery_file.take(self._recovery_points())),
+                        (self._log_start_file, self._log_start_file.take(self._log_starts()))])
 
     def _recovery_points(self) -> dict[TopicPartition, int]:
         return {tp: lg.recovery_point for tp, lg in self.logs.items()}

@@ -13,8 +13,11 @@ from support.replication import open_log_manager
 from dmq.cluster.backend import ClusterBackend
 from dmq.cluster.metadata import EmbeddedMetadataStore, PartitionState
 from dmq.config import BrokerConfig, LogConfig
+from dmq.record.batch import validate_batches
+from dmq.record.records import encode_batch
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.storage.cleaner import LogCleaner
+from dmq.storage.log_manager import LOG_START_FILE, read_checkpoint
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -207,4 +210,25 @@ def test_deleted_topics_are_reported_also_when_created_again_before_a_reconcile(
     run(store.create_topic("b", 1, 1, {}))
     run(backend.reconcile_now())
     assert deleted == [frozenset({"a"}), frozenset({"b"})]
+    rm.log_manager.shutdown()
+
+
+def test_a_topic_created_again_does_not_take_the_deleted_ones_checkpointed_offsets(tmp_path: Path) -> None:
+    """Through the reconcile: the deleted topic's log start offset leaves the checkpoint
+    file before the worker thread creates the new topic's log."""
+    backend, store, rm, _ = _backend(tmp_path)
+    run(store.create_topic("t", 1, 1, {}))
+    run(backend.reconcile_now())
+    lg = rm.partitions[("t", 0)].log
+    data = bytearray(encode_batch([(None, b"v", [])] * 10, timestamp=1))
+    lg.append_as_leader(data, validate_batches(data, 10**6), 0)
+    lg.delete_records_before(8)
+    rm.log_manager.checkpoint()
+    assert read_checkpoint(str(tmp_path / LOG_START_FILE)) == {("t", 0): 8}
+    run(store.delete_topic("t"))
+    run(backend.reconcile_now())
+    run(store.create_topic("t", 1, 1, {}))
+    run(backend.reconcile_now())
+    assert rm.partitions[("t", 0)].log is not lg
+    assert read_checkpoint(str(tmp_path / LOG_START_FILE)).get(("t", 0), 0) == 0
     rm.log_manager.shutdown()

@@ -76,3 +76,27 @@ def test_a_recreated_partition_does_not_take_the_deleted_ones_high_watermark(tmp
     assert restarted.log.log_end_offset == 3
     assert restarted.high_watermark == 0
     lm.shutdown()
+
+
+def test_a_partition_removed_at_start_leaves_the_high_watermark_file(tmp_path: Path) -> None:
+    """A log removed while loading (its topic deleted, or its replica moved away, while
+    this broker was down) takes its high watermark out of the file when the
+    ReplicaManager starts, as load_logs takes it out of its own files; otherwise a log
+    of the partition made later would start from it after a crash."""
+    lm, rm = _open(tmp_path)
+    rm.become_leader("t", 0, "id", 0, replicas=[1, 2], isr=[1])
+    _produce(rm, 10)
+    rm.checkpoint_high_watermarks()
+    lm.shutdown()
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, p: None)  # the cluster no longer has t-0 here
+    ReplicaManager(1, lm)
+    assert read_checkpoint(str(tmp_path / HIGH_WATERMARK_FILE)) == {}
+    lm.shutdown()
+    lm, rm = _open(tmp_path)
+    rm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[1, 2])  # moved back: a new log
+    _produce(rm, 3)
+    # killed here
+    lm, rm = _open(tmp_path)
+    assert rm.become_follower("t", 0, "id", 2, 2, replicas=[1, 2], isr=[1, 2])[0].high_watermark == 0
+    lm.shutdown()

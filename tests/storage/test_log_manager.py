@@ -183,3 +183,22 @@ def test_a_recreated_partition_does_not_take_the_checkpoints_of_the_deleted_one(
     assert lg is not None
     assert (lg.log_start_offset, lg.log_end_offset) == (0, 3)
     assert lg.recovery_point == 0
+
+
+def test_a_log_of_an_earlier_topic_of_the_same_name_is_removed_at_start(tmp_path: Path) -> None:
+    """A topic deleted and created again while this broker was down: the directory left
+    behind holds the earlier topic's records (its partition.metadata says so) and is
+    removed, not taken for the new topic's log."""
+    config = LogConfig(BrokerConfig())
+    lm = LogManager(str(tmp_path), lambda t: config)
+    lm.load_logs(lambda t, p: "old")
+    lm.get_or_create("t", 0, "old")
+    _append(lm, "t", 5)
+    lm.shutdown()
+    again = LogManager(str(tmp_path), lambda t: config)
+    again.load_logs(lambda t, p: "new")
+    assert again.get("t", 0) is None
+    assert not (tmp_path / "t-0").exists()
+    assert read_checkpoint(str(tmp_path / RECOVERY_POINT_FILE)) == {}
+    lg = again.get_or_create("t", 0, "new")
+    assert lg.log_end_offset == 0
