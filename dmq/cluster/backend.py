@@ -12,7 +12,9 @@ states with what this broker runs and makes the difference good:
   from the leader (throttled while a reassignment adds it here), unless the
   partition has no leader or this broker is shutting down;
 - a partition it no longer hosts (deleted, reassigned away): its fetcher
-  stops and its log is deleted;
+  stops and its log is deleted; so is the log of a partition whose topic is
+  there under a new topic id (deleted and created again since the last
+  reconcile), and a new one is made;
 - topic configs altered through another broker reach the local logs;
 - the partitions of internal topics it leads (``__consumer_offsets``,
   ``__transaction_state``) are handed to their coordinators
@@ -206,6 +208,17 @@ class ClusterBackend:
                 if self.broker_id not in state.replicas and state.leader != self.broker_id:
                     continue
                 wanted.add(tp)
+                held = rm.partitions.get(tp)
+                if held is not None and held.topic_id != topic.topic_id:
+                    # Deleted and created again since the last reconcile (a session lost
+                    # meanwhile, a slow watch): the log holds the earlier topic's records.
+                    log.info("%s-%d: the topic was deleted and created again (topic id %s, was %s); "
+                             "removing the earlier topic's log", topic.name, index, topic.topic_id,
+                             held.topic_id)
+                    if self.fetchers is not None:
+                        self.fetchers.remove_partition(tp)
+                    rm.remove_partition(topic.name, index, delete=True)
+                    self.cleaner.forget(*tp)
                 if tp not in rm.partitions and self.log_manager.get(*tp) is None:
                     missing.append(NewLog(topic.name, index, topic.topic_id,
                                           self.log_manager.config_for(topic.name),

@@ -232,3 +232,25 @@ def test_a_topic_created_again_does_not_take_the_deleted_ones_checkpointed_offse
     assert rm.partitions[("t", 0)].log is not lg
     assert read_checkpoint(str(tmp_path / LOG_START_FILE)).get(("t", 0), 0) == 0
     rm.log_manager.shutdown()
+
+
+def test_a_topic_created_again_before_a_reconcile_gets_a_new_log(tmp_path: Path) -> None:
+    """Deleted and created again under the same name between two reconciles (a broker
+    whose ZooKeeper session was lost meanwhile sees only the new topic id): the log of
+    the earlier topic is deleted and a new one made, not reused for the new topic."""
+    backend, store, rm, _ = _backend(tmp_path)
+    run(store.create_topic("t", 1, 1, {}))
+    run(backend.reconcile_now())
+    old = rm.partitions[("t", 0)]
+    data = bytearray(encode_batch([(None, b"old", [])] * 10, timestamp=1))
+    old.log.append_as_leader(data, validate_batches(data, 10**6), 0)
+    run(store.delete_topic("t"))
+    run(store.create_topic("t", 1, 1, {}))
+    new_id = store.topics()["t"].topic_id
+    assert new_id != old.topic_id
+    run(backend.reconcile_now())
+    run(backend.reconcile_now())  # the new log is made on the worker, held by the next reconcile
+    now = rm.partitions[("t", 0)]
+    assert now.topic_id == new_id and now.log is not old.log
+    assert now.log.log_end_offset == 0 and now.is_leader
+    rm.log_manager.shutdown()
