@@ -11,8 +11,12 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
 from support.cluster import Cluster
+
+from dmq.storage.log import read_partition_topic_id
 
 
 def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, timeout: float = 60) -> dict[int, list[tuple[int, bytes]]]:
@@ -344,3 +348,55 @@ def test_zookeeper_restart_loses_no_cluster_state(cluster: Cluster) -> None:
     assert producer.flush(30) == 0
     got = consume_all(cluster.bootstrap, "zkr", 3, 200)
     assert sorted(int(v) for vals in got.values() for _, v in vals) == list(range(200))
+
+
+@pytest.mark.cluster_config(**{"zookeeper.session.timeout.ms": "15000"})
+def test_a_replica_paused_while_its_topic_is_deleted_and_created_again_keeps_no_old_record(
+        cluster: Cluster) -> None:
+    """A follower paused (SIGSTOP) while its topic is deleted and created under the same
+    name sees only the new topic id when it runs again. It used to keep the earlier
+    topic's log as the new topic's replica: both start in leader epoch 0, so its
+    truncation kept the old records below the new leader's log end (a replica that
+    disagrees with its leader, and would serve the old records if elected). (Until the
+    reconcile replaces the log, the follower's fetcher may still fetch the new topic into
+    the old log: Fetch v12 names topics, not ids; that log is then deleted.)"""
+    victim = next(b for b in cluster.brokers if b != cluster.controller_id())
+    others = [b for b in cluster.brokers if b != victim]
+    cluster.create_topic("recycled", 1, 3)
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 0})
+    for i in range(5):
+        p.produce("recycled", b"old-%d" % i)
+    assert p.flush(30) == 0
+    cluster.wait_for(lambda: len(cluster.partition("recycled").isrs) == 3, "the old topic in sync")
+    old_id = read_partition_topic_id(str(cluster.brokers[victim].data_dir / "recycled-0"))
+    assert old_id
+    cluster.pause(victim)
+    try:
+        admin = cluster.admin(via=others)
+        admin.delete_topics(["recycled"])["recycled"].result(30)
+        cluster.wait_for(lambda: "recycled" not in cluster.metadata(via=others).topics, "the topic deleted")
+        deadline = time.monotonic() + 10
+        while True:  # the paused broker is still registered: the new topic has a replica there
+            try:
+                admin.create_topics([NewTopic("recycled", 1, 3)])["recycled"].result(30)
+                break
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        assert victim in cluster.partition("recycled", via=others).replicas
+        p = Producer({"bootstrap.servers": cluster.reachable_bootstrap(others), "acks": "1", "log_level": 0})
+        for i in range(3):
+            p.produce("recycled", b"new-%d" % i)
+        assert p.flush(30) == 0
+    finally:
+        cluster.resume(victim)
+    directory = cluster.brokers[victim].data_dir / "recycled-0"
+
+    def held() -> bytes:
+        return b"".join(f.read_bytes() for f in sorted(directory.glob("*.log")))
+
+    # The follower's log is replaced by one of the new topic, which fetches the new records.
+    cluster.wait_for(lambda: read_partition_topic_id(str(directory)) not in (None, old_id)
+                     and held().count(b"new-") == 3, "the new topic's log on the follower", timeout=60)
+    assert b"old-" not in held(), "the follower kept records of the deleted topic"
