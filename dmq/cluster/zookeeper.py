@@ -393,7 +393,9 @@ class ZooKeeperMetadataStore(MetadataStore):
             self.removing_replicas.pop(name, None)
         else:
             old = self._topics.get(name)
-            if old is not None:  # keep a newer state a watch brought meanwhile
+            if old is not None and old.topic_id == topic.topic_id:
+                # Keep a newer state a watch brought meanwhile (not of an earlier topic of
+                # the same name: its state versions say nothing of this one's).
                 for p, state in topic.partitions.items():
                     cached = old.partitions.get(p)
                     if cached is not None and cached.version > state.version:

@@ -14,6 +14,7 @@ Event-loop thread only.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable, Iterable
 
@@ -34,6 +35,11 @@ from dmq.group.share_group import (
     TopicLookup,
     validate_heartbeat,
 )
+
+log = logging.getLogger("dmq.group")
+DELETED_TOPIC_BATCH = 500  # tombstones per write when a topic is deleted
+DELETED_TOPIC_ATTEMPTS = 5
+DELETED_TOPIC_BACKOFF_S = 0.5
 
 __all__ = ["GroupConfig", "GroupCoordinator", "InitializedTopic", "JoinResult", "ListedGroup", "ShareConfig",
            "ShareTopic", "SyncResult"]
@@ -205,15 +211,34 @@ class GroupCoordinator:
 
     async def on_topics_deleted(self, topics: frozenset[str]) -> int:
         """Topics deleted from the cluster: their committed offsets leave every group of
-        every partition coordinated here (Kafka's ``onPartitionsDeleted``). Returns the
-        records written."""
-        total = 0
-        for partition in sorted(self.runtime.loaded_partitions()):
-            written = await self.runtime.write(
-                partition, lambda shard, now: shard.delete_topic_offsets(topics, now), lambda error: 0,
-                exclusive=True)
-            total += int(written)
-        return total
+        every partition coordinated here (Kafka's ``onPartitionsDeleted``), those committed
+        until now. Every partition at once, each in batches of at most about
+        ``DELETED_TOPIC_BATCH`` records, a failed write tried again (a few times, while the
+        partition stays here). Returns the records written."""
+        noticed_ms = self.runtime.clock()
+        counts = await asyncio.gather(*(self._delete_topic_offsets(partition, topics, noticed_ms)
+                                        for partition in sorted(self.runtime.loaded_partitions())))
+        return sum(counts)
+
+    async def _delete_topic_offsets(self, partition: int, topics: frozenset[str], noticed_ms: int) -> int:
+        written, failures = 0, 0
+        while self.runtime.shard(partition) is not None:
+            result = await self.runtime.write(
+                partition, lambda shard, now: shard.delete_topic_offsets(topics, noticed_ms, DELETED_TOPIC_BATCH, now),
+                lambda error: error, exclusive=True)
+            if isinstance(result, ErrorCode):
+                failures += 1
+                if failures >= DELETED_TOPIC_ATTEMPTS:
+                    log.warning("could not remove the offsets of deleted topics %s from __consumer_offsets-%d: "
+                                "%s", ", ".join(sorted(topics)), partition, result.name)
+                    break
+                await asyncio.sleep(DELETED_TOPIC_BACKOFF_S * failures)
+                continue
+            count, more = result
+            written += count
+            if not more:
+                break
+        return written
 
     # ------------------------------------------------------------------ admin
 

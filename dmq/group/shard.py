@@ -743,7 +743,7 @@ class GroupShard:
                 results[(topic, partition)] = ErrorCode.group_subscribed_to_topic
                 continue
             results[(topic, partition)] = ErrorCode.none
-            if (topic, partition) in group.offsets:
+            if (topic, partition) in group.offsets or (topic, partition) in self.unstable_offsets(group_id):
                 out.records.append((rec.encode_offset_key(rec.OffsetKey(group_id, topic, partition)), None))
         return out.result((ErrorCode.none, results))
 
@@ -758,7 +758,9 @@ class GroupShard:
             return out.result(ErrorCode.group_id_not_found)
         if not group.is_empty:
             return out.result(ErrorCode.non_empty_group)
-        out.records.extend((rec.encode_offset_key(rec.OffsetKey(group_id, t, p)), None) for t, p in group.offsets)
+        # Offsets open transactions would commit go too (Kafka's deleteAllOffsets).
+        out.records.extend((rec.encode_offset_key(rec.OffsetKey(group_id, t, p)), None)
+                           for t, p in sorted(set(group.offsets) | self.unstable_offsets(group_id)))
         out.records.append((rec.encode_group_key(rec.GroupKey(group_id)), None))
         return out.result(ErrorCode.none)
 
@@ -768,33 +770,46 @@ class GroupShard:
         for group in self.groups.values():
             if not group.is_empty or group.state != GroupState.EMPTY:
                 continue
+            # As Kafka: an offset an open transaction will replace does not expire (its
+            # tombstone would drop the pending one too), nor does the group meanwhile.
+            unstable = self.unstable_offsets(group.group_id)
             expired = [(rec.encode_offset_key(rec.OffsetKey(group.group_id, topic, partition)), None)
                        for (topic, partition), om in group.offsets.items()
                        if now_ms - max(om.commit_timestamp, group.state_timestamp)
-                       > self.config.offsets_retention_ms]
+                       > self.config.offsets_retention_ms and (topic, partition) not in unstable]
             out.records.extend(expired)
-            if expired and len(expired) == len(group.offsets):
+            if expired and len(expired) == len(group.offsets) and not unstable:
                 out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
         return out.result(len(out.records))
 
-    def delete_topic_offsets(self, topics: Collection[str], now_ms: int) -> CoordinatorResult:
+    def delete_topic_offsets(self, topics: Collection[str], noticed_ms: int, limit: int,
+                             now_ms: int) -> CoordinatorResult:
         """Topics were deleted (Kafka's ``onPartitionsDeleted``): tombstones for every
         group's committed offsets of their partitions, and for those open transactions
-        would commit; an empty group left without offsets goes too. A topic created
-        again under the same name starts without them, as a consumer group would on a
-        new topic. The result is the number of records."""
+        would commit, committed no later than ``noticed_ms`` (when this broker saw the
+        deletion: a topic created again under the same name since keeps its own); an
+        empty group left without offsets goes too. At most about ``limit`` records (whole
+        groups), so a large deletion is written in bounded batches. The result is
+        (records, whether more remain)."""
         out = _Out()
         doomed = set(topics)
+        more = False
         for group in self.groups.values():
-            gone = {tp for tp in group.offsets if tp[0] in doomed}
-            gone.update(tp for pending in self.txn_offsets.values()
-                        for tp in pending.get(group.group_id, {}) if tp[0] in doomed)
+            pending = {tp: om for txn in self.txn_offsets.values()
+                       for tp, om in txn.get(group.group_id, {}).items()}
+            gone = {tp for offsets in (group.offsets, pending) for tp, om in offsets.items()
+                    if tp[0] in doomed and om.commit_timestamp <= noticed_ms}
+            if not gone:
+                continue
+            if out.records and len(out.records) + len(gone) > limit:
+                more = True
+                break
             out.records.extend((rec.encode_offset_key(rec.OffsetKey(group.group_id, *tp)), None)
                                for tp in sorted(gone))
-            if (gone and group.state == GroupState.EMPTY and group.is_empty
-                    and not any(tp not in gone for tp in group.offsets)):
+            if (group.state == GroupState.EMPTY and group.is_empty and set(group.offsets) <= gone
+                    and set(pending) <= gone):
                 out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
-        return out.result(len(out.records))
+        return out.result((len(out.records), more))
 
     # ------------------------------------------------------------------- admin
 

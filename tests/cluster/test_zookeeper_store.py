@@ -245,3 +245,33 @@ def test_group_configs_are_seen_by_every_broker_and_kept(zookeeper: ZooKeeperPro
             await a.stop()
             await b.stop()
     run(body)
+
+
+def test_a_topic_created_again_does_not_keep_the_earlier_topics_partition_states(
+        zookeeper: ZooKeeperProcess) -> None:
+    """A broker that still caches the deleted topic when it reads the new one of the same
+    name (its watches were late, its session was lost) takes the new topic's partition
+    states. It used to keep the cached ones wherever their state version was higher,
+    which the earlier topic's, changed more often, usually was: the new topic got the old
+    leader, epoch and ISR, and its state watches were then ignored as older."""
+    async def body() -> None:
+        a = await store(zookeeper, 1)
+        try:
+            await a.try_become_controller()
+            await a.create_topic("again", 1, 1, {})
+            for epoch in (1, 2, 3):
+                version = await a.partition_state_version("again", 0)
+                await a.update_partition_state("again", 0, PartitionState([1], 1, epoch, [1]), version)
+            await wait_for(lambda: a.topics()["again"].partitions[0].leader_epoch == 3)
+            earlier = a.topics()["again"]
+            await a.delete_topic("again")
+            await a.create_topic("again", 1, 1, {})
+            a._topics["again"] = earlier  # what a late broker still caches
+            await a.refresh_topic("again")
+            now = a.topics()["again"]
+            assert now.topic_id != earlier.topic_id
+            assert now.partitions[0] == await a.partition_state("again", 0)
+            assert now.partitions[0].leader_epoch == 0
+        finally:
+            await a.stop()
+    run(body)

@@ -125,7 +125,7 @@ def test_a_deleted_topics_offsets_leave_every_group() -> None:
     d.run(d.shard.commit_offsets, "mixed", -1, "", None, [("gone", 0, 1, -1, None), ("t", 0, 2, -1, None)])
     d.run(d.shard.txn_offset_commit, "tx", "mixed", 77, 0, -1, "", None,
           [("gone", 1, 9, -1, None), ("t", 1, 3, -1, None)])
-    assert d.run(d.shard.delete_topic_offsets, {"gone"}) == 5  # 4 offsets and the group "only"
+    assert d.run(d.shard.delete_topic_offsets, {"gone"}, d.now, 500) == (5, False)  # 4 offsets, group "only"
     assert "only" not in d.shard.groups
     assert set(d.shard.fetch_offsets("mixed", None)[1]) == {("t", 0)}
     assert d.run(d.shard.complete_transaction, 77, 0, True, 3) == ErrorCode.none
@@ -133,7 +133,40 @@ def test_a_deleted_topics_offsets_leave_every_group() -> None:
     again = reloaded(d)
     assert "only" not in again.groups
     assert again.fetch_offsets("mixed", None) == d.shard.fetch_offsets("mixed", None)
-    assert d.run(d.shard.delete_topic_offsets, {"gone"}) == 0
+    assert d.run(d.shard.delete_topic_offsets, {"gone"}, d.now, 500) == (0, False)
+
+
+def test_deleted_topic_offsets_spare_active_groups_later_commits_and_go_in_batches() -> None:
+    d = ShardDriver(GroupShard(0, GroupConfig(num_partitions=5, initial_rebalance_delay_ms=0),
+                               lambda t, p: t in ("t", "gone") and p < 4))
+    d.run(d.shard.commit_offsets, "active", -1, "", None, [("gone", 0, 5, -1, None)])
+    assert d.answer(join(d, "active", instance="i")).error == ErrorCode.none  # a member now
+    for i in range(3):
+        d.run(d.shard.commit_offsets, f"g{i}", -1, "", None, [("gone", 0, 1, -1, None), ("gone", 1, 1, -1, None)])
+    noticed = d.now
+    d.now += 1000
+    d.run(d.shard.commit_offsets, "late", -1, "", None, [("gone", 0, 2, -1, None)])  # the topic created again
+    # Whole groups per batch: the active one's offset (its group record stays), then g0's two
+    # offsets and its group record; g1; g2.
+    assert d.run(d.shard.delete_topic_offsets, {"gone"}, noticed, 3) == (4, True)
+    assert d.run(d.shard.delete_topic_offsets, {"gone"}, noticed, 3) == (3, True)
+    assert d.run(d.shard.delete_topic_offsets, {"gone"}, noticed, 3) == (3, False)
+    assert "active" in d.shard.groups and d.shard.fetch_offsets("active", None)[1] == {}
+    assert d.shard.fetch_offsets("late", None)[1][("gone", 0)].offset == 2  # type: ignore[union-attr]
+    assert not any(f"g{i}" in d.shard.groups for i in range(3))
+
+
+def test_an_offset_an_open_transaction_will_replace_does_not_expire() -> None:
+    """As Kafka: expiring an offset while a transaction holds a new one for the same
+    partition would drop the pending one with it; the committed transaction's offset
+    must count."""
+    d = ShardDriver(shard(offsets_retention_ms=60_000))
+    d.run(d.shard.commit_offsets, "g", -1, "", None, [("t", 0, 5, -1, None)])
+    d.now += 61_000
+    d.run(d.shard.txn_offset_commit, "tx", "g", 77, 0, -1, "", None, [("t", 0, 9, -1, None)])
+    assert d.run(d.shard.expire_offsets) == 0
+    assert d.run(d.shard.complete_transaction, 77, 0, True, 3) == ErrorCode.none
+    assert d.shard.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 9  # type: ignore[union-attr]
 
 
 def test_protocol_every_member_supports_is_chosen_and_laggards_are_removed() -> None:
