@@ -239,18 +239,30 @@ class ReplicaFetcherManager:
                     self._back_off(tp, state, r.error_code)
                     continue
                 leo = p.log.log_end_offset
+                done = True
                 if r.leader_epoch < 0 or asked[tp] < 0:
                     target = min(p.high_watermark, leo)  # no epoch information: keep what is committed
                 elif r.leader_epoch == asked[tp]:
                     target = min(r.end_offset, leo)
                 else:
-                    _, local_end = p.log.leader_epochs.end_offset_for(r.leader_epoch, leo)
-                    target = min(r.end_offset, local_end if local_end >= 0 else leo)
+                    local_epoch, local_end = p.log.leader_epochs.end_offset_for(r.leader_epoch, leo)
+                    if local_epoch < 0:  # nothing this old here: the leader's end is the bound
+                        target = min(r.end_offset, leo)
+                    elif local_epoch == r.leader_epoch:
+                        target = min(r.end_offset, local_end, leo)
+                    else:
+                        # KIP-279: this log lacks the leader's epoch. Cut to the end of the
+                        # largest epoch it has below that one and ask again with it: records
+                        # of an epoch the leader never had must not survive under its offsets.
+                        target = min(local_end, leo)
+                        done = False
                 if target < leo:
                     log.info("%s-%d: truncating from %d to %d (leader %d epoch %d ends at %d)",
                              tp[0], tp[1], leo, target, fetcher.leader_id, r.leader_epoch, r.end_offset)
-                    p.truncate_to(max(target, p.log.log_start_offset))
-                state.needs_truncation = False
+                # Also when nothing is cut: an epoch entry at the log end (a leadership here
+                # that wrote nothing) must go before the leader's records come (Kafka's truncateTo).
+                p.truncate_to(max(target, p.log.log_start_offset))
+                state.needs_truncation = not done
 
     def _back_off(self, tp: TopicPartition, state: FetchState, error: ErrorCode) -> None:
         delay = 0.05 if error == ErrorCode.unknown_leader_epoch else self.backoff

@@ -32,6 +32,7 @@ batch appended (followers' delayed fetches wait on it). Event-loop thread only.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,11 +40,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from dmq.record.batch import ValidatedBatches
+from dmq.record.batch import HEADER_SIZE, ValidatedBatches, parse_header
 from dmq.replication.stats import TopicStats
 from dmq.storage.log import AppendResult, Log, OffsetOutOfRangeError
 from dmq.storage.producer_state import AppendOrigin
 from dmq.storage.segment import FileSlice
+
+log = logging.getLogger("dmq.replication")
 
 NO_LEADER = -1
 
@@ -428,6 +431,16 @@ class Partition:
     # --------------------------------------------------------------- follower
 
     def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
+        if records and self.log.log_end_offset == self.log.log_start_offset:
+            # An empty log restarted at the leader's log start, which DeleteRecords may have
+            # put inside a batch: the leader sends that whole batch. Start the log at the
+            # batch's base instead (Kafka's UnexpectedAppendOffsetException handling); the
+            # leader's log start offset in later answers moves this one's up again.
+            first = parse_header(records, 0).base_offset if len(records) >= HEADER_SIZE else None
+            if first is not None and first < self.log.log_end_offset:
+                log.info("%s-%d: the leader's first batch starts at %d, below this empty log's start %d; "
+                         "restarting the log there", self.topic, self.index, first, self.log.log_end_offset)
+                self.truncate_fully_and_start_at(first)
         appended = self.log.append_as_follower(records) if records else 0
         if appended:
             self.stats.replication_bytes_in += appended

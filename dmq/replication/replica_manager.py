@@ -376,9 +376,20 @@ class ReplicaManager:
         return results
 
     def _record_follower_fetches(self, requests: list[FetchRequestPartition], replica_id: int) -> None:
+        """A follower's fetch offset is its log end offset, and moves the high watermark,
+        only from a fetch the read will serve: in this leader's epoch (a fenced or future
+        epoch is a follower that has not truncated against this leadership) and within
+        [log start, log end] (an offset beyond the end is a log that diverged: counting it
+        would commit every later append the moment it is written). Kafka checks both
+        before ``updateFollowerFetchState``."""
         for req in requests:
             partition = self.partitions.get((req.topic, req.partition))
             if partition is None or not partition.is_leader:
+                continue
+            if 0 <= req.current_leader_epoch != partition.leader_epoch:
+                continue
+            plog = partition.log
+            if not plog.log_start_offset <= req.fetch_offset <= plog.log_end_offset:
                 continue
             try:
                 moved = partition.update_follower_fetch(replica_id, req.fetch_offset)

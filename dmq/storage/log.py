@@ -801,20 +801,26 @@ class Log:
         self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
 
     def delete_old_segments(self, now: int | None = None) -> int:
-        """Apply retention.ms / retention.bytes (``delete`` policy); return segments deleted."""
+        """Apply retention.ms / retention.bytes (``delete`` policy); return segments deleted.
+
+        A segment goes only once the high watermark has passed all of it (Kafka's
+        ``deletableSegments``): records not yet replicated to the ISR are never deleted
+        (an acks=all produce would otherwise be answered once a follower restarted past
+        them), and the log start never passes the high watermark."""
         now = now_ms() if now is None else now
         deleted = self._delete_segments_below_start()
         if "delete" not in self.config.cleanup_policy:
             return deleted
+        hw = self.high_watermark
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
             while len(self.segments) > 1 and now - self.segments[0].largest_timestamp > retention_ms \
-                    and self._outside_delayed(self.segments[0]):
+                    and self.segments[1].base_offset <= hw and self._outside_delayed(self.segments[0]):
                 self._delete_first_segment()
                 deleted += 1
             active = self.active_segment
             if active.size > 0 and now - active.largest_timestamp > retention_ms \
-                    and self._outside_delayed(active):
+                    and self.log_end_offset <= hw and self._outside_delayed(active):
                 # Every record is expired: roll so the old active segment can go.
                 self.roll()
                 self._delete_first_segment()
@@ -823,7 +829,7 @@ class Log:
         if retention_bytes >= 0:
             excess = self.size_in_bytes - retention_bytes
             while len(self.segments) > 1 and excess - self.segments[0].size >= 0 \
-                    and self._outside_delayed(self.segments[0]):
+                    and self.segments[1].base_offset <= hw and self._outside_delayed(self.segments[0]):
                 excess -= self.segments[0].size
                 self._delete_first_segment()
                 deleted += 1
@@ -840,8 +846,12 @@ class Log:
         return oldest is None or segment.next_offset <= oldest
 
     def truncate_to(self, offset: int) -> None:
-        """Remove every record at or above ``offset`` (a follower diverged)."""
+        """Remove every record at or above ``offset`` (a follower diverged). At or past the
+        log end nothing is cut, but leader-epoch entries starting at or past the log end
+        go (Kafka's truncateTo: a leadership here that wrote nothing left an entry that
+        would otherwise label the leader's records about to be fetched)."""
         if offset >= self.log_end_offset:
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.records import encode_batch
-from dmq.replication.replica_manager import HIGH_WATERMARK_FILE, ReplicaManager
+from dmq.replication.replica_manager import (
+    HIGH_WATERMARK_FILE,
+    FetchRequestPartition,
+    ReplicaManager,
+)
 from dmq.storage.log_manager import LogManager, read_checkpoint
 
 
@@ -99,4 +107,46 @@ def test_a_partition_removed_at_start_leaves_the_high_watermark_file(tmp_path: P
     # killed here
     lm, rm = _open(tmp_path)
     assert rm.become_follower("t", 0, "id", 2, 2, replicas=[1, 2], isr=[1, 2])[0].high_watermark == 0
+    lm.shutdown()
+
+
+def _follower_fetch(rm: ReplicaManager, replica: int, offset: int, epoch: int) -> list[Any]:
+    return asyncio.run(rm.fetch_messages(
+        [FetchRequestPartition("t", 0, offset, 1 << 20, current_leader_epoch=epoch)],
+        max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, replica_id=replica))
+
+
+def test_a_refused_follower_fetch_does_not_move_the_high_watermark(tmp_path: Path) -> None:
+    """A follower's fetch offset counts as its log end only from a fetch the leader serves:
+    not one in an older epoch (a follower that has not truncated against this leadership:
+    what it holds below that offset may differ) nor one beyond the log end (a diverged log:
+    counted, every later append would be committed the moment it is written). Kafka checks
+    both before updateFollowerFetchState."""
+    lm, rm = _open(tmp_path)
+    p = rm.become_leader("t", 0, "id", 3, replicas=[1, 2], isr=[1, 2])
+    _produce(rm, 10)
+    assert _follower_fetch(rm, 2, 10, epoch=0)[0].error == ErrorCode.fenced_leader_epoch
+    assert p.high_watermark == 0
+    assert _follower_fetch(rm, 2, 1000, epoch=3)[0].error == ErrorCode.offset_out_of_range
+    _produce(rm, 10)
+    assert p.high_watermark == 0
+    assert _follower_fetch(rm, 2, 20, epoch=3)[0].error == ErrorCode.none
+    assert p.high_watermark == 20
+    lm.shutdown()
+
+
+def test_retention_never_deletes_what_the_high_watermark_has_not_passed(tmp_path: Path) -> None:
+    """Kafka's deletableSegments: a segment goes only once the high watermark passed it. An
+    acks=all batch retention deleted before any follower fetched it was answered as written
+    once the follower restarted at the leader's new log start."""
+    lm, rm = _open(tmp_path)
+    p = rm.become_leader("t", 0, "id", 0, replicas=[1, 2], isr=[1, 2])
+    _produce(rm, 10)  # record timestamps are 1 (1970): long expired
+    assert p.high_watermark == 0
+    rm.log_manager.run_retention()
+    assert p.log.log_start_offset == 0 and p.log.log_end_offset == 10
+    assert _follower_fetch(rm, 2, 10, epoch=0)[0].error == ErrorCode.none  # replicated now
+    assert p.high_watermark == 10
+    rm.log_manager.run_retention()
+    assert p.log.log_start_offset == 10  # deleted once committed
     lm.shutdown()
