@@ -718,6 +718,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         if assignment is None:
             assignment = assign_replicas(live, num_partitions, replication_factor, self._racks())
         topic_id = uuid.uuid4().hex
+        # Above every epoch an earlier topic of this name reached (epoch_floor's docstring).
+        epoch = await self.epoch_floor(name) + 1
         config_path, config = paths.topic_config(name), codecs.encode_config(configs)
         results: list[Any] = []
         for _ in range(3):
@@ -731,7 +733,7 @@ class ZooKeeperMetadataStore(MetadataStore):
             for p, replicas in assignment.items():
                 ops.append(Op.create(paths.partition(name, p)))
                 ops.append(Op.create(paths.partition_state(name, p), codecs.encode_state(
-                    codecs.LeaderAndIsr(self.controller_epoch, replicas[0], 0, list(replicas)))))
+                    codecs.LeaderAndIsr(self.controller_epoch, replicas[0], epoch, list(replicas)))))
             results = await self.client.transaction(ops)
             if not any(isinstance(r, Exception) for r in results):
                 break
@@ -748,14 +750,58 @@ class ZooKeeperMetadataStore(MetadataStore):
             raise MetadataError("unknown_topic_or_partition", f"Topic {name} was deleted meanwhile.")
         return topic
 
+    async def epoch_floor(self, name: str) -> int:
+        """The highest leader epoch an earlier, deleted topic of this name reached (-1: none).
+
+        Fetch v12 and OffsetForLeaderEpoch name topics, not topic ids. A broker whose
+        metadata lags behind a topic deleted and created again would fetch, truncate
+        against or write ISRs for the other incarnation in the same epochs (both starting
+        at 0) and keep the old records as the new topic's, or have the leader count its
+        position. A new topic's epochs start above the deleted one's instead, so each
+        side's epoch check refuses the other (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH);
+        clients that remember the old topic's epochs (KIP-320) take the new ones as newer.
+        Kafka fences incarnations with topic ids (Fetch v13) instead."""
+        found = await self.client.get_or_none(paths.topic_epoch_floor(name))
+        if found is None:
+            return -1
+        try:
+            return int(found[0].decode())
+        except ValueError:
+            return -1
+
     async def delete_topic(self, name: str) -> TopicMetadata:
+        """Delete the topic's znodes and, in the same transaction, record the highest leader
+        epoch its partitions reached (``epoch_floor``): the states' versions are checked, so
+        no election can slip in between."""
         topic = self._topics.get(name) or await self._read_topic(name)
         if topic is None:
             raise MetadataError("unknown_topic_or_partition", "This server does not host this topic-partition.")
-        try:
-            await self.client.delete(paths.topic(name), recursive=True)
-        except NoNodeError:
-            pass
+        for _ in range(5):
+            current = await self._read_topic(name)
+            if current is None:
+                break
+            floor = max([await self.epoch_floor(name)] + [s.leader_epoch for s in current.partitions.values()])
+            floor_path = paths.topic_epoch_floor(name)
+            body = str(floor).encode()
+            ops = [Op.check(paths.partition_state(name, p), s.version)
+                   for p, s in current.partitions.items() if s.version >= 0]
+            ops.append(Op.set(floor_path, body) if await self.client.exists(floor_path) is not None
+                       else Op.create(floor_path, body))
+            for p in current.partitions:
+                if current.partitions[p].version >= 0:
+                    ops.append(Op.delete(paths.partition_state(name, p)))
+                ops.append(Op.delete(paths.partition(name, p)))
+            ops += [Op.delete(paths.partitions(name)), Op.delete(paths.topic(name))]
+            results = await self.client.transaction(ops)
+            if not any(isinstance(r, Exception) for r in results):
+                break
+        else:
+            log.warning("deleting topic %s: its partition states kept changing or it has unexpected znodes; "
+                        "deleting it without recording its leader epochs", name)
+            try:
+                await self.client.delete(paths.topic(name), recursive=True)
+            except NoNodeError:
+                pass
         try:
             await self.client.delete(paths.topic_config(name))
         except NoNodeError:

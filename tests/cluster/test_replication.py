@@ -355,11 +355,11 @@ def test_a_replica_paused_while_its_topic_is_deleted_and_created_again_keeps_no_
         cluster: Cluster) -> None:
     """A follower paused (SIGSTOP) while its topic is deleted and created under the same
     name sees only the new topic id when it runs again. It used to keep the earlier
-    topic's log as the new topic's replica: both start in leader epoch 0, so its
+    topic's log as the new topic's replica: both started in leader epoch 0, so its
     truncation kept the old records below the new leader's log end (a replica that
-    disagrees with its leader, and would serve the old records if elected). (Until the
-    reconcile replaces the log, the follower's fetcher may still fetch the new topic into
-    the old log: Fetch v12 names topics, not ids; that log is then deleted.)"""
+    disagrees with its leader, and would serve the old records if elected). Now its
+    reconcile replaces the log, and until then the leader refuses its fetches: the new
+    topic's epochs start above the deleted one's."""
     victim = next(b for b in cluster.brokers if b != cluster.controller_id())
     others = [b for b in cluster.brokers if b != victim]
     cluster.create_topic("recycled", 1, 3)

@@ -271,7 +271,33 @@ def test_a_topic_created_again_does_not_keep_the_earlier_topics_partition_states
             now = a.topics()["again"]
             assert now.topic_id != earlier.topic_id
             assert now.partitions[0] == await a.partition_state("again", 0)
-            assert now.partitions[0].leader_epoch == 0
+            assert now.partitions[0].leader_epoch == 4  # above the deleted topic's epochs
+        finally:
+            await a.stop()
+    run(body)
+
+
+def test_a_topic_created_again_starts_above_the_deleted_topics_leader_epochs(zookeeper: ZooKeeperProcess) -> None:
+    """Fetch v12 and OffsetForLeaderEpoch name topics, not ids: a broker whose metadata lags
+    behind a topic deleted and created again must not meet the other incarnation in the same
+    leader epoch (its fetches, truncations and ISR writes would pass the epoch checks). The
+    deletion records the highest epoch the topic reached, atomically with the removal of its
+    znodes, and the next topic of that name starts above it; a first topic starts at 0."""
+    async def body() -> None:
+        a = await store(zookeeper, 1)
+        try:
+            await a.try_become_controller()
+            created = await a.create_topic("floor", 2, 1, {})
+            assert {s.leader_epoch for s in created.partitions.values()} == {0}
+            version = await a.partition_state_version("floor", 1)
+            await a.update_partition_state("floor", 1, PartitionState([1], 1, 7, [1]), version)
+            await a.delete_topic("floor")
+            assert await a.epoch_floor("floor") == 7
+            again = await a.create_topic("floor", 2, 1, {})
+            assert {s.leader_epoch for s in again.partitions.values()} == {8}
+            await a.delete_topic("floor")
+            assert await a.epoch_floor("floor") == 8
+            assert await a.epoch_floor("never") == -1
         finally:
             await a.stop()
     run(body)

@@ -21,10 +21,13 @@ DELETE_TOPICS = "/admin/delete_topics"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 # dmq's own: leaders that lost their followers ask the controller to elect another ISR member.
 LEADER_RESIGNATIONS = "/admin/leader_resignations"
+# dmq's own: the highest leader epoch each deleted topic reached; a topic created again under
+# the name starts above it (the two incarnations' epochs never meet: see ZooKeeperMetadataStore).
+TOPIC_EPOCH_FLOORS = "/admin/topic_epoch_floors"
 
 # Created at startup by every broker.
 PERSISTENT_PARENTS = (BROKER_IDS, BROKER_TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_GROUPS,
-                      DELETE_TOPICS, CONTROLLED_SHUTDOWN, CONFIG_USERS)
+                      DELETE_TOPICS, CONTROLLED_SHUTDOWN, CONFIG_USERS, TOPIC_EPOCH_FLOORS)
 
 
 def broker(broker_id: int | str) -> str:
@@ -41,6 +44,10 @@ def partitions(name: str) -> str:
 
 def partition(name: str, index: int) -> str:
     return f"{BROKER_TOPICS}/{name}/partitions/{index}"
+
+
+def topic_epoch_floor(name: str) -> str:
+    return f"{TOPIC_EPOCH_FLOORS}/{name}"
 
 
 def partition_state(name: str, index: int) -> str:
