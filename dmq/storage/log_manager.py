@@ -390,15 +390,20 @@ class LogManager:
         self.checkpoint_snapshots()()
 
     def shutdown(self) -> None:
-        """Flush everything, write checkpoints and the clean-shutdown marker."""
+        """Flush everything, write checkpoints and the clean-shutdown marker: not the marker
+        when a flush failed (the next start must recover what may not be on disk)."""
+        failed = False
         for lg in self.logs.values():
             try:
                 lg.flush()
             except OSError as e:
-                log.error("flush of %s failed at shutdown: %s", lg.name, e)
+                failed = True
+                log.error("flush of %s failed at shutdown: %s; the next start recovers the logs", lg.name, e)
         self.checkpoint()
         for lg in self.logs.values():
             lg.close()
+        if failed:
+            return
         with open(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), "w") as f:
             f.write(str(now_ms()))
             f.flush()

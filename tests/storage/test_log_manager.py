@@ -202,3 +202,20 @@ def test_a_log_of_an_earlier_topic_of_the_same_name_is_removed_at_start(tmp_path
     assert read_checkpoint(str(tmp_path / RECOVERY_POINT_FILE)) == {}
     lg = again.get_or_create("t", 0, "new")
     assert lg.log_end_offset == 0
+
+
+def test_a_shutdown_whose_flush_failed_is_not_marked_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The clean-shutdown marker tells the next start to skip recovery: not after a flush
+    failed (a full or failing disk), when the log may not be on disk as it says."""
+    config = LogConfig(BrokerConfig())
+    lm = LogManager(str(tmp_path), lambda t: config)
+    lm.load_logs(lambda t, p: "id")
+    lg = lm.get_or_create("t", 0, "id")
+    _append(lm, "t", 3)
+
+    def failing_flush() -> None:
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(lg, "flush", failing_flush)
+    lm.shutdown()
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+    assert not LogManager(str(tmp_path), lambda t: config).clean_shutdown
