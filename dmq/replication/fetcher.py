@@ -246,8 +246,12 @@ class ReplicaFetcherManager:
                     target = min(r.end_offset, leo)
                 else:
                     local_epoch, local_end = p.log.leader_epochs.end_offset_for(r.leader_epoch, leo)
-                    if local_epoch < 0:  # nothing this old here: the leader's end is the bound
-                        target = min(r.end_offset, leo)
+                    if local_epoch < 0:
+                        # Every epoch here is newer than the leader's answer: none of them is the
+                        # leader's, so nothing from the first one on can stay (Kafka's
+                        # endOffsetFor answers the first entry's start here).
+                        entries = p.log.leader_epochs.entries
+                        target = min(r.end_offset, entries[0][1] if entries else leo, leo)
                     elif local_epoch == r.leader_epoch:
                         target = min(r.end_offset, local_end, leo)
                     else:
@@ -259,9 +263,15 @@ class ReplicaFetcherManager:
                 if target < leo:
                     log.info("%s-%d: truncating from %d to %d (leader %d epoch %d ends at %d)",
                              tp[0], tp[1], leo, target, fetcher.leader_id, r.leader_epoch, r.end_offset)
-                # Also when nothing is cut: an epoch entry at the log end (a leadership here
-                # that wrote nothing) must go before the leader's records come (Kafka's truncateTo).
-                p.truncate_to(max(target, p.log.log_start_offset))
+                if target < p.log.log_start_offset:
+                    # The logs part below this one's start: nothing of it can stay (and its
+                    # epoch entries below the start would never be cut). As Kafka's truncateTo.
+                    p.truncate_fully_and_start_at(target)
+                    done = True
+                else:
+                    # Also when nothing is cut: an epoch entry at the log end (a leadership here
+                    # that wrote nothing) must go before the leader's records come (Kafka's truncateTo).
+                    p.truncate_to(target)
                 state.needs_truncation = not done
 
     def _back_off(self, tp: TopicPartition, state: FetchState, error: ErrorCode) -> None:

@@ -381,7 +381,8 @@ class ReplicaManager:
         epoch is a follower that has not truncated against this leadership) and within
         [log start, log end] (an offset beyond the end is a log that diverged: counting it
         would commit every later append the moment it is written). Kafka checks both
-        before ``updateFollowerFetchState``."""
+        before ``updateFollowerFetchState``. A refused fetch does not count as a sign of
+        life either (``last_fetch_ms``): a follower whose fetches keep being refused lags."""
         for req in requests:
             partition = self.partitions.get((req.topic, req.partition))
             if partition is None or not partition.is_leader:

@@ -130,8 +130,14 @@ def test_a_refused_follower_fetch_does_not_move_the_high_watermark(tmp_path: Pat
     assert _follower_fetch(rm, 2, 1000, epoch=3)[0].error == ErrorCode.offset_out_of_range
     _produce(rm, 10)
     assert p.high_watermark == 0
+    assert _follower_fetch(rm, 2, 15, epoch=-1)[0].error == ErrorCode.none  # no epoch given: counts
+    assert p.high_watermark == 15
     assert _follower_fetch(rm, 2, 20, epoch=3)[0].error == ErrorCode.none
     assert p.high_watermark == 20
+    assert p.delete_records(20) == 20
+    _produce(rm, 5)
+    assert _follower_fetch(rm, 2, 10, epoch=3)[0].error == ErrorCode.offset_out_of_range  # below the start
+    assert p.followers[2].log_end_offset == 20
     lm.shutdown()
 
 

@@ -129,3 +129,42 @@ def test_a_follower_restarting_at_a_log_start_inside_a_batch_takes_the_whole_bat
     assert data is not None
     f.append_as_follower(data.read(), 10)
     assert f.log.log_end_offset == 10 and f.log.log_start_offset == 0
+
+
+def test_a_follower_whose_epochs_are_all_newer_than_the_leaders_answer_keeps_none_of_them(tmp_path: Path) -> None:
+    """Clean elections only: L leads epoch 1 and writes 0..9 (not committed). F, in the ISR
+    with an empty log, is elected for epoch 2 and writes 0..4, then fails; L is elected again
+    (epoch 3). F asks about epoch 2, L answers (1, 10): F has no epoch that old, so none of
+    its records is L's. Cutting to the leader's end (5) kept F's epoch-2 records 0..4 where L
+    has epoch-1 ones."""
+    a = Partition("t", 0, "id", open_log_manager(tmp_path / "a").get_or_create("t", 0, "id"), 1)
+    a.make_leader(1, [1, 2], [1, 2])
+    _append(a.log, 10, 1)
+    a.make_follower(2, 2, [1, 2], [1, 2])
+    a.make_leader(3, [1, 2], [1, 2])
+    rm = ReplicaManager(2, open_log_manager(tmp_path / "b"))
+    f = rm.become_leader(*TP, "id", 2, [1, 2], [1, 2])
+    _append(f.log, 5, 2)
+    f = rm.become_follower(*TP, "id", 1, 3, [1, 2], [1, 2])[0]
+    _truncate_until_done(rm, a, 3)
+    assert f.log.log_end_offset == 0 and f.log.leader_epochs.entries == []
+
+
+def test_a_divergence_below_the_followers_log_start_restarts_its_log(tmp_path: Path) -> None:
+    """F: epoch 0 at 0..4, epoch 1 at 5..7, epoch 3 at 8..9, its log start moved to 9
+    (DeleteRecords). The leader (epoch 0 at 0..9, epoch 2 at 10..14) answers (2, 15) for
+    epoch 3, then (0, 10) for epoch 1: the logs part at 5, below F's start. F starts an
+    empty log there (Kafka's truncateTo) instead of asking the same question forever."""
+    a = Partition("t", 0, "id", open_log_manager(tmp_path / "a").get_or_create("t", 0, "id"), 1)
+    _append(a.log, 10, 0)
+    _append(a.log, 5, 2)
+    a.make_leader(4, [1, 2], [1])
+    rm = ReplicaManager(2, open_log_manager(tmp_path / "b"))
+    b = rm.become_follower(*TP, "id", 1, 4, [1, 2], [1])[0]
+    _append(b.log, 5, 0)
+    _append(b.log, 3, 1)
+    _append(b.log, 2, 3)
+    b.log.delete_records_before(9)
+    _truncate_until_done(rm, a, 4)
+    assert (b.log.log_start_offset, b.log.log_end_offset) == (8, 8)
+    assert b.log.leader_epochs.entries == []
