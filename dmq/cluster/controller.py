@@ -196,9 +196,11 @@ class Controller:
                         state.isr)
         return new
 
-    async def _write(self, topic: str, partition: int, new: PartitionState, version: int, why: str) -> bool:
+    async def _write(self, topic: str, partition: int, new: PartitionState, version: int, why: str,
+                     base_epoch: int = -1) -> bool:
+        """Write ``new`` over the state at ``version`` (decided from a state in ``base_epoch``)."""
         try:
-            await self.store.update_partition_state(topic, partition, new, version)
+            await self.store.update_partition_state(topic, partition, new, version, base_epoch)
         except ZooKeeperUnavailable:
             raise
         except MetadataError as e:
@@ -228,7 +230,7 @@ class Controller:
                     why = (Election.CONTROLLED_SHUTDOWN.value if state.leader in excluded else
                            Election.OFFLINE.value if state.leader != new.leader else
                            "replicas left the ISR")
-                    if await self._write(name, p, new, version, why):
+                    if await self._write(name, p, new, version, why, state.leader_epoch):
                         break
 
     async def _elect_preferred(self, topic: str, partition: int) -> bool:

@@ -16,6 +16,8 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
     /admin/reassign_partitions                    {"version":1,"partitions":[{"topic","partition","replicas"}]}
     /admin/preferred_replica_election             {"version":1,"partitions":[{"topic","partition"}]}
     /admin/controlled_shutdown/<id>   ephemeral   a broker asks the controller to move its leadership away
+    /admin/topic_epoch_floors/<topic>             dmq's: "<epoch>", the highest leader epoch a deleted
+                                                  topic of that name reached (a new one starts above it)
     /kafka-acl..., /kafka-acl-extended...         ACLs and their change notifications (``dmq.cluster.zk.acls``)
 
 (paths in ``dmq.cluster.zk.paths``, payloads in ``dmq.cluster.zk.codecs``).
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import random
 import time
 import uuid
 from collections.abc import Callable
@@ -81,6 +84,11 @@ REFRESH_RETRY_S = 1.0
 # Pause before connecting again after kazoo gave up on a failed SASL login.
 RELOGIN_BACKOFF_S = 1.0
 
+
+
+DELETE_ATTEMPTS = 5  # transactions tried to delete a topic and record its epochs at once
+MAX_ATOMIC_DELETE_PARTITIONS = 2000  # above this, one transaction may pass jute.maxbuffer
+DELETE_EPOCH_MARGIN = 1000  # a floor written apart from the deletion keeps this far above
 
 class ZooKeeperMetadataStore(MetadataStore):
     """Cluster metadata in ZooKeeper, cached on the event loop (see the module docstring).
@@ -525,16 +533,23 @@ class ZooKeeperMetadataStore(MetadataStore):
         return list(codecs.decode_assignment(found[0]).partitions.get(partition, []))
 
     async def update_partition_state(self, topic: str, partition: int, state: PartitionState,
-                                     expected_version: int) -> int:
+                                     expected_version: int, base_epoch: int = -1) -> int:
         """Compare-and-set a partition's leader/ISR; returns the new znode version.
 
         Raises MetadataError("not_controller") when the znode changed meanwhile or a
-        newer controller wrote it: the caller's view is stale.
+        newer controller wrote it: the caller's view is stale. With ``base_epoch``, also
+        when the znode is in another leader epoch than the state the caller decided from
+        (a topic deleted and created again has a new znode at version 0 too; its epochs
+        start above the old topic's, so this tells them apart).
         """
         path = paths.partition_state(topic, partition)
         data, _ = await self.client.get(path)
-        if codecs.decode_state(data).controller_epoch > self.controller_epoch:
+        current = codecs.decode_state(data)
+        if current.controller_epoch > self.controller_epoch:
             raise MetadataError("not_controller", "a newer controller owns this partition state")
+        if base_epoch >= 0 and current.leader_epoch != base_epoch:
+            raise MetadataError("not_controller", f"partition state of {topic}-{partition} is in leader epoch "
+                                f"{current.leader_epoch}, not {base_epoch}")
         body = codecs.encode_state(codecs.LeaderAndIsr(self.controller_epoch, state.leader,
                                                        state.leader_epoch, state.isr))
         try:
@@ -718,15 +733,21 @@ class ZooKeeperMetadataStore(MetadataStore):
         if assignment is None:
             assignment = assign_replicas(live, num_partitions, replication_factor, self._racks())
         topic_id = uuid.uuid4().hex
-        # Above every epoch an earlier topic of this name reached (epoch_floor's docstring).
-        epoch = await self.epoch_floor(name) + 1
         config_path, config = paths.topic_config(name), codecs.encode_config(configs)
+        floor_path = paths.topic_epoch_floor(name)
         results: list[Any] = []
         for _ in range(3):
+            # Above every epoch an earlier topic of this name reached (epoch_floor's docstring),
+            # as the floor stands when the transaction commits: it checks the floor's version
+            # (or, without one, that none appears: create and delete it in the same transaction).
+            floor, floor_version = await self._epoch_floor(name)
+            epoch = floor + 1
+            guard = [Op.check(floor_path, floor_version)] if floor_version >= 0 else \
+                [Op.create(floor_path, b"-1"), Op.delete(floor_path)]
             # The config goes in the same transaction as the topic: a losing concurrent create
             # (say, a Metadata auto-create racing CreateTopics) must not overwrite the winner's.
             config_exists = await self.client.exists(config_path) is not None
-            ops = [Op.set(config_path, config) if config_exists else Op.create(config_path, config),
+            ops = [*guard, Op.set(config_path, config) if config_exists else Op.create(config_path, config),
                    Op.create(paths.topic(name), codecs.encode_assignment(
                        codecs.Assignment(topic_id, dict(assignment)))),
                    Op.create(paths.partitions(name))]
@@ -761,43 +782,70 @@ class ZooKeeperMetadataStore(MetadataStore):
         side's epoch check refuses the other (FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH);
         clients that remember the old topic's epochs (KIP-320) take the new ones as newer.
         Kafka fences incarnations with topic ids (Fetch v13) instead."""
+        return (await self._epoch_floor(name))[0]
+
+    async def _epoch_floor(self, name: str) -> tuple[int, int]:
+        """(floor, its znode's version), or (-1, -1) without one."""
         found = await self.client.get_or_none(paths.topic_epoch_floor(name))
         if found is None:
-            return -1
+            return -1, -1
         try:
-            return int(found[0].decode())
+            return int(found[0].decode()), int(found[1].version)
         except ValueError:
-            return -1
+            log.warning("ignoring the unreadable leader-epoch floor of topic %s: %r", name, found[0][:40])
+            return -1, int(found[1].version)
 
     async def delete_topic(self, name: str) -> TopicMetadata:
         """Delete the topic's znodes and, in the same transaction, record the highest leader
         epoch its partitions reached (``epoch_floor``): the states' versions are checked, so
-        no election can slip in between."""
+        no election can slip in between. After a few attempts that lost to changes (or for a
+        topic too large for one transaction), the floor is written first, above the epochs
+        last read, and the znodes deleted after it."""
         topic = self._topics.get(name) or await self._read_topic(name)
         if topic is None:
             raise MetadataError("unknown_topic_or_partition", "This server does not host this topic-partition.")
-        for _ in range(5):
-            current = await self._read_topic(name)
-            if current is None:
-                break
-            floor = max([await self.epoch_floor(name)] + [s.leader_epoch for s in current.partitions.values()])
-            floor_path = paths.topic_epoch_floor(name)
+        floor_path = paths.topic_epoch_floor(name)
+        floor = await self.epoch_floor(name)
+        for attempt in range(DELETE_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(random.uniform(0.05, 0.2) * attempt)
+            ops: list[Op] = []
+            deletes: list[Op] = []
+            try:
+                indexes = await self.client.children(paths.partitions(name))
+            except NoNodeError:
+                indexes = []  # a topic written without partition znodes (say by an old Kafka tool)
+            for index in indexes:
+                found = await self.client.get_or_none(paths.partition_state(name, int(index)))
+                if found is not None:
+                    floor = max(floor, codecs.decode_state(found[0]).leader_epoch)
+                    ops.append(Op.check(paths.partition_state(name, int(index)), int(found[1].version)))
+                    deletes.append(Op.delete(paths.partition_state(name, int(index))))
+                deletes.append(Op.delete(paths.partition(name, int(index))))
+            if await self.client.exists(paths.partitions(name)) is not None:
+                deletes.append(Op.delete(paths.partitions(name)))
+            if await self.client.exists(paths.topic(name)) is None:
+                break  # deleted meanwhile
+            deletes.append(Op.delete(paths.topic(name)))
             body = str(floor).encode()
-            ops = [Op.check(paths.partition_state(name, p), s.version)
-                   for p, s in current.partitions.items() if s.version >= 0]
             ops.append(Op.set(floor_path, body) if await self.client.exists(floor_path) is not None
                        else Op.create(floor_path, body))
-            for p in current.partitions:
-                if current.partitions[p].version >= 0:
-                    ops.append(Op.delete(paths.partition_state(name, p)))
-                ops.append(Op.delete(paths.partition(name, p)))
-            ops += [Op.delete(paths.partitions(name)), Op.delete(paths.topic(name))]
-            results = await self.client.transaction(ops)
+            if len(indexes) > MAX_ATOMIC_DELETE_PARTITIONS:
+                break  # too large for one transaction: the fallback below
+            results = await self.client.transaction(ops + deletes)
             if not any(isinstance(r, Exception) for r in results):
                 break
         else:
-            log.warning("deleting topic %s: its partition states kept changing or it has unexpected znodes; "
-                        "deleting it without recording its leader epochs", name)
+            log.warning("deleting topic %s: its partition states kept changing; recording leader epoch %d "
+                        "and above as used before deleting it", name, floor + DELETE_EPOCH_MARGIN)
+        if await self.client.exists(paths.topic(name)) is not None:
+            # Not deleted by a transaction: write a floor with a margin for elections that
+            # may land between it and the deletion, then delete.
+            body = str(floor + DELETE_EPOCH_MARGIN).encode()
+            if await self.client.exists(floor_path) is not None:
+                await self.client.set(floor_path, body)
+            else:
+                await self.client.create(floor_path, body)
             try:
                 await self.client.delete(paths.topic(name), recursive=True)
             except NoNodeError:
@@ -822,10 +870,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         for p in range(current, total):
             raw["partitions"][str(p)] = extra[p]
         ops = [Op.set(paths.topic(name), codecs.dump(raw), version=stat.version)]
+        epoch = await self.epoch_floor(name) + 1  # as the topic's first partitions
         for p in range(current, total):
             ops.append(Op.create(paths.partition(name, p)))
             ops.append(Op.create(paths.partition_state(name, p), codecs.encode_state(
-                codecs.LeaderAndIsr(self.controller_epoch, extra[p][0], 0, extra[p]))))
+                codecs.LeaderAndIsr(self.controller_epoch, extra[p][0], epoch, extra[p]))))
         results = await self.client.transaction(ops)
         if any(isinstance(r, Exception) for r in results):
             raise MetadataError("invalid_partitions", f"adding partitions to {name} failed: {results}")

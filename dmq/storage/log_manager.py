@@ -399,6 +399,11 @@ class LogManager:
             except OSError as e:
                 failed = True
                 log.error("flush of %s failed at shutdown: %s; the next start recovers the logs", lg.name, e)
+                continue
+            if lg.recovery_point < lg.log_end_offset:  # a segment's fsync failed (flush_segments stops there)
+                failed = True
+                log.error("flush of %s failed at shutdown (flushed to %d of %d); the next start recovers the "
+                          "logs", lg.name, lg.recovery_point, lg.log_end_offset)
         self.checkpoint()
         for lg in self.logs.values():
             lg.close()

@@ -295,8 +295,15 @@ def test_a_topic_created_again_starts_above_the_deleted_topics_leader_epochs(zoo
             assert await a.epoch_floor("floor") == 7
             again = await a.create_topic("floor", 2, 1, {})
             assert {s.leader_epoch for s in again.partitions.values()} == {8}
+            grown = await a.create_partitions("floor", 3)
+            assert grown.partitions[2].leader_epoch == 8  # added partitions start above the floor too
+            # A controller deciding from the deleted topic's state (cached: version 0, epoch 7)
+            # must not write it over the new topic's state (also at version 0).
+            with pytest.raises(MetadataError):
+                await a.update_partition_state("floor", 1, PartitionState([1], 1, 7, [1]), 0, base_epoch=7)
+            await a.update_partition_state("floor", 1, PartitionState([1], 1, 9, [1]), 0, base_epoch=8)
             await a.delete_topic("floor")
-            assert await a.epoch_floor("floor") == 8
+            assert await a.epoch_floor("floor") == 9
             assert await a.epoch_floor("never") == -1
         finally:
             await a.stop()

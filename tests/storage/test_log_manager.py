@@ -213,9 +213,9 @@ def test_a_shutdown_whose_flush_failed_is_not_marked_clean(tmp_path: Path, monke
     lg = lm.get_or_create("t", 0, "id")
     _append(lm, "t", 3)
 
-    def failing_flush() -> None:
+    def failing_fsync() -> None:
         raise OSError(5, "Input/output error")
-    monkeypatch.setattr(lg, "flush", failing_flush)
+    monkeypatch.setattr(lg.active_segment, "flush", failing_fsync)
     lm.shutdown()
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     assert not LogManager(str(tmp_path), lambda t: config).clean_shutdown
