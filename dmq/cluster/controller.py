@@ -371,11 +371,13 @@ class Controller:
                 return False  # no replica of the target can lead yet
             await self._write(topic, partition, new, state_version, Election.REASSIGNMENT.value)
             return False
-        if any(r not in target for r in state.isr):
-            await self._write(topic, partition,
-                        PartitionState(state.replicas, state.leader, state.leader_epoch,
-                                       [r for r in state.isr if r in target]),
-                        state_version, "reassignment drops old replicas")
+        if any(r not in target for r in state.isr) and not await self._write(
+                topic, partition,
+                PartitionState(state.replicas, state.leader, state.leader_epoch, [r for r in state.isr if r in target]),
+                state_version, "reassignment drops old replicas", state.leader_epoch):
+            # Not out of the ISR yet: the assignment must not drop them first (a replica moved
+            # back meanwhile would count as in sync with an empty log). Tried again next time.
+            return False
         raw["partitions"][key] = target
         adding.pop(key, None)
         removing.pop(key, None)

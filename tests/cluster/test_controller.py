@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmq.cluster.controller import Controller
-from dmq.cluster.metadata import EmbeddedMetadataStore, PartitionState
+from dmq.cluster.metadata import EmbeddedMetadataStore, MetadataError, PartitionState
 from dmq.config import BrokerConfig
 
 
@@ -97,3 +97,49 @@ def test_decisions_never_widen_the_isr_and_fence_every_leader_change(
         assert after.leader_epoch == before.leader_epoch + 1
     else:
         assert after.leader_epoch == before.leader_epoch
+
+
+class _ReassigningStore:
+    """What ``Controller._reassign`` reads and writes of one partition moving from [1, 2, 3]
+    to [2, 3] (KIP-455's second phase: the target in sync, broker 1 to leave), with ISR
+    writes that fail while ``refusing``."""
+
+    broker_id = 1
+
+    def __init__(self) -> None:
+        self.raw: dict[str, Any] = {"partitions": {"0": [2, 3, 1]}, "adding_replicas": {},
+                                    "removing_replicas": {"0": [1]}}
+        self.state = PartitionState([2, 3, 1], 2, 5, [1, 2, 3])
+        self.refusing = True
+
+    async def read_assignment(self, topic: str) -> tuple[dict[str, Any], int]:
+        import copy
+        return copy.deepcopy(self.raw), 0
+
+    async def write_assignment(self, topic: str, raw: dict[str, Any], version: int) -> None:
+        self.raw = raw
+
+    async def read_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int]:
+        return self.state, 0
+
+    async def update_partition_state(self, topic: str, partition: int, new: PartitionState, version: int,
+                                     base_epoch: int = -1) -> int:
+        if self.refusing:
+            raise MetadataError("not_controller", "the state changed")
+        self.state = new
+        return version + 1
+
+
+def test_a_reassignment_completes_only_once_the_old_replicas_left_the_isr() -> None:
+    """The last step writes the ISR without the replicas that leave, then the assignment.
+    A refused ISR write used to be ignored: the assignment dropped broker 1 while the ISR
+    still named it, and a broker moved back in that window would count as in sync with an
+    empty log. Now the step is tried again later (as Kafka retries it)."""
+    store = _ReassigningStore()
+    c = Controller(store, BrokerConfig())  # type: ignore[arg-type]
+    c.live = {1, 2, 3}
+    assert asyncio.run(c._reassign("t", 0, [2, 3])) is False
+    assert store.raw["partitions"]["0"] == [2, 3, 1] and store.state.isr == [1, 2, 3]
+    store.refusing = False
+    assert asyncio.run(c._reassign("t", 0, [2, 3])) is True
+    assert store.raw["partitions"]["0"] == [2, 3] and store.state.isr == [2, 3]
