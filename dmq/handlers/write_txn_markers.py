@@ -22,6 +22,8 @@ MIN_VERSION = 1
 MAX_VERSION = 1
 
 MARKER_TIMEOUT_S = 30.0
+COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                               ErrorCode.coordinator_load_in_progress})
 
 
 async def write_markers(services: BrokerServices, producer_id: int, producer_epoch: int, commit: bool,
@@ -30,8 +32,11 @@ async def write_markers(services: BrokerServices, producer_id: int, producer_epo
     """Write one transaction's marker to each partition this broker leads; an error each."""
     async def one(topic: str, index: int) -> ErrorCode:
         if topic == OFFSETS_TOPIC:
-            return await services.coordinators.group.complete_transaction(
+            error = await services.coordinators.group.complete_transaction(
                 index, producer_id, producer_epoch, commit, coordinator_epoch)
+            # As Kafka: the offsets partition moved or is loading here: the sender finds its
+            # leader again and retries (these are not errors it retries as such).
+            return ErrorCode.not_leader_or_follower if error in COORDINATOR_MOVED else error
         rm = services.replica_manager
         result = rm.append_end_txn_marker(topic, index, producer_id, producer_epoch, coordinator_epoch, commit)
         if result.error != ErrorCode.none:

@@ -117,8 +117,7 @@ class TransactionCoordinator:
         """Every marker of ``markers`` is written: the transaction completes."""
         result = await self.runtime.write(
             self.partition_for(markers.transactional_id),
-            lambda shard, now: shard.complete(markers.transactional_id, markers.producer_id,
-                                              markers.producer_epoch, now),
+            lambda shard, now: shard.complete(markers, now),
             lambda error: error)
         assert isinstance(result, ErrorCode)
         return result

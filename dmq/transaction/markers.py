@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -30,6 +30,7 @@ RETRIABLE = frozenset({
     ErrorCode.leader_not_available, ErrorCode.broker_not_available, ErrorCode.network_exception,
     ErrorCode.coordinator_load_in_progress, ErrorCode.fenced_leader_epoch,
 })
+MAX_RETRY_BACKOFF_S = 5.0  # retrying an unexpected error
 # The marker is stale: a newer coordinator or producer epoch has taken over.
 FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced,
                     ErrorCode.transaction_coordinator_fenced})
@@ -52,18 +53,21 @@ class TransactionMarkerSender:
         self.writer = writer
         self.complete = complete
         self.retry_backoff_s = retry_backoff_ms / 1000
-        self._sending: dict[tuple[str, int, int, bool], asyncio.Task[None]] = {}
+        self._sending: dict[tuple[Any, ...], asyncio.Task[None]] = {}
         self._closed = False
 
     def send(self, markers: SendMarkers) -> None:
-        key = (markers.transactional_id, markers.producer_id, markers.producer_epoch, markers.commit)
+        # The transaction, not only its producer: a later one of the same producer id and epoch
+        # (asked for while this one's completion is being retried) gets its own sending.
+        key = (markers.transactional_id, markers.producer_id, markers.producer_epoch, markers.commit,
+               markers.coordinator_epoch, markers.prepared_ms, markers.partitions)
         if self._closed or key in self._sending:
             return
         task = asyncio.get_running_loop().create_task(self._run(markers))
         self._sending[key] = task
         task.add_done_callback(lambda t: self._done(key, t))
 
-    def _done(self, key: tuple[str, int, int, bool], task: asyncio.Task[None]) -> None:
+    def _done(self, key: tuple[Any, ...], task: asyncio.Task[None]) -> None:
         self._sending.pop(key, None)
         if not task.cancelled() and task.exception() is not None:
             log.error("writing the markers of %s failed", key[0], exc_info=task.exception())
@@ -80,6 +84,8 @@ class TransactionMarkerSender:
 
     async def _run(self, markers: SendMarkers) -> None:
         remaining = set(markers.partitions)
+        reported: set[tuple[tuple[str, int], ErrorCode]] = set()
+        backoff = self.retry_backoff_s
         while remaining:
             by_leader: dict[int, list[tuple[str, int]]] = {}
             for tp in sorted(remaining):
@@ -100,12 +106,16 @@ class TransactionMarkerSender:
                                  markers.transactional_id, markers.producer_id, markers.producer_epoch,
                                  error.name)
                         return  # a newer coordinator or epoch finishes this transaction
-                    elif error not in RETRIABLE:
-                        log.error("cannot write the marker of %s to %s-%d: %s; giving it up",
+                    elif error not in RETRIABLE and (tp, error) not in reported:
+                        # Never given up: completing without this marker would leave its
+                        # records (or offsets) undecided. Kafka stops on such an error too.
+                        reported.add((tp, error))
+                        log.error("cannot write the marker of %s to %s-%d: %s; retrying",
                                   markers.transactional_id, tp[0], tp[1], error.name)
-                        remaining.discard(tp)
             if remaining:
-                await asyncio.sleep(self.retry_backoff_s)
+                await asyncio.sleep(backoff)
+                if reported:
+                    backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
         for _ in range(50):
             error = await self.complete(markers)
             if error in (ErrorCode.none, ErrorCode.not_coordinator):

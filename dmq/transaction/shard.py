@@ -108,6 +108,10 @@ class SendMarkers:
     commit: bool
     coordinator_epoch: int
     partitions: frozenset[tuple[str, int]]
+    # Which prepared transaction: its Prepare record's last_update_ms. Another transaction of
+    # the same producer id and epoch (after a timed-out completion applied late) is not this
+    # one; ``complete()`` completes only the one these markers were written for.
+    prepared_ms: int = field(default=-1, compare=False)
 
 
 def _record(meta: TransactionMetadata) -> Record:
@@ -220,7 +224,8 @@ class TransactionShard:
 
     def _markers(self, meta: TransactionMetadata) -> SendMarkers:
         return SendMarkers(meta.transactional_id, meta.producer_id, meta.producer_epoch,
-                           meta.state == S.PREPARE_COMMIT, self.coordinator_epoch, meta.partitions)
+                           meta.state == S.PREPARE_COMMIT, self.coordinator_epoch, meta.partitions,
+                           meta.last_update_ms)
 
     def _prepare_end(self, meta: TransactionMetadata, commit: bool, now_ms: int) -> TransactionMetadata:
         return meta.transition_to(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, last_update_ms=now_ms)
@@ -358,11 +363,19 @@ class TransactionShard:
             return CoordinatorResult(ErrorCode.invalid_txn_state if commit else ErrorCode.concurrent_transactions)
         return CoordinatorResult(ErrorCode.invalid_txn_state)
 
-    def complete(self, transactional_id: str, producer_id: int, epoch: int, now_ms: int) -> CoordinatorResult:
-        """Every marker of a prepared transaction is written: CompleteCommit/CompleteAbort."""
-        meta = self.transactions.get(transactional_id)
-        if meta is None or transactional_id in self.pending or meta.producer_id != producer_id \
-                or meta.producer_epoch != epoch or meta.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+    def complete(self, markers: SendMarkers, now_ms: int) -> CoordinatorResult:
+        """Every marker of a prepared transaction is written: CompleteCommit/CompleteAbort.
+
+        Only the transaction the markers were written for: the same producer id, epoch and
+        outcome, prepared at the same time with the same partitions, by this coordinator
+        epoch (Kafka completes only the pending transition its markers belong to). Anything
+        else is answered as done: another sender, or this shard's next one, finishes it."""
+        meta = self.transactions.get(markers.transactional_id)
+        prepared = S.PREPARE_COMMIT if markers.commit else S.PREPARE_ABORT
+        if meta is None or markers.transactional_id in self.pending or meta.producer_id != markers.producer_id \
+                or meta.producer_epoch != markers.producer_epoch or meta.state != prepared \
+                or markers.coordinator_epoch != self.coordinator_epoch or meta.partitions != markers.partitions \
+                or (markers.prepared_ms >= 0 and meta.last_update_ms != markers.prepared_ms):
             return CoordinatorResult(ErrorCode.none)
         target = S.COMPLETE_COMMIT if meta.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT
         done = meta.transition_to(target, partitions=frozenset(), last_update_ms=now_ms)

@@ -120,3 +120,75 @@ def test_a_transaction_commits_through_the_coordinator_and_its_markers() -> None
         await coordinator.close()
 
     asyncio.run(scenario())
+
+
+def test_an_unexpected_error_is_retried_never_completed_without_the_marker() -> None:
+    """A marker the partition refused for a reason not known as retriable (say an offsets
+    partition's coordinator answer) is tried again: completing without it leaves the
+    transaction's records or offsets undecided for good (Kafka stops there too)."""
+    async def scenario() -> None:
+        leaders = Leaders()
+        leaders.leaders = {("a", 0): 1, ("__consumer_offsets", 3): 1}
+        # Partitions go in sorted order: the offsets partition refuses twice, a-0 takes it.
+        leaders.answers = [ErrorCode.unknown_server_error, ErrorCode.none, ErrorCode.unknown_server_error]
+        completed: list[SendMarkers] = []
+
+        async def complete(m: SendMarkers) -> ErrorCode:
+            completed.append(m)
+            return ErrorCode.none
+
+        sender = TransactionMarkerSender(leaders, complete, retry_backoff_ms=5)
+        sender.send(markers(("a", 0), ("__consumer_offsets", 3)))
+        for _ in range(200):
+            if completed:
+                break
+            await asyncio.sleep(0.01)
+        await sender.close()
+        assert completed
+        assert (1, ("__consumer_offsets", 3), True) in leaders.written
+
+    asyncio.run(scenario())
+
+
+def test_a_later_transaction_of_the_same_producer_epoch_gets_its_own_markers() -> None:
+    """T1's completion is being retried when T2 (same producer id, epoch and outcome, other
+    partitions) asks for its markers: T2's are sent too, not dropped as already sending."""
+    async def scenario() -> None:
+        leaders = Leaders()
+        leaders.leaders = {("x", 0): 1, ("z", 0): 1}
+        leaders.answers = [ErrorCode.not_leader_or_follower] * 20
+        sender = TransactionMarkerSender(leaders, lambda m: _done(), retry_backoff_ms=5)
+        sender.send(SendMarkers("tx", 7, 0, True, 1, frozenset({("x", 0)}), 1000))
+        await asyncio.sleep(0.01)
+        sender.send(SendMarkers("tx", 7, 0, True, 1, frozenset({("z", 0)}), 2000))
+        for _ in range(200):
+            if (1, ("z", 0), True) in leaders.written and (1, ("x", 0), True) in leaders.written:
+                break
+            await asyncio.sleep(0.01)
+        await sender.close()
+        assert (1, ("z", 0), True) in leaders.written
+
+    async def _done() -> ErrorCode:
+        return ErrorCode.none
+
+    asyncio.run(scenario())
+
+
+def test_an_offsets_partition_whose_coordinator_moved_answers_a_retriable_error() -> None:
+    """WriteTxnMarkers for __consumer_offsets: the group coordinator's NOT_COORDINATOR,
+    COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS (the partition moved, a write
+    timed out, it is loading) is answered NOT_LEADER_OR_FOLLOWER, as Kafka's KafkaApis does,
+    so the coordinator's sender finds the leader again and retries."""
+    from types import SimpleNamespace
+
+    from dmq.handlers.write_txn_markers import write_markers
+
+    for answer in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                   ErrorCode.coordinator_load_in_progress, ErrorCode.none):
+        async def complete_transaction(*args: object, answer: ErrorCode = answer) -> ErrorCode:
+            return answer
+        services = SimpleNamespace(coordinators=SimpleNamespace(
+            group=SimpleNamespace(complete_transaction=complete_transaction)))
+        errors = asyncio.run(write_markers(services, 7, 0, True, 1, [("__consumer_offsets", 3)]))  # type: ignore[arg-type]
+        expected = ErrorCode.none if answer == ErrorCode.none else ErrorCode.not_leader_or_follower
+        assert errors == {("__consumer_offsets", 3): expected}

@@ -65,7 +65,7 @@ def test_init_commit_and_the_markers() -> None:
     # A retried EndTxn while the markers are written; the wrong outcome is refused.
     assert d.run(d.shard.end_txn, "tx", 1000, 0, True) == ErrorCode.concurrent_transactions
     assert d.run(d.shard.end_txn, "tx", 1000, 0, False) == ErrorCode.invalid_txn_state
-    d.run(d.shard.complete, "tx", 1000, 0)
+    d.run(d.shard.complete, d.effects[-1])
     meta = d.shard.transactions["tx"]
     assert meta.state == S.COMPLETE_COMMIT and meta.partitions == frozenset()
     assert d.run(d.shard.end_txn, "tx", 1000, 0, True) == ErrorCode.none  # a retry after completion
@@ -86,7 +86,7 @@ def test_a_new_init_fences_the_old_producer_and_aborts_its_open_transaction() ->
     assert d.run(d.shard.end_txn, "tx", 1000, 0, True) == ErrorCode.producer_fenced
     assert d.run(d.shard.add_partitions, "tx", 1000, 0, [("t", 1)]) == ErrorCode.producer_fenced
     assert init(d).error == ErrorCode.concurrent_transactions  # until the abort completes
-    d.run(d.shard.complete, "tx", 1000, 1)
+    d.run(d.shard.complete, d.effects[-1])
     assert init(d) == InitResult(ErrorCode.none, 1000, 2)
 
 
@@ -202,9 +202,9 @@ class TransactionMachine(RuleBasedStateMachine):
 
     @rule()
     def markers_written(self) -> None:
-        meta = self.d.shard.transactions.get("tx")
-        if meta is not None:
-            self.d.run(self.d.shard.complete, "tx", meta.producer_id, meta.producer_epoch)
+        asked = [e for e in self.d.effects if isinstance(e, SendMarkers)]
+        if asked:  # the sender of the newest markers asked for finishes
+            self.d.run(self.d.shard.complete, asked[-1])
 
     @rule(ms=st.integers(min_value=1, max_value=70_000))
     def time_passes(self, ms: int) -> None:
@@ -233,3 +233,24 @@ class TransactionMachine(RuleBasedStateMachine):
 
 TransactionMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_transaction_state_machine = TransactionMachine.TestCase
+
+
+def test_completing_an_earlier_transactions_markers_does_not_complete_the_next_one() -> None:
+    """The markers of T1 written (its completion retried after a timed-out write that was
+    applied after all) while T2 of the same producer id and epoch is prepared: T2 is not
+    completed, none of its markers being written."""
+    d = driver()
+    init(d)
+    d.run(d.shard.add_partitions, "tx", 1000, 0, [("t", 0)])
+    d.run(d.shard.end_txn, "tx", 1000, 0, True)
+    t1 = d.effects[-1]
+    d.run(d.shard.complete, t1)
+    d.advance(10)
+    d.run(d.shard.add_partitions, "tx", 1000, 0, [("t", 1)])
+    d.run(d.shard.end_txn, "tx", 1000, 0, True)
+    t2 = d.effects[-1]
+    assert t2 != t1 or t2.prepared_ms != t1.prepared_ms
+    d.run(d.shard.complete, t1)  # T1's retried completion
+    assert d.shard.transactions["tx"].state == S.PREPARE_COMMIT
+    d.run(d.shard.complete, t2)
+    assert d.shard.transactions["tx"].state == S.COMPLETE_COMMIT
