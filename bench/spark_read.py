@@ -105,6 +105,26 @@ def stop_broker(broker: subprocess.Popen[str]) -> None:
             broker.wait(10)
 
 
+def fill_topic(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> None:
+    """Create ``topic`` and produce ``records`` random records of ``size`` bytes to it."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})  # kept until the answer
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "linger.ms": 5, "batch.size": 1_000_000,
+                  "queue.buffering.max.messages": 1_000_000})
+    payload = os.urandom(size)
+    for _ in range(records):
+        while True:
+            try:
+                p.produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+
+
 def local_spark() -> Any:
     """A ``local[2]`` SparkSession (no UI, quiet) with dmq's source and sink registered; its
     Python workers run this interpreter."""
@@ -142,8 +162,6 @@ def main() -> int:
     # SIGTERM ends the run like Ctrl-C: through the finally below, which stops the broker.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
     tmp = tempfile.mkdtemp(prefix="dmq-spark-bench-")
     started = start_broker(tmp)
     if started is None:
@@ -151,19 +169,7 @@ def main() -> int:
         return 1
     broker, bootstrap = started
     try:
-        a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-        a.create_topics([NewTopic("bench", args.partitions, 1)])["bench"].result(30)
-        p = Producer({"bootstrap.servers": bootstrap, "log_level": 0, "linger.ms": 5, "batch.size": 1_000_000,
-                      "queue.buffering.max.messages": 1_000_000})
-        payload = os.urandom(args.size)
-        for _ in range(args.records):
-            while True:
-                try:
-                    p.produce("bench", payload)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-        assert p.flush(120) == 0
+        fill_topic(bootstrap, "bench", args.partitions, args.records, args.size)
         print(f"produced {args.records:,} records of {args.size} B", file=sys.stderr)
 
         spark = local_spark()
