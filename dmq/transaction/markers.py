@@ -97,6 +97,7 @@ class TransactionMarkerSender:
                 elif leader >= 0:
                     by_leader.setdefault(leader, []).append(tp)
             results = await asyncio.gather(*(self._write(b, markers, tps) for b, tps in by_leader.items()))
+            unexpected = False
             for answers in results:
                 for tp, error in answers.items():
                     if error == ErrorCode.none:
@@ -106,16 +107,19 @@ class TransactionMarkerSender:
                                  markers.transactional_id, markers.producer_id, markers.producer_epoch,
                                  error.name)
                         return  # a newer coordinator or epoch finishes this transaction
-                    elif error not in RETRIABLE and (tp, error) not in reported:
+                    elif error not in RETRIABLE:
                         # Never given up: completing without this marker would leave its
-                        # records (or offsets) undecided. Kafka stops on such an error too.
-                        reported.add((tp, error))
-                        log.error("cannot write the marker of %s to %s-%d: %s; retrying",
-                                  markers.transactional_id, tp[0], tp[1], error.name)
+                        # records (or offsets) undecided. (Kafka leaves the transaction
+                        # prepared on such an error, without retrying.)
+                        unexpected = True
+                        if (tp, error) not in reported:
+                            reported.add((tp, error))
+                            log.error("cannot write the marker of %s to %s-%d: %s; retrying",
+                                      markers.transactional_id, tp[0], tp[1], error.name)
             if remaining:
+                # Backing off further only while a partition answers an unexpected error.
+                backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S) if unexpected else self.retry_backoff_s
                 await asyncio.sleep(backoff)
-                if reported:
-                    backoff = min(backoff * 2, MAX_RETRY_BACKOFF_S)
         for _ in range(50):
             error = await self.complete(markers)
             if error in (ErrorCode.none, ErrorCode.not_coordinator):
