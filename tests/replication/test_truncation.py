@@ -64,12 +64,9 @@ def _epochs_by_offset(p: Partition) -> dict[int, int]:
     return {h.base_offset: h.partition_leader_epoch for s in p.log.segments for _, h in s.batches()}
 
 
-def test_a_follower_lacking_the_leaders_epoch_truncates_again_with_an_older_one(tmp_path: Path) -> None:
-    """KIP-279. Leader A: epoch 0 at 0..9, epoch 2 at 10..14, now leading epoch 4. Follower B
-    (it led epochs 1 and 3, unclean elections): epoch 0 at 0..4, epoch 1 at 5..7, epoch 3 at
-    8..9. B asks for epoch 3, A answers (2, 15); B has no epoch 2, so it cuts to the end of
-    its epoch below (8) and asks again, for epoch 1: (0, 10), and cuts to 5. Stopping at 8
-    kept B's epoch-1 records 5..7 where A has epoch-0 ones."""
+def _diverged_at_epoch_1(tmp_path: Path) -> tuple[Partition, ReplicaManager, Partition]:
+    """Leader A: epoch 0 at 0..9, epoch 2 at 10..14, leading epoch 4. Follower B (it led
+    epochs 1 and 3): epoch 0 at 0..4, epoch 1 at 5..7, epoch 3 at 8..9. (A, B's manager, B)"""
     a = Partition("t", 0, "id", open_log_manager(tmp_path / "a").get_or_create("t", 0, "id"), 1)
     _append(a.log, 10, 0)
     _append(a.log, 5, 2)
@@ -79,6 +76,16 @@ def test_a_follower_lacking_the_leaders_epoch_truncates_again_with_an_older_one(
     _append(b.log, 5, 0)
     _append(b.log, 3, 1)
     _append(b.log, 2, 3)
+    return a, rm, b
+
+
+def test_a_follower_lacking_the_leaders_epoch_truncates_again_with_an_older_one(tmp_path: Path) -> None:
+    """KIP-279. Leader A: epoch 0 at 0..9, epoch 2 at 10..14, now leading epoch 4. Follower B
+    (it led epochs 1 and 3, unclean elections): epoch 0 at 0..4, epoch 1 at 5..7, epoch 3 at
+    8..9. B asks for epoch 3, A answers (2, 15); B has no epoch 2, so it cuts to the end of
+    its epoch below (8) and asks again, for epoch 1: (0, 10), and cuts to 5. Stopping at 8
+    kept B's epoch-1 records 5..7 where A has epoch-0 ones."""
+    a, rm, b = _diverged_at_epoch_1(tmp_path)
     client = _truncate_until_done(rm, a, 4)
     assert client.asked == [3, 1]
     assert b.log.log_end_offset == 5
@@ -155,15 +162,7 @@ def test_a_divergence_below_the_followers_log_start_restarts_its_log(tmp_path: P
     (DeleteRecords). The leader (epoch 0 at 0..9, epoch 2 at 10..14) answers (2, 15) for
     epoch 3, then (0, 10) for epoch 1: the logs part at 5, below F's start. F starts an
     empty log there (Kafka's truncateTo) instead of asking the same question forever."""
-    a = Partition("t", 0, "id", open_log_manager(tmp_path / "a").get_or_create("t", 0, "id"), 1)
-    _append(a.log, 10, 0)
-    _append(a.log, 5, 2)
-    a.make_leader(4, [1, 2], [1])
-    rm = ReplicaManager(2, open_log_manager(tmp_path / "b"))
-    b = rm.become_follower(*TP, "id", 1, 4, [1, 2], [1])[0]
-    _append(b.log, 5, 0)
-    _append(b.log, 3, 1)
-    _append(b.log, 2, 3)
+    a, rm, b = _diverged_at_epoch_1(tmp_path)
     b.log.delete_records_before(9)
     _truncate_until_done(rm, a, 4)
     assert (b.log.log_start_offset, b.log.log_end_offset) == (8, 8)
