@@ -3,7 +3,10 @@
 Unknown topics are created when both the request (v4+) and
 ``auto.create.topics.enable`` allow it; an internal topic as its coordinator creates it. A topic another broker created a moment
 before (ZooKeeper has it, this broker's watch-fed cache not yet) answers
-LEADER_NOT_AVAILABLE, as Kafka does for a topic being created: the client retries.
+LEADER_NOT_AVAILABLE, as Kafka does for a topic being created: the client retries. So
+does a partition this broker is to lead but does not lead yet (its log is still being
+made on a worker thread): a client that found the topic a moment after another created it
+is not sent to a leader that answers NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -33,16 +36,31 @@ log = logging.getLogger("dmq.handlers")
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic_entry(schema: Any, topic: TopicMetadata, live: set[int], operations: int = NOT_REQUESTED) -> Any:
-    # A partition without a live leader answers LEADER_NOT_AVAILABLE so clients retry;
-    # replicas on brokers that are down are listed as offline.
+def _topic_entry(services: BrokerServices, schema: Any, topic: TopicMetadata, live: set[int],
+                 operations: int = NOT_REQUESTED) -> Any:
+    # A partition without a live leader answers LEADER_NOT_AVAILABLE so clients retry, and
+    # so does one this broker is to lead but does not lead yet (its log is being made, the
+    # reconcile has not run): Kafka's metadata cache names a leader only after the
+    # LeaderAndIsr that made it one. Replicas on brokers that are down are listed as offline.
+    me = services.broker_id
+    held = services.replica_manager.partitions
+
+    def leader(p: int, s: Any) -> int:
+        if s.leader not in live:
+            return -1
+        if s.leader == me:
+            part = held.get((topic.name, p))
+            if part is None or not part.is_leader:
+                return -1
+        return int(s.leader)
+
     partitions = tuple(
         make(schema.MetadataResponsePartition,
-             error_code=ErrorCode.none if s.leader in live else ErrorCode.leader_not_available,
-             partition_index=p, leader_id=s.leader if s.leader in live else -1,
+             error_code=ErrorCode.none if shown >= 0 else ErrorCode.leader_not_available,
+             partition_index=p, leader_id=shown,
              leader_epoch=s.leader_epoch, replica_nodes=tuple(s.replicas),
              isr_nodes=tuple(s.isr), offline_replicas=tuple(r for r in s.replicas if r not in live))
-        for p, s in sorted(topic.partitions.items())
+        for p, s in sorted(topic.partitions.items()) for shown in (leader(p, s),)
     )
     return make(schema.MetadataResponseTopic, error_code=ErrorCode.none, name=topic.name,
                 topic_id=topic.uuid, is_internal=topic.is_internal, partitions=partitions,
@@ -63,7 +81,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     with_operations = bool(getattr(request, "include_topic_authorized_operations", False))
 
     def shown(topic: TopicMetadata) -> Any:
-        return _topic_entry(schema, topic, live, authorized_operations(services, ctx, ResourceType.TOPIC, topic.name)
+        return _topic_entry(services, schema, topic, live, authorized_operations(services, ctx, ResourceType.TOPIC, topic.name)
                             if with_operations else NOT_REQUESTED)
 
     if requested is None or (ctx.api_version == 0 and not requested):

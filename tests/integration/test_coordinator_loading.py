@@ -72,7 +72,7 @@ def test_find_coordinator_names_this_broker_only_once_the_group_can_commit(tmp_p
         first: list[ErrorCode] = []
 
         def create() -> None:
-            with WireClient("127.0.0.1", broker.port) as other:
+            with WireClient("127.0.0.1", broker.port, timeout=120) as other:
                 first.append(find(other, "g"))  # creates __consumer_offsets, waits for its logs
 
         creating = threading.Thread(target=create)
@@ -130,7 +130,7 @@ def test_listing_groups_while_the_offsets_topic_loads(tmp_path: Path) -> None:
     broker = broker_creating_offsets_logs(tmp_path, 1500, "loading-l")
     try:
         def create() -> None:
-            with WireClient("127.0.0.1", broker.port) as other:
+            with WireClient("127.0.0.1", broker.port, timeout=120) as other:
                 find(other, "g")  # creates __consumer_offsets, waits for its logs
 
         creating = threading.Thread(target=create)

@@ -136,8 +136,11 @@ def test_pipeline_that_loses_its_broker_fails_with_one_line(fresh_broker: Broker
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and proc.poll() is None:
                 md = c.list_topics("lost-logs", timeout=5).topics.get("lost-logs")
-                if md is not None and md.error is None and \
-                        c.get_watermark_offsets(TopicPartition("lost-logs", 0), timeout=5)[1] > 2000:
+                # The partition listed with its leader: a topic that has just been created
+                # has none until its log exists, and librdkafka raises rather than waits.
+                ready = md is not None and md.error is None and 0 in md.partitions and \
+                    md.partitions[0].error is None and md.partitions[0].leader >= 0
+                if ready and c.get_watermark_offsets(TopicPartition("lost-logs", 0), timeout=5)[1] > 2000:
                     break
                 time.sleep(0.5)
         finally:
