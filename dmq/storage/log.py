@@ -260,12 +260,18 @@ class Log:
                 if cut:
                     log.warning("%s: truncated %d bytes of torn or corrupt data in segment %d",
                                 self.name, cut, segment.base_offset)
+                    if i < recover_from:
+                        # A flushed segment went bad on disk: the flushed segments after it
+                        # are as trustworthy as before and are kept (Kafka's LogLoader
+                        # recovers such a segment alone); its lost tail leaves a gap.
+                        continue
                     truncated_at = i
                     break
             else:
                 segment.restore_tail_state()
         if truncated_at is not None:
-            # Data after a corrupt batch cannot be trusted: drop later segments too.
+            # Unflushed data after a torn or corrupt batch cannot be trusted: drop the later
+            # (unflushed) segments too.
             for segment in self.segments[truncated_at + 1:]:
                 log.warning("%s: deleting segment %d after corruption", self.name, segment.base_offset)
                 segment.delete()

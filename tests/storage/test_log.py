@@ -165,3 +165,34 @@ def test_leader_append_writes_patched_batches_and_leaves_the_request_bytes_alone
     assert [h.base_offset for h in batches.headers][:3] == [5, 6, 8]
     stamps = {h.max_timestamp for h in batches.headers}
     assert stamps == ({3000} if timestamp_type == "LogAppendTime" else {2000})
+
+
+def test_a_corrupt_batch_in_a_flushed_segment_costs_that_segment_its_tail_only(tmp_path: Path) -> None:
+    """A flushed segment whose index and data are corrupt (a bit flipped on disk) is cut at
+    its first bad batch, and the flushed segments after it are kept, as Kafka's LogLoader
+    recovers such a segment alone. They were deleted before, with every acknowledged record
+    in them; only unflushed data after a torn batch is untrusted."""
+    d = tmp_path / "t-0"
+    log = make_log(d, **{"segment.bytes": "1500"})
+    for _ in range(30):
+        append(log, 2)
+    leo = log.log_end_offset
+    log.flush()
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 4
+    second = log.segments[1]
+    last_batch_base = list(second.batches(0))[-1][1].base_offset
+    log.close()
+    (d / f"{bases[1]:020d}.index").write_bytes(b"garbage")
+    with open(d / f"{bases[1]:020d}.log", "r+b") as f:  # a byte of the last batch's payload
+        f.seek(-10, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-10, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    again = Log(str(d), "t", 0, LogConfig(BrokerConfig(), {"segment.bytes": "1500"}),
+                recovery_point=leo, clean_shutdown=False)
+    assert [s.base_offset for s in again.segments] == bases
+    assert again.log_end_offset == leo
+    lost = set(range(last_batch_base, bases[2]))
+    assert lost and read_offsets(again, 0) == [o for o in range(leo) if o not in lost]
+    assert read_offsets(again, bases[2]) == list(range(bases[2], leo))
