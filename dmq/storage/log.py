@@ -58,6 +58,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -191,6 +192,11 @@ class Log:
         self.bases: list[int] = []
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
+        # Truncations so far, under _recovery_lock with the recovery point they lower: a
+        # flush on a background thread that saw fewer when it began does not raise the
+        # recovery point over bytes a truncation replaced meanwhile (not fsynced).
+        self._truncations = 0
+        self._recovery_lock = threading.Lock()
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
         self.on_roll: Callable[[Log, int], None] | None = None
@@ -583,7 +589,9 @@ class Log:
         self.bases = [offset]
         self.log_start_offset = offset
         self.log_end_offset = offset
-        self.recovery_point = offset
+        with self._recovery_lock:
+            self._truncations += 1
+            self.recovery_point = offset
         self.producer_state.truncate_fully()
         self.leader_epochs.clear_and_flush()
         self.delayed.delete_snapshots_after(-1)
@@ -865,7 +873,9 @@ class Log:
             seg.delete()
         self.active_segment.truncate_to(offset)
         self.log_end_offset = max(offset, self.log_start_offset)
-        self.recovery_point = min(self.recovery_point, offset)
+        with self._recovery_lock:
+            self._truncations += 1
+            self.recovery_point = min(self.recovery_point, offset)
         if self._high_watermark is not None:
             self._high_watermark = min(self._high_watermark, self.log_end_offset)
         # Kafka's truncateAndReload: the newest snapshot at or below the new end,
@@ -890,7 +900,11 @@ class Log:
         self.delayed.take_snapshot(self.log_end_offset)
 
     def flush_segments(self, up_to: int) -> None:
-        """fsync the segments holding offsets below ``up_to``; may run off the event loop."""
+        """fsync the segments holding offsets below ``up_to``; may run off the event loop.
+
+        A truncation while it runs leaves the recovery point where the truncation put it:
+        the bytes below ``up_to`` may have been cut and written again since this began."""
+        truncations = self._truncations
         if up_to <= self.recovery_point:
             return
         for segment in list(self.segments):
@@ -902,7 +916,10 @@ class Log:
                 segment.flush()
             except OSError:
                 return  # deleted concurrently by retention
-        self.recovery_point = max(self.recovery_point, up_to)
+        with self._recovery_lock:
+            if self._truncations != truncations:
+                return
+            self.recovery_point = max(self.recovery_point, up_to)
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
 

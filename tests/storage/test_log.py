@@ -196,3 +196,29 @@ def test_a_corrupt_batch_in_a_flushed_segment_costs_that_segment_its_tail_only(t
     lost = set(range(last_batch_base, bases[2]))
     assert lost and read_offsets(again, 0) == [o for o in range(leo) if o not in lost]
     assert read_offsets(again, bases[2]) == list(range(bases[2], leo))
+
+
+def test_a_flush_that_a_truncation_overtakes_leaves_the_recovery_point_below_the_cut(tmp_path: Path) -> None:
+    """The LogManager flushes rolled segments on a background thread while the event loop
+    may truncate the log (a follower that diverged). The flush must not then raise the
+    recovery point to where it began: the bytes above the cut are written again later and
+    are not fsynced, and an unclean restart would trust them unchecked."""
+    log = make_log(tmp_path / "t-0")
+    append(log, 10)
+    append(log, 10)
+    up_to = log.log_end_offset
+    segment = log.segments[-1]
+    fsync = segment.flush
+
+    def overtaken() -> None:  # the loop truncates while the thread is in the fsync
+        log.truncate_to(5)
+        fsync()
+
+    segment.flush = overtaken  # type: ignore[method-assign]
+    log.flush_segments(up_to)
+    assert log.log_end_offset == 5
+    assert log.recovery_point <= 5
+    segment.flush = fsync  # type: ignore[method-assign]
+    append(log, 10)
+    log.flush_segments(log.log_end_offset)  # a flush that began after the cut counts
+    assert log.recovery_point == log.log_end_offset == 15
