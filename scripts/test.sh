@@ -17,6 +17,13 @@ if ! command -v kcat >/dev/null 2>&1 || [ ! -f /usr/share/java/zookeeper.jar ] \
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat zookeeper iproute2 chromium gcc python3-dev >/dev/null
 fi
+# Node.js runs KafkaJS in tests/integration/test_kafkajs.py (a Node.js install that
+# brings its own npm is kept as it is).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "==> installing Debian packages (nodejs, npm)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
 
 if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv"
@@ -31,6 +38,9 @@ if ! .venv/bin/python -c "from dmq.record import check; raise SystemExit(check.I
        "(apt-get install gcc python3-dev) and run this again" >&2
   exit 1
 fi
+
+echo "==> installing KafkaJS (tests/integration/kafkajs, from its package-lock.json)"
+npm ci --prefix tests/integration/kafkajs --no-audit --no-fund --loglevel=error >/dev/null
 
 echo "==> ruff"
 .venv/bin/ruff check dmq tests bench
