@@ -308,6 +308,8 @@ class _Checker(threading.Thread):
                                       "enable.partition.eof": False})
         meta = self.consumer.list_topics(topic, timeout=self.fetch_timeout)
         leader_id = meta.topics[topic].partitions[partition].leader
+        if leader_id not in meta.brokers:  # no leader just now (-1): read on the next check
+            return None
         leader = meta.brokers[leader_id]
         with WireClient(leader.host, leader.port, "dmq-checker", timeout=self.fetch_timeout) as c:
             module = request_module(61, 0)

@@ -6,7 +6,7 @@ before (ZooKeeper has it, this broker's watch-fed cache not yet) answers
 LEADER_NOT_AVAILABLE, as Kafka does for a topic being created: the client retries. So
 does a partition this broker is to lead but does not lead yet (its log is still being
 made on a worker thread): a client that found the topic a moment after another created it
-is not sent to a leader that answers NOT_LEADER_OR_FOLLOWER.
+through this broker is not sent to a leader that answers NOT_LEADER_OR_FOLLOWER.
 """
 
 from __future__ import annotations
@@ -40,8 +40,12 @@ def _topic_entry(services: BrokerServices, schema: Any, topic: TopicMetadata, li
                  operations: int = NOT_REQUESTED) -> Any:
     # A partition without a live leader answers LEADER_NOT_AVAILABLE so clients retry, and
     # so does one this broker is to lead but does not lead yet (its log is being made, the
-    # reconcile has not run): Kafka's metadata cache names a leader only after the
-    # LeaderAndIsr that made it one. Replicas on brokers that are down are listed as offline.
+    # reconcile has not run, it holds a deleted topic's partition of that name): in
+    # ZooKeeper mode a Kafka broker's own cache names it leader only after the
+    # LeaderAndIsr that made it one. (Other brokers may name it a moment earlier, as in
+    # Kafka; clients retry the NOT_LEADER_OR_FOLLOWER they then get.) Epoch, replicas and
+    # ISR are listed as they are, as Kafka's cache does. Replicas on brokers that are down
+    # are listed as offline.
     me = services.broker_id
     held = services.replica_manager.partitions
 
@@ -50,7 +54,7 @@ def _topic_entry(services: BrokerServices, schema: Any, topic: TopicMetadata, li
             return -1
         if s.leader == me:
             part = held.get((topic.name, p))
-            if part is None or not part.is_leader:
+            if part is None or not part.is_leader or part.topic_id != topic.topic_id:
                 return -1
         return int(s.leader)
 
