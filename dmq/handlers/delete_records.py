@@ -1,4 +1,8 @@
-"""DeleteRecords (21): move partitions' log start offsets forward (-1: to the high watermark)."""
+"""DeleteRecords (21): move partitions' log start offsets forward (-1: to the high watermark).
+
+Internal topics are refused with INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager refuses
+them: their coordinators keep state in them, which a moved log start would take from the
+next coordinator to load the log."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.metadata import INTERNAL_TOPICS
 from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
@@ -28,6 +33,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             try:
                 if not deletable:
                     error = ErrorCode.topic_authorization_failed
+                elif t.name in INTERNAL_TOPICS:
+                    error = ErrorCode.invalid_topic_exception
                 else:
                     low = rm.leader_partition(t.name, p.partition_index).delete_records(p.offset)
             except PartitionError as e:

@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.metadata import INTERNAL_TOPICS
 from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, CloseConnection, RequestContext
 from dmq.protocol.codec import constructor
@@ -15,6 +16,8 @@ from dmq.replication.replica_manager import ProduceResult, TopicPartition
 API_KEY = 0
 MIN_VERSION = 3
 MAX_VERSION = 9
+# Kafka's AdminUtils.AdminClientId: the one client id that may append to internal topics.
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 def _timestamp(ms: int) -> datetime | None:
@@ -50,12 +53,28 @@ def _unauthorized(services: BrokerServices, ctx: RequestContext, request: Any,
     return {tp: refused for tp in entries if tp[0] in denied} if denied else {}
 
 
+def _internal(ctx: RequestContext, request: Any,
+              entries: dict[TopicPartition, bytes | None]) -> dict[TopicPartition, ProduceResult]:
+    """The partitions of internal topics, which clients may not append to (Kafka's
+    ReplicaManager: INVALID_TOPIC_EXCEPTION unless the client id is ``__admin_client``).
+    Their coordinators write them; a record appended behind a coordinator's back is not in
+    its state, yet the next coordinator to load the log replays it."""
+    if ctx.client_id == ADMIN_CLIENT_ID or not any(t.name in INTERNAL_TOPICS for t in request.topic_data):
+        return {}
+    return {tp: ProduceResult(ErrorCode.invalid_topic_exception,
+                              error_message=f"Cannot append to internal topic {tp[0]}")
+            for tp in entries if tp[0] in INTERNAL_TOPICS}
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     entries: dict[TopicPartition, bytes | None] = {
         (t.name, p.index): p.records for t in request.topic_data for p in t.partition_data}
     refused = _refused(request)
     denied = _unauthorized(services, ctx, request, entries) if services.authorizer is not None else None
+    internal = _internal(ctx, request, entries)
+    if internal:
+        denied = {**internal, **(denied or {})}
     if refused is not None:
         results = dict.fromkeys(entries, refused)
     elif denied:
