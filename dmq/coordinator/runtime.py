@@ -355,10 +355,14 @@ class CoordinatorRuntime(Generic[S]):
         if ctx is None:
             return error_response(self.absent_error(partition))
         if exclusive and ctx.pending:
-            if not await self._wait_drained(ctx):
-                return error_response(ErrorCode.coordinator_not_available)
-            if ctx.unloaded:
-                return error_response(ErrorCode.not_coordinator)
+            # Until none is pending when it runs: a write appended after the last one
+            # committed, but before this task resumed, is not in the shard's state either.
+            deadline = asyncio.get_running_loop().time() + self.commit_timeout_ms / 1000
+            while ctx.pending:
+                if not await self._wait_drained(ctx, deadline - asyncio.get_running_loop().time()):
+                    return error_response(ErrorCode.coordinator_not_available)
+                if ctx.unloaded:
+                    return error_response(ErrorCode.not_coordinator)
         result = op(ctx.shard, self.clock())
         parked, finishing = self._submit(ctx, result, error_response)
         response = await asyncio.shield(finishing)
@@ -366,11 +370,13 @@ class CoordinatorRuntime(Generic[S]):
             return await parked
         return response
 
-    async def _wait_drained(self, ctx: _Context[S]) -> bool:
+    async def _wait_drained(self, ctx: _Context[S], timeout_s: float) -> bool:
+        if timeout_s <= 0:
+            return False
         if ctx.drained is None or ctx.drained.is_set():
             ctx.drained = asyncio.Event()
         try:
-            await asyncio.wait_for(ctx.drained.wait(), self.commit_timeout_ms / 1000)
+            await asyncio.wait_for(ctx.drained.wait(), timeout_s)
         except TimeoutError:
             return False
         return True

@@ -276,6 +276,31 @@ def test_an_exclusive_operation_sees_every_earlier_write() -> None:
     asyncio.run(scenario())
 
 
+def test_an_exclusive_operation_also_sees_a_write_appended_while_it_woke() -> None:
+    """The last pending write commits; before the exclusive operation resumes, another
+    write is appended. The operation waits for that one too: it ran on state without it
+    and its records landed after it (an expiry's tombstone after an acknowledged commit)."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        w.hold()
+        first = asyncio.create_task(rt.write(0, add(b"a"), error))
+        await asyncio.sleep(0.01)
+        seen = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(response=list(s.values)),
+                                            error, exclusive=True))
+        await asyncio.sleep(0.01)
+        w.release(0, upto=len(w.logs[0]))  # "a" commits; later appends are held
+        racing = asyncio.create_task(rt.write(0, add(b"b"), error))  # in the same step
+        await asyncio.sleep(0.01)
+        assert await first == "added a"
+        assert not seen.done()
+        w.release()
+        assert await racing == "added b"
+        assert await seen == [b"a", b"b"]
+
+    asyncio.run(scenario())
+
+
 # -------------------------------------------------------- the group coordinator
 
 
