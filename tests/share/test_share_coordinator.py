@@ -34,14 +34,13 @@ def test_a_write_is_answered_only_once_replicated() -> None:
         writing = asyncio.create_task(c.write_state(KEY, 0, 1, 0, batches))
         await asyncio.sleep(0.02)
         assert not writing.done()
-        # A read meanwhile sees the state without the write (not committed: not there yet)
-        # and is answered once the write before it is committed (Kafka's runtime too).
+        # A read meanwhile waits for the write before it and sees it.
         reading = asyncio.create_task(c.read_state(KEY, -1))
         await asyncio.sleep(0.02)
         assert not reading.done()
         w.release()
         assert await writing == ErrorCode.none
-        assert (await reading).state_batches == ()
+        assert (await reading).state_batches == batches
         assert await c.read_state(KEY, 1) == ReadStateResult(ErrorCode.none, 0, 0, batches)
 
     asyncio.run(scenario())
@@ -91,5 +90,52 @@ def test_a_new_leader_loads_the_state_from_the_partition() -> None:
         assert await new.read_state_summary(KEY, 4) == StateSummary(ErrorCode.none, 1, 4, 10, 3)
         assert await new.write_state(KEY, 1, 3, -1, ()) == ErrorCode.fenced_leader_epoch
         assert await new.read_state(gone, 0) == ReadStateResult(ErrorCode.none)  # deleted stays deleted
+
+    asyncio.run(scenario())
+
+
+def test_a_new_leaders_read_keeps_an_old_leaders_acknowledged_write_before_it() -> None:
+    """The old leader of a share-partition (epoch 5) writes an ACCEPT of 0-9; before it is
+    committed, the new leader (epoch 6) reads the state. The read's leader-epoch bump (a
+    whole snapshot) was built from the state without the ACCEPT and written after it: the
+    ACCEPT, answered NONE, was gone, and 0-9 were delivered again."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = coordinator(w)
+        assert await c.initialize_state(KEY, 0, 0) == ErrorCode.none
+        assert await c.write_state(KEY, 0, 5, 0, (StateBatch(0, 9, 0, 1),)) == ErrorCode.none
+        w.hold()
+        accept = asyncio.create_task(c.write_state(KEY, 0, 5, 10, ()))
+        await asyncio.sleep(0.01)
+        read = asyncio.create_task(c.read_state(KEY, 6))
+        await asyncio.sleep(0.01)
+        w.release()
+        assert await accept == ErrorCode.none
+        assert (await read).start_offset == 10
+        again = ShareCoordinator(CONFIG, w, commit_timeout_ms=2000)  # a new coordinator replays it
+        again.set_led({again.partition_for(KEY): 2})
+        await asyncio.sleep(0.01)
+        replayed = await again.read_state(KEY, 6)
+        assert (replayed.start_offset, replayed.state_batches) == (10, ())
+
+    asyncio.run(scenario())
+
+
+def test_an_old_leaders_write_after_a_new_leaders_read_is_fenced() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = coordinator(w)
+        assert await c.initialize_state(KEY, 0, 0) == ErrorCode.none
+        assert await c.write_state(KEY, 0, 5, 0, (StateBatch(0, 9, 0, 1),)) == ErrorCode.none
+        w.hold()
+        read = asyncio.create_task(c.read_state(KEY, 6))
+        await asyncio.sleep(0.01)
+        stale = asyncio.create_task(c.write_state(KEY, 0, 5, 10, ()))
+        await asyncio.sleep(0.01)
+        w.release()
+        assert (await read).start_offset == 0
+        assert await stale == ErrorCode.fenced_leader_epoch
+        summary = await c.read_state_summary(KEY, 6)
+        assert (summary.leader_epoch, summary.start_offset) == (6, 0)
 
     asyncio.run(scenario())
