@@ -1,4 +1,9 @@
-"""OffsetFetch (9): a group's committed offsets (several groups per request in v8)."""
+"""OffsetFetch (9): a group's committed offsets (several groups per request in v8).
+
+With ``require_stable`` (v7+, KIP-447) a partition whose offset an open transaction will
+replace answers UNSTABLE_OFFSET_COMMIT and offset -1, as Kafka's: a read_committed
+consumer taking the partition over asks again rather than start from the offset the
+transaction is about to replace (and process those records a second time)."""
 
 from __future__ import annotations
 
@@ -15,18 +20,29 @@ MIN_VERSION = 1
 MAX_VERSION = 8
 
 
-def _partitions(cls: Any, committed: dict, refused: frozenset[str] = frozenset()) -> dict[str, list[Any]]:
+def _partitions(cls: Any, committed: dict, refused: frozenset[str] = frozenset(),
+                unstable: frozenset[tuple[str, int]] = frozenset()) -> dict[str, list[Any]]:
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), om in committed.items():
+        error = ErrorCode.none
         if topic in refused:  # Kafka's UNAUTHORIZED_PARTITION
-            om = None
+            om, error = None, ErrorCode.topic_authorization_failed
+        elif (topic, partition) in unstable:
+            om, error = None, ErrorCode.unstable_offset_commit
         by_topic.setdefault(topic, []).append(make(
             cls, partition_index=partition,
             committed_offset=om.offset if om is not None else -1,
             committed_leader_epoch=om.leader_epoch if om is not None else -1,
             metadata=om.metadata if om is not None else "",
-            error_code=ErrorCode.topic_authorization_failed if topic in refused else ErrorCode.none))
+            error_code=error))
     return by_topic
+
+
+def _unstable(services: BrokerServices, request: Any, group_id: str, error: ErrorCode
+              ) -> frozenset[tuple[str, int]]:
+    if error != ErrorCode.none or not getattr(request, "require_stable", False):
+        return frozenset()
+    return frozenset(services.coordinators.group.unstable_offsets(group_id))
 
 
 def _fetch(services: BrokerServices, ctx: RequestContext, group_id: str, topics: Any
@@ -52,14 +68,16 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         groups = []
         for g in request.groups:
             error, committed, refused = _fetch(services, ctx, g.group_id, g.topics)
-            by_topic = _partitions(schema.OffsetFetchResponsePartitions, committed, refused)
+            by_topic = _partitions(schema.OffsetFetchResponsePartitions, committed, refused,
+                                   _unstable(services, request, g.group_id, error))
             groups.append(make(schema.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
                                topics=tuple(make(schema.OffsetFetchResponseTopics, name=name,
                                                  partitions=tuple(parts))
                                             for name, parts in by_topic.items())))
         return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
     error, committed, refused = _fetch(services, ctx, request.group_id, request.topics)
-    by_topic = _partitions(schema.OffsetFetchResponsePartition, committed, refused)
+    by_topic = _partitions(schema.OffsetFetchResponsePartition, committed, refused,
+                           _unstable(services, request, request.group_id, error))
     topics = tuple(make(schema.OffsetFetchResponseTopic, name=name, partitions=tuple(parts))
                    for name, parts in by_topic.items())
     return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=error)

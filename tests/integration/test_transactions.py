@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
-from dmq.protocol.codec import make, request_class
+from dmq.protocol.codec import make, request_class, request_module
 
 
 def test_confluent_kafka_init_transactions_twice_for_one_id(
@@ -175,6 +175,43 @@ def test_consume_transform_produce_commits_offsets_with_the_output(broker: Broke
     committed = check.committed([TopicPartition(source, 0)], timeout=10)
     check.close()
     assert committed[0].offset == 20
+
+
+def test_offsets_an_open_transaction_will_replace_are_unstable_to_require_stable_fetches(
+        broker: BrokerProcess) -> None:
+    """KIP-447: while a transaction holds a group's offset, OffsetFetch with require_stable
+    (a read_committed consumer's) answers UNSTABLE_OFFSET_COMMIT, not the older committed
+    offset, from which the consumer would process the transaction's input again."""
+    _create(broker, "txn-stable", 1)
+    group = "txn-stable-group"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "log_level": 0})
+    consumer.commit(offsets=[TopicPartition("txn-stable", 0, 3)], asynchronous=False)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-stable", "log_level": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.send_offsets_to_transaction([TopicPartition("txn-stable", 0, 9)], consumer.consumer_group_metadata(), 30)
+
+    def fetched(version: int, require_stable: bool) -> tuple[ErrorCode, int]:
+        m = request_module(9, version)
+        with WireClient("127.0.0.1", broker.port) as c:
+            if version >= 8:
+                request = make(m.OffsetFetchRequest, require_stable=require_stable, groups=(make(
+                    m.OffsetFetchRequestGroup, group_id=group,
+                    topics=(make(m.OffsetFetchRequestTopics, name="txn-stable", partition_indexes=(0,)),)),))
+                partition = c.request(request).groups[0].topics[0].partitions[0]
+            else:
+                request = make(m.OffsetFetchRequest, group_id=group, require_stable=require_stable, topics=(
+                    make(m.OffsetFetchRequestTopic, name="txn-stable", partition_indexes=(0,)),))
+                partition = c.request(request).topics[0].partitions[0]
+        return partition.error_code, int(partition.committed_offset)
+
+    for version in (7, 8):
+        assert fetched(version, True) == (ErrorCode.unstable_offset_commit, -1)
+        assert fetched(version, False) == (ErrorCode.none, 3)
+    producer.commit_transaction(30)
+    for version in (7, 8):
+        assert fetched(version, True) == (ErrorCode.none, 9)
+    consumer.close()
 
 
 def test_kafka_python_commit_and_abort(broker: BrokerProcess) -> None:
