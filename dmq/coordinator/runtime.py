@@ -127,7 +127,10 @@ class CoordinatorResult:
 
 
 class CoordinatorShard(Protocol):
-    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None: ...
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1,
+               offset: int = -1) -> None:
+        """Apply one committed record; ``offset``: its offset in the partition's log."""
+        ...
 
     def replay_marker(self, producer_id: int, commit: bool, *, loading: bool) -> None: ...
 
@@ -281,7 +284,8 @@ class CoordinatorRuntime(Generic[S]):
             if entry.marker is not None:
                 shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=True)
             elif entry.key is not None:
-                shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id)
+                shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id,
+                             offset=entry.offset)
             count += 1
             last = entry.offset
         ctx: _Context[S] = _Context(partition, leader_epoch, shard, last_written=last,
@@ -504,8 +508,9 @@ class CoordinatorRuntime(Generic[S]):
             entry = ctx.pending.popleft()
             if entry.marker is not None:
                 ctx.shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=False)
-            for key, value in entry.records:
-                ctx.shard.replay(key, value, loading=False, producer_id=entry.producer_id)
+            first = entry.last_offset - len(entry.records) + 1  # one batch: consecutive offsets
+            for i, (key, value) in enumerate(entry.records):
+                ctx.shard.replay(key, value, loading=False, producer_id=entry.producer_id, offset=first + i)
         if not ctx.pending and ctx.drained is not None:
             ctx.drained.set()
 

@@ -48,10 +48,15 @@ class IllegalStateTransition(RuntimeError):
 
 @dataclass(slots=True)
 class OffsetAndMetadata:
+    """A committed offset. ``record_offset``: where in ``__consumer_offsets`` the record
+    that set it lies (-1: not known), which orders a transaction's offsets against plain
+    commits when its marker comes (Kafka's recordOffset): the later record wins, as
+    compaction keeps it."""
     offset: int
     leader_epoch: int
     metadata: str
     commit_timestamp: int
+    record_offset: int = field(default=-1, compare=False)
 
 
 @dataclass(eq=False, slots=True)

@@ -140,7 +140,8 @@ class GroupShard:
 
     # ------------------------------------------------------------------ replay
 
-    def replay(self, key_bytes: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
+    def replay(self, key_bytes: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1,
+               offset: int = -1) -> None:
         """Apply one committed ``__consumer_offsets`` record (of a transaction when
         ``producer_id`` is set: held until the transaction's marker)."""
         try:
@@ -163,7 +164,7 @@ class GroupShard:
                 v = rec.decode_offset_value(value)
                 self.txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[
                     (key.topic, key.partition)] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
-                                                                    v.commit_timestamp)
+                                                                    v.commit_timestamp, offset)
             return
         if isinstance(key, rec.OffsetKey):
             group = self.groups.get(key.group)
@@ -179,7 +180,7 @@ class GroupShard:
             if group is None:
                 group = self.groups[key.group] = GroupMetadata(key.group)
             v = rec.decode_offset_value(value)
-            group.offsets[tp] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp)
+            group.offsets[tp] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, offset)
             return
         group = self.groups.get(key.group)
         if value is None:
@@ -216,7 +217,14 @@ class GroupShard:
             group = self.groups.get(group_id)
             if group is None:
                 group = self.groups[group_id] = GroupMetadata(group_id)
-            group.offsets.update(offsets)
+            for tp, pending_offset in offsets.items():
+                # A plain commit written after the transaction's record stays (Kafka's
+                # replayEndTransactionMarker): compaction keeps the later record, so a
+                # coordinator loading the log later serves it too.
+                current = group.offsets.get(tp)
+                if current is None or current.record_offset < 0 or pending_offset.record_offset < 0 \
+                        or current.record_offset < pending_offset.record_offset:
+                    group.offsets[tp] = pending_offset
 
     def on_loaded(self, now_ms: int) -> CoordinatorResult:
         """Loaded members get a full session to heartbeat to their new coordinator."""

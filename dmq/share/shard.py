@@ -116,7 +116,8 @@ class ShareStateShard:
 
     # --------------------------------------------------------------- replay
 
-    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1,
+               offset: int = -1) -> None:
         try:
             record_type, k = rec.decode_key(key)
             decoded = rec.decode_value(record_type, value)

@@ -146,7 +146,8 @@ class TransactionShard:
     def replay_marker(self, producer_id: int, commit: bool, *, loading: bool) -> None:
         """``__transaction_state`` holds no transactions' data: markers never land here."""
 
-    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1,
+               offset: int = -1) -> None:
         try:
             version, txn_id = rec.decode_any_key(key)
             if version == rec.CHECK_KEY_VERSION:

@@ -38,7 +38,8 @@ class ListShard:
     def replay_marker(self, producer_id: int, commit: bool, *, loading: bool) -> None:
         self.values.append(b"commit" if commit else b"abort")
 
-    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1) -> None:
+    def replay(self, key: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1,
+               offset: int = -1) -> None:
         assert value is not None
         self.values.append(value)
         if loading:
@@ -520,6 +521,38 @@ def test_transactional_records_and_markers_replay_in_log_order_and_load_the_same
         rt.set_led({0: 2})
         reloaded = rt.shard(0)
         assert reloaded is not None and reloaded.values == [b"t1", b"commit"]
+
+    asyncio.run(scenario())
+
+
+def test_a_plain_commit_after_a_transactions_offset_outlives_the_transactions_commit() -> None:
+    """TxnOffsetCommit of t-0 to 100, then a plain OffsetCommit to 200, then the
+    transaction commits: 200 stays, the later record (Kafka's replayEndTransactionMarker).
+    100 was served instead, until a load after compaction (which keeps the later record
+    of the key) served 200: the offset changed under the group when its coordinator moved."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        c = group_coordinator(w)
+        assert await c.txn_offset_commit("tx", "g", 7, 0, -1, "", None, [("t", 0, 100, -1, None)]) == [0]
+        assert await c.commit_offsets("g", -1, "", None, [("t", 0, 200, -1, None)]) == [0]
+        assert await c.complete_transaction(0, 7, 0, True, 1) == ErrorCode.none
+
+        def served() -> int | None:
+            error, offsets = c.fetch_offsets("g", [("t", 0)])
+            assert error == ErrorCode.none
+            om = offsets[("t", 0)]
+            return None if om is None else om.offset
+
+        assert served() == 200
+        c.set_led({})
+        c.set_led({0: 2})  # a new coordinator loads the log
+        await asyncio.sleep(0.01)
+        assert served() == 200
+        # And the other order: the transaction's record after the plain commit wins.
+        assert await c.commit_offsets("g", -1, "", None, [("t", 0, 300, -1, None)]) == [0]
+        assert await c.txn_offset_commit("tx", "g", 8, 0, -1, "", None, [("t", 0, 400, -1, None)]) == [0]
+        assert await c.complete_transaction(0, 8, 0, True, 2) == ErrorCode.none
+        assert served() == 400
 
     asyncio.run(scenario())
 
