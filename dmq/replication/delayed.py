@@ -12,8 +12,11 @@ they copy it. Consumers see the records once the high watermark passes them.
 
 Exactly once: a delivery is one append of the marker then the records. A
 follower that becomes leader with the marker but not the records (the old
-leader died between two fetches of the two batches) finds the marker as the
-last batch of its log and appends the records alone (``_finish_torn``). A
+leader died between two fetches of the two batches, or a crash tore the write)
+finds the marker as the last batch it had when its leader epoch began (any
+batch after that one is its own: a client's produce may land before the first
+tick) and appends the records alone (``_finish_torn``), once per epoch; an
+append that fails is tried again at the next tick. A
 leader that dies before a follower copied the marker leaves the records pending
 on the follower, which delivers them as leader; the dead leader's unreplicated
 delivery is truncated when it returns. A record whose DELAYED control record
@@ -113,9 +116,12 @@ class DelayedDelivery:
                 self._decoded.pop(key, None)
                 continue
             if self._checked_epoch.get(key) != partition.leader_epoch:
-                self._checked_epoch[key] = partition.leader_epoch
                 self._decoded[key] = OrderedDict()  # the log may differ under a new epoch
-                delivered += self._finish_torn(key, partition, now)
+                finished = self._finish_torn(key, partition, now)
+                if finished < 0:
+                    continue  # not appended: tried again next tick, before any delivery
+                self._checked_epoch[key] = partition.leader_epoch
+                delivered += finished
             lg = partition.log
             first = lg.delayed.next_due()
             if first is None or first > now:
@@ -151,16 +157,18 @@ class DelayedDelivery:
         return len(entries)
 
     def _finish_torn(self, key: TopicPartition, partition: Partition, now: int) -> int:
-        """As a new leader: a DELIVERED record at the very end of the log lost the records
-        that followed it (written together by the old leader); append them."""
+        """As a new leader: a DELIVERED record that was the last batch of the log when this
+        leader epoch began lost the records that followed it (written together by the old
+        leader); append them. Returns how many, -1 when the append failed."""
         lg = partition.log
-        if lg.log_end_offset <= lg.log_start_offset:
+        start = partition.leader_epoch_start_offset
+        if start <= lg.log_start_offset or start > lg.log_end_offset:
             return 0
-        last = lg.batches_from(lg.log_end_offset - 1)
-        if not last:
+        before = lg.batches_from(start - 1)
+        if not before:
             return 0
-        segment, pos, header = last[-1]
-        if not header.is_control or header.producer_id >= 0:
+        segment, pos, header = before[0]
+        if header.last_offset != start - 1 or not header.is_control or header.producer_id >= 0:
             return 0
         try:
             named: list[tuple[int, int]] = []
@@ -181,8 +189,8 @@ class DelayedDelivery:
             partition.append_records_to_leader(data, validate_batches(data, len(data)), 1,
                                                AppendOrigin.DELAYED)
         except (PartitionError, InvalidRecordError, OSError) as e:
-            log.warning("%s: finishing a torn delivery failed (%s)", lg.name, e)
-            return 0
+            log.warning("%s: finishing a torn delivery failed (%s); retrying", lg.name, e)
+            return -1
         log.info("%s: finished a delivery of %d delayed records the previous leader began",
                  lg.name, len(entries))
         self.replica_manager.wake(key)

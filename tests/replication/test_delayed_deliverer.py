@@ -69,10 +69,59 @@ def test_the_next_leader_finishes_a_delivery_cut_after_its_marker(tmp_path: Path
         fp.append_as_follower(raw[:end], 0)
         assert fp.log.delayed.pending == 0  # the marker was copied: nothing left to deliver
         frm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[2])
-        DelayedDelivery(frm).tick(T0 + 200)
+        delivery = DelayedDelivery(frm)
+        delivery.tick(T0 + 200)
         assert visible(fp) == expected
-        DelayedDelivery(frm).tick(T0 + 300)  # a new epoch is checked once
+        delivery.tick(T0 + 300)  # a new epoch is checked once
         assert visible(fp) == expected
+
+
+def torn_follower(tmp_path: Path) -> tuple[ReplicaManager, Partition]:
+    """A broker that copied a delivery's DELIVERED marker but not its records, and then
+    became the leader."""
+    rm, p = leader(tmp_path / "old")
+    produce(p, [(b"x", T0 + 10), (b"y", T0 + 20)], T0)
+    DelayedDelivery(rm).tick(T0 + 100)
+    marker = next(h for _, _, h in p.log.batches_from(0) if h.is_control and h.base_offset > 0)
+    everything = p.log.read(0, 1 << 30, p.log.log_end_offset)
+    assert everything is not None
+    end = next(pos + h.size for seg, pos, h in p.log.batches_from(0) if h.last_offset == marker.last_offset)
+    lm = LogManager(str(tmp_path / "follower"), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, q: "id")
+    frm = ReplicaManager(2, lm)
+    fp = frm.become_follower("t", 0, "id", 1, 0, replicas=[1, 2], isr=[1, 2])[0]
+    fp.append_as_follower(everything.read()[:end], 0)
+    assert fp.log.delayed.pending == 0
+    frm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[2])
+    return frm, fp
+
+
+def test_a_torn_delivery_is_finished_although_a_produce_came_before_the_first_tick(tmp_path: Path) -> None:
+    """The new leader's first tick found a client's batch, not the marker, at the end of
+    its log, and the delayed records (acknowledged to their producer) were never delivered."""
+    frm, fp = torn_follower(tmp_path)
+    plain = encode_batch([(None, b"p", [])], timestamp=T0 + 150)
+    fp.append_records_to_leader(plain, validate_batches(plain, 1 << 20), 1)
+    delivery = DelayedDelivery(frm)
+    assert delivery.tick(T0 + 200) == 2
+    assert visible(fp) == [b"p", b"x", b"y"]
+    assert delivery.tick(T0 + 300) == 0 and visible(fp) == [b"p", b"x", b"y"]
+
+
+def test_a_torn_delivery_whose_finishing_append_fails_is_finished_at_a_later_tick(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    frm, fp = torn_follower(tmp_path)
+    delivery = DelayedDelivery(frm)
+    append = fp.append_records_to_leader
+
+    def full_disk(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fp, "append_records_to_leader", full_disk)
+    assert delivery.tick(T0 + 200) == 0 and visible(fp) == []
+    monkeypatch.setattr(fp, "append_records_to_leader", append)
+    assert delivery.tick(T0 + 300) == 2 and visible(fp) == [b"x", b"y"]
+    assert delivery.tick(T0 + 400) == 0 and visible(fp) == [b"x", b"y"]
 
 
 def test_a_record_that_cannot_be_read_back_is_dropped_with_an_error(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
