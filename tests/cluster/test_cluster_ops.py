@@ -61,8 +61,10 @@ def test_controlled_shutdown_moves_leadership_before_exit(cluster: Cluster) -> N
     took = time.monotonic() - started
     log_text = cluster.brokers[victim].log_path.read_text()
     assert "controlled shutdown: leadership moved away" in log_text
-    md = cluster.metadata(topic).topics[topic]
-    assert all(p.leader not in (-1, victim) for p in md.partitions.values())
+    # Listed once the new leaders lead (Metadata names a leader only then).
+    cluster.wait_for(lambda: all(p.leader not in (-1, victim)
+                                 for p in cluster.metadata(topic).topics[topic].partitions.values()),
+                     "the partitions listed with their new leaders", timeout=10)
     assert took < 30
     wait_acked_growth(prod, 300)
     # It returns, catches up, and leadership goes back on request (preferred leader election).
@@ -72,8 +74,9 @@ def test_controlled_shutdown_moves_leadership_before_exit(cluster: Cluster) -> N
     out = dmq("partitions", "elect-leaders", "--topic", topic, "-b", cluster.bootstrap)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "elected" in out.stdout
-    md = cluster.metadata(topic).topics[topic]
-    assert all(p.leader == p.replicas[0] for p in md.partitions.values())
+    cluster.wait_for(lambda: all(p.leader == p.replicas[0]
+                                 for p in cluster.metadata(topic).topics[topic].partitions.values()),
+                     "the preferred replicas listed as leaders", timeout=10)
     prod.finish()
     assert not prod.errors, prod.errors[:3]
     check_exactly_once_in_order(cluster, topic, 3, prod)

@@ -125,8 +125,14 @@ def test_a_connection_dropped_during_the_sasl_login_is_retried(tmp_path: Path, t
             except Exception as e:  # noqa: BLE001 - REQUEST_TIMED_OUT while ZooKeeper is out of reach
                 assert time.monotonic() < deadline, f"the broker never got back into ZooKeeper: {e}"
                 time.sleep(1)
-        md = admin.list_topics(f"{topic_name}-after", timeout=10)
-        assert md.topics[f"{topic_name}-after"].partitions[0].leader == 1
+        # Its leader is listed once this broker leads it: after its new session has
+        # registered it again (the old registration may take the session timeout to go).
+        leader = -1
+        deadline = time.monotonic() + 40
+        while leader != 1 and time.monotonic() < deadline:
+            leader = admin.list_topics(f"{topic_name}-after", timeout=10).topics[f"{topic_name}-after"].partitions[0].leader
+            time.sleep(0.2)
+        assert leader == 1
         assert "zk-secret" not in broker.log_text()
     finally:
         broker.close()
