@@ -1,33 +1,20 @@
 """KafkaJS (Node.js's most used Kafka client, pinned in tests/integration/kafkajs) against a
 real dmq server: admin, an idempotent producer, consumer groups, transactions and the
 errors it names. ``scripts/test.sh`` installs Node.js and runs ``npm ci`` there; the
-scenarios are in ``client.js``, each printing what it saw as one JSON line."""
+scenarios are in ``kafkajs/client.js``, each printing what it saw as one JSON line
+(tests/support/kafkajs.py runs them). The same client through a leader's failover:
+tests/cluster/test_kafkajs_cluster.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
+from support import kafkajs as kjs
 from support.broker import BrokerProcess
-
-HERE = Path(__file__).parent / "kafkajs"
 
 
 def kafkajs(scenario: str, broker: BrokerProcess, topic: str) -> Any:
-    node = shutil.which("node")
-    assert node is not None, "Node.js is not installed: scripts/test.sh installs it (apt-get install nodejs npm)"
-    assert (HERE / "node_modules" / "kafkajs").is_dir(), \
-        f"KafkaJS is not installed: run `npm ci --prefix {HERE}` (scripts/test.sh does)"
-    res = subprocess.run([node, str(HERE / "client.js"), scenario, broker.bootstrap, topic],
-                         capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "KAFKAJS_NO_PARTITIONER_WARNING": "1"})
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stderr == ""
-    return json.loads(res.stdout)
+    return kjs.run(scenario, broker.bootstrap, topic)
 
 
 def test_admin_idempotent_producer_and_consumer_group(broker: BrokerProcess, topic_name: str) -> None:

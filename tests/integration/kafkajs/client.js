@@ -5,7 +5,7 @@
 const { Kafka, logLevel, CompressionTypes } = require('kafkajs')
 
 const [scenario, bootstrap, topic] = process.argv.slice(2)
-const kafka = new Kafka({ clientId: 'dmq-kafkajs', brokers: [bootstrap], logLevel: logLevel.NOTHING,
+const kafka = new Kafka({ clientId: 'dmq-kafkajs', brokers: bootstrap.split(','), logLevel: logLevel.NOTHING,
                           retry: { retries: 8 } })
 
 // Consume from `topics` with `groupId` until `count` messages came, or `ms` passed.
@@ -93,6 +93,23 @@ const scenarios = {
       // 3 records and 3 markers
       high: Number(ends[0].high)
     }
+  },
+
+  // An idempotent acks=all producer sending one record at a time while the test kills the
+  // partition's leader: prints `acked <i>` for each acknowledged record, then reads the
+  // topic back with a fresh group.
+  async failover () {
+    const count = Number(process.env.RECORDS || '300')
+    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 })
+    await producer.connect()
+    for (let i = 0; i < count; i++) {
+      await producer.send({ topic, acks: -1, messages: [{ value: `r${i}`, partition: 0 }] })
+      process.stdout.write(`acked ${i}\n`)
+      await new Promise(resolve => setTimeout(resolve, 10))
+    }
+    await producer.disconnect()
+    const seen = await consume(`${topic}-check`, [topic], count, 60000)
+    return { values: seen.map(m => m.value), offsets: seen.map(m => Number(m.offset)) }
   },
 
   // Admin requests that must fail come back as Kafka's errors, named.
