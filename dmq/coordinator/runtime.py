@@ -194,6 +194,7 @@ class _Pending:
     records: list[Record]
     producer_id: int = -1
     marker: EndMarker | None = None
+    key: Hashable | None = None  # the state the operation that wrote it depended on
 
 
 @dataclass(eq=False)
@@ -205,7 +206,10 @@ class _Context(Generic[S]):
         field(default_factory=dict)
     timers: dict[Hashable, asyncio.TimerHandle] = field(default_factory=dict)
     pending: deque[_Pending] = field(default_factory=deque)
-    drained: asyncio.Event | None = None
+    # Set (and dropped) whenever a pending write leaves ``pending``, the shard is unloaded
+    # or an exclusive operation stops waiting: waiting operations look again.
+    changed: asyncio.Event | None = None
+    exclusive_waiting: int = 0  # exclusive operations waiting: later writes queue behind
     watching: bool = False
     unloaded: bool = False
     # The last offset of the shard's state: of the log when it was loaded (the tail may not
@@ -323,8 +327,7 @@ class CoordinatorRuntime(Generic[S]):
             if not fut.done():
                 fut.set_result(error_response(ErrorCode.not_coordinator))
         ctx.pending.clear()
-        if ctx.drained is not None:
-            ctx.drained.set()
+        self._wake(ctx)
 
     async def close(self) -> None:
         self.closed = True
@@ -349,8 +352,15 @@ class CoordinatorRuntime(Generic[S]):
         return op(ctx.shard)
 
     async def write(self, partition: int, op: Callable[[S, int], CoordinatorResult],
-                    error_response: Callable[[ErrorCode], Any], exclusive: bool = False) -> Any:
+                    error_response: Callable[[ErrorCode], Any], exclusive: bool = False,
+                    key: Hashable | None = None) -> Any:
         """Run ``op`` on the partition's shard; its answer once its records are committed.
+
+        The shard holds committed state only. An operation whose records depend on it
+        waits until the writes it depends on are committed when it runs: ``exclusive``,
+        every pending write of the partition (and writes that come meanwhile queue behind
+        it, so that it is not starved); ``key``, those of operations with the same key
+        (operations on one share-partition's state).
 
         Everything after the append (waiting, replaying, the follow-ups, the
         replies) is the runtime's own task: a request cancelled meanwhile (its
@@ -358,35 +368,58 @@ class CoordinatorRuntime(Generic[S]):
         ctx = self._contexts.get(partition)
         if ctx is None:
             return error_response(self.absent_error(partition))
-        if exclusive and ctx.pending:
-            # Until none is pending when it runs: a write appended after the last one
-            # committed, but before this task resumed, is not in the shard's state either.
-            deadline = asyncio.get_running_loop().time() + self.commit_timeout_ms / 1000
-            while ctx.pending:
-                if not await self._wait_drained(ctx, deadline - asyncio.get_running_loop().time()):
-                    return error_response(ErrorCode.coordinator_not_available)
-                if ctx.unloaded:
-                    return error_response(ErrorCode.not_coordinator)
+
+        def blocked() -> bool:
+            if exclusive:
+                return bool(ctx.pending)
+            if ctx.exclusive_waiting:
+                return True
+            return key is not None and any(p.key == key for p in ctx.pending)
+
+        if blocked():
+            # Until it is not blocked when it runs: a write appended after the last one it
+            # waited for committed, but before this task resumed, is not in the state either.
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.commit_timeout_ms / 1000
+            if exclusive:
+                ctx.exclusive_waiting += 1
+            try:
+                while blocked():
+                    if not await self._wait_changed(ctx, deadline - loop.time()):
+                        return error_response(ErrorCode.coordinator_not_available)
+                    if ctx.unloaded:
+                        return error_response(ErrorCode.not_coordinator)
+            finally:
+                if exclusive:
+                    ctx.exclusive_waiting -= 1
+                    self._wake(ctx)
         result = op(ctx.shard, self.clock())
-        parked, finishing = self._submit(ctx, result, error_response)
+        parked, finishing = self._submit(ctx, result, error_response, key)
         response = await asyncio.shield(finishing)
         if parked is not None:
             return await parked
         return response
 
-    async def _wait_drained(self, ctx: _Context[S], timeout_s: float) -> bool:
+    async def _wait_changed(self, ctx: _Context[S], timeout_s: float) -> bool:
+        """Until ``ctx`` changes (see ``_Context.changed``); False after ``timeout_s``."""
         if timeout_s <= 0:
             return False
-        if ctx.drained is None or ctx.drained.is_set():
-            ctx.drained = asyncio.Event()
+        if ctx.changed is None:
+            ctx.changed = asyncio.Event()
         try:
-            await asyncio.wait_for(ctx.drained.wait(), timeout_s)
+            await asyncio.wait_for(ctx.changed.wait(), timeout_s)
         except TimeoutError:
             return False
         return True
 
+    @staticmethod
+    def _wake(ctx: _Context[S]) -> None:
+        event, ctx.changed = ctx.changed, None
+        if event is not None:
+            event.set()
+
     def _submit(self, ctx: _Context[S], result: CoordinatorResult,
-                error_response: Callable[[ErrorCode], Any]
+                error_response: Callable[[ErrorCode], Any], key: Hashable | None = None
                 ) -> tuple[asyncio.Future[Any] | None, asyncio.Future[Any]]:
         """Park, set timers and append now, in operation order; the rest in a task.
 
@@ -417,7 +450,7 @@ class CoordinatorRuntime(Generic[S]):
             return parked, done
         ctx.pending.append(_Pending(last, result.records,
                                     result.producer[0] if result.producer is not None else -1,
-                                    result.marker))
+                                    result.marker, key))
         ctx.last_written = max(ctx.last_written, last)
         return parked, self._spawn(self._finish(ctx, result, last, error_response))
 
@@ -504,6 +537,8 @@ class CoordinatorRuntime(Generic[S]):
         self._submit(ctx, result, lambda error: None)
 
     def _replay_committed(self, ctx: _Context[S], upto: int) -> None:
+        if ctx.pending and ctx.pending[0].last_offset <= upto:
+            self._wake(ctx)
         while ctx.pending and ctx.pending[0].last_offset <= upto:
             entry = ctx.pending.popleft()
             if entry.marker is not None:
@@ -511,8 +546,6 @@ class CoordinatorRuntime(Generic[S]):
             first = entry.last_offset - len(entry.records) + 1  # one batch: consecutive offsets
             for i, (key, value) in enumerate(entry.records):
                 ctx.shard.replay(key, value, loading=False, producer_id=entry.producer_id, offset=first + i)
-        if not ctx.pending and ctx.drained is not None:
-            ctx.drained.set()
 
     def _park(self, ctx: _Context[S], key: Hashable,
               error_response: Callable[[ErrorCode], Any]) -> asyncio.Future[Any]:

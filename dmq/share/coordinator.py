@@ -76,26 +76,27 @@ class ShareCoordinator:
 
     # ------------------------------------------------------------ operations
     #
-    # Every operation is exclusive: it runs once no write of its state partition is
-    # pending. The shard holds committed state only, and each operation's records depend
-    # on it (a read's leader-epoch bump is a whole snapshot, a write is fenced by the
-    # stored leader epoch and merged into the stored batches); run beside a write not yet
-    # committed, a new leader's read replaced an old leader's acknowledged ACCEPT, and an
-    # old leader's write escaped the fence of a read just before it.
+    # Every operation on a share-partition's state runs once no write of that state is
+    # pending (the runtime's ``key``). The shard holds committed state only, and each
+    # operation's records depend on it (a read's leader-epoch bump is a whole snapshot, a
+    # write is fenced by the stored leader epoch and merged into the stored batches); run
+    # beside a write not yet committed, a new leader's read replaced an old leader's
+    # acknowledged ACCEPT, and an old leader's write escaped the fence of a read just
+    # before it. Operations on other share-partitions' states do not wait.
 
     async def initialize_state(self, key: SharePartitionKey, state_epoch: int,
                                start_offset: int) -> ErrorCode:
         result = await self.runtime.write(
             self.partition_for(key),
             lambda shard, now: shard.initialize(key, state_epoch, start_offset, now), lambda e: e,
-            exclusive=True)
+            key=key)
         assert isinstance(result, ErrorCode)
         return result
 
     async def read_state(self, key: SharePartitionKey, leader_epoch: int) -> ReadStateResult:
         result = await self.runtime.write(
             self.partition_for(key), lambda shard, now: shard.read(key, leader_epoch, now),
-            ReadStateResult, exclusive=True)
+            ReadStateResult, key=key)
         assert isinstance(result, ReadStateResult)
         return result
 
@@ -106,14 +107,14 @@ class ShareCoordinator:
             return shard.write(key, state_epoch, leader_epoch, start_offset, state_batches,
                                delivery_complete_count, now)
 
-        result = await self.runtime.write(self.partition_for(key), op, lambda e: e, exclusive=True)
+        result = await self.runtime.write(self.partition_for(key), op, lambda e: e, key=key)
         assert isinstance(result, ErrorCode)
         return result
 
     async def delete_state(self, key: SharePartitionKey) -> ErrorCode:
         result = await self.runtime.write(
             self.partition_for(key), lambda shard, now: shard.delete(key, now), lambda e: e,
-            exclusive=True)
+            key=key)
         assert isinstance(result, ErrorCode)
         return result
 

@@ -278,26 +278,77 @@ def test_an_exclusive_operation_sees_every_earlier_write() -> None:
 
 
 def test_an_exclusive_operation_also_sees_a_write_appended_while_it_woke() -> None:
-    """The last pending write commits; before the exclusive operation resumes, another
-    write is appended. The operation waits for that one too: it ran on state without it
-    and its records landed after it (an expiry's tombstone after an acknowledged commit)."""
+    """The last pending write commits, and its follow-up appends another write in the same
+    step, before the exclusive operation resumes. The operation waits for that one too: it
+    ran on state without it and its records landed after it (an expiry's tombstone after
+    an acknowledged commit)."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        w.hold()
+
+        def with_follow_up(shard: ListShard, now: int) -> CoordinatorResult:
+            return CoordinatorResult(response="added a", records=[(b"k", b"a")],
+                                     committed=lambda s, n: CoordinatorResult(records=[(b"k", b"f")]))
+
+        first = asyncio.create_task(rt.write(0, with_follow_up, error))
+        await asyncio.sleep(0.01)
+        seen = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
+            response=list(s.values), records=[(b"k", b"x")]), error, exclusive=True))
+        await asyncio.sleep(0.01)
+        w.release(0, upto=len(w.logs[0]))  # "a" commits; its follow-up "f" is held
+        assert await first == "added a"
+        await asyncio.sleep(0.01)
+        assert [e.value for e in w.logs[0]] == [b"a", b"f"]
+        assert not seen.done()
+        w.release()
+        assert await seen == [b"a", b"f"]
+        assert [e.value for e in w.logs[0]] == [b"a", b"f", b"x"]
+
+    asyncio.run(scenario())
+
+
+def test_writes_that_queue_behind_a_waiting_exclusive_operation_do_not_starve_it() -> None:
+    """An exclusive operation waits for the pending writes; writes that come meanwhile
+    wait for it, so a steady stream of them (offset commits) cannot keep it waiting
+    until it times out (an expiry, a DeleteGroups)."""
     async def scenario() -> None:
         w = MemoryWriter()
         rt = runtime(w)
         w.hold()
         first = asyncio.create_task(rt.write(0, add(b"a"), error))
         await asyncio.sleep(0.01)
-        seen = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(response=list(s.values)),
-                                            error, exclusive=True))
+        seen = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
+            response=list(s.values), records=[(b"k", b"x")]), error, exclusive=True))
         await asyncio.sleep(0.01)
-        w.release(0, upto=len(w.logs[0]))  # "a" commits; later appends are held
-        racing = asyncio.create_task(rt.write(0, add(b"b"), error))  # in the same step
+        later = asyncio.create_task(rt.write(0, add(b"b"), error))
         await asyncio.sleep(0.01)
-        assert await first == "added a"
-        assert not seen.done()
+        assert [e.value for e in w.logs[0]] == [b"a"]  # b waits behind the exclusive operation
         w.release()
-        assert await racing == "added b"
-        assert await seen == [b"a", b"b"]
+        assert await seen == [b"a"]
+        assert (await first, await later) == ("added a", "added b")
+        assert [e.value for e in w.logs[0]] == [b"a", b"x", b"b"]
+
+    asyncio.run(scenario())
+
+
+def test_a_keyed_operation_waits_for_pending_writes_of_its_key_only() -> None:
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w)
+        w.hold()
+        first = asyncio.create_task(rt.write(0, add(b"a"), error, key="one"))
+        await asyncio.sleep(0.01)
+        other = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
+            response=list(s.values), records=[(b"k", b"o")]), error, key="two"))
+        same = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
+            response=list(s.values), records=[(b"k", b"s")]), error, key="one"))
+        await asyncio.sleep(0.01)
+        assert [e.value for e in w.logs[0]] == [b"a", b"o"]  # "two" ran at once, "one" waits
+        w.release()
+        assert await first == "added a"
+        assert await other == []
+        assert await same == [b"a", b"o"]
 
     asyncio.run(scenario())
 

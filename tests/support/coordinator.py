@@ -64,8 +64,7 @@ class MemoryWriter:
                 self.committed[p] = len(log) if upto is None else upto
         if partition is None and upto is None:
             self.holding = False
-        if self._changed is not None:
-            self._changed.set()
+        self.wake()
 
     async def wait_committed(self, partition: int, last_offset: int) -> ErrorCode:
         while True:
@@ -73,9 +72,11 @@ class MemoryWriter:
                 return self.fail_commit
             if self.committed.get(partition, 0) > last_offset:
                 return ErrorCode.none
-            self._changed = self._changed or asyncio.Event()
+            # Every waiter waits on the same event, which a change sets and drops (a waiter
+            # dropping it itself could orphan one that another waiter had just made).
+            if self._changed is None:
+                self._changed = asyncio.Event()
             await self._changed.wait()
-            self._changed = None
 
     async def ensure_exists(self) -> bool:
         return True
@@ -84,8 +85,9 @@ class MemoryWriter:
         return partition in self.leading
 
     def wake(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
 
     def read(self, partition: int) -> Iterator[LogEntry]:
         yield from self.logs.get(partition, [])
@@ -123,7 +125,7 @@ class ShardDriver:
         pid = result.producer[0] if result.producer is not None else -1
         for key, value in result.records:
             self.log.append(LogEntry(len(self.log), key, value, pid))
-            self.shard.replay(key, value, loading=False, producer_id=pid)
+            self.shard.replay(key, value, loading=False, producer_id=pid, offset=len(self.log) - 1)
         if result.marker is not None:
             self.log.append(LogEntry(len(self.log), None, None, result.marker.producer_id, result.marker))
             self.shard.replay_marker(result.marker.producer_id, result.marker.commit, loading=False)
@@ -164,5 +166,6 @@ def replay_into(shard: Any, log: list[LogEntry]) -> Any:
         if entry.marker is not None:
             shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=True)
         elif entry.key is not None:
-            shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id)
+            shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id,
+                         offset=entry.offset)
     return shard
