@@ -32,6 +32,8 @@ import logging
 import time
 from collections import OrderedDict
 
+from kio.schema.errors import ErrorCode
+
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.delayed import (
     DELAYED_TYPE,
@@ -188,9 +190,20 @@ class DelayedDelivery:
         try:
             partition.append_records_to_leader(data, validate_batches(data, len(data)), 1,
                                                AppendOrigin.DELAYED)
-        except (PartitionError, InvalidRecordError, OSError) as e:
+        except OSError as e:  # a disk error: may pass
             log.warning("%s: finishing a torn delivery failed (%s); retrying", lg.name, e)
             return -1
+        except PartitionError as e:
+            if e.error in (ErrorCode.kafka_storage_error, ErrorCode.not_enough_replicas):
+                log.warning("%s: finishing a torn delivery failed (%s); retrying", lg.name, e)
+                return -1
+            log.error("%s: cannot finish a torn delivery of %d delayed records (%s); they are "
+                      "not delivered", lg.name, len(entries), e)
+            return 0
+        except InvalidRecordError as e:  # would fail the same way every time
+            log.error("%s: cannot finish a torn delivery of %d delayed records (%s); they are "
+                      "not delivered", lg.name, len(entries), e)
+            return 0
         log.info("%s: finished a delivery of %d delayed records the previous leader began",
                  lg.name, len(entries))
         self.replica_manager.wake(key)

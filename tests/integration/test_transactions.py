@@ -209,6 +209,11 @@ def test_offsets_an_open_transaction_will_replace_are_unstable_to_require_stable
         assert fetched(version, True) == (ErrorCode.unstable_offset_commit, -1)
         assert fetched(version, False) == (ErrorCode.none, 3)
     producer.commit_transaction(30)
+    # EndTxn is answered once the commit is decided; the marker that makes the offset
+    # stable is written just after.
+    deadline = time.monotonic() + 30
+    while fetched(8, True)[0] == ErrorCode.unstable_offset_commit and time.monotonic() < deadline:
+        time.sleep(0.05)
     for version in (7, 8):
         assert fetched(version, True) == (ErrorCode.none, 9)
     consumer.close()

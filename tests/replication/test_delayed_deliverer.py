@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dmq.config import BrokerConfig, LogConfig
-from dmq.record.batch import validate_batches
+from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.partition import Partition
@@ -136,3 +136,22 @@ def test_a_record_that_cannot_be_read_back_is_dropped_with_an_error(tmp_path: Pa
     assert delivery.tick(T0 + 100) == 0
     assert p.log.delayed.pending == 0
     assert "cannot be read back" in caplog.text
+
+
+def test_a_torn_delivery_that_can_never_be_finished_does_not_stop_later_deliveries(
+        tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """An error that would come back every time (the records no longer pass the topic's
+    checks) is logged once; the partition's other delayed records are still delivered."""
+    frm, fp = torn_follower(tmp_path)
+    produce(fp, [(b"later", T0 + 500)], T0 + 150)
+    delivery = DelayedDelivery(frm)
+    append = fp.append_records_to_leader
+
+    def refused(data, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if b"later" not in bytes(data):
+            raise InvalidRecordError("invalid_record", "refused")
+        return append(data, *args, **kwargs)
+
+    monkeypatch.setattr(fp, "append_records_to_leader", refused)
+    assert delivery.tick(T0 + 200) == 0
+    assert delivery.tick(T0 + 600) == 1 and visible(fp) == [b"later"]
