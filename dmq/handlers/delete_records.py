@@ -33,7 +33,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             try:
                 if not deletable:
                     error = ErrorCode.topic_authorization_failed
-                elif t.name in INTERNAL_TOPICS:
+                elif t.name in INTERNAL_TOPICS and services.metadata.topic(t.name) is not None:
                     error = ErrorCode.invalid_topic_exception
                 else:
                     low = rm.leader_partition(t.name, p.partition_index).delete_records(p.offset)

@@ -53,17 +53,18 @@ def _unauthorized(services: BrokerServices, ctx: RequestContext, request: Any,
     return {tp: refused for tp in entries if tp[0] in denied} if denied else {}
 
 
-def _internal(ctx: RequestContext, request: Any,
+def _internal(services: BrokerServices, ctx: RequestContext, request: Any,
               entries: dict[TopicPartition, bytes | None]) -> dict[TopicPartition, ProduceResult]:
     """The partitions of internal topics, which clients may not append to (Kafka's
     ReplicaManager: INVALID_TOPIC_EXCEPTION unless the client id is ``__admin_client``).
     Their coordinators write them; a record appended behind a coordinator's back is not in
-    its state, yet the next coordinator to load the log replays it."""
+    its state, yet the next coordinator to load the log replays it. (One not created yet
+    is an unknown topic, as in Kafka.)"""
     if ctx.client_id == ADMIN_CLIENT_ID or not any(t.name in INTERNAL_TOPICS for t in request.topic_data):
         return {}
     return {tp: ProduceResult(ErrorCode.invalid_topic_exception,
                               error_message=f"Cannot append to internal topic {tp[0]}")
-            for tp in entries if tp[0] in INTERNAL_TOPICS}
+            for tp in entries if tp[0] in INTERNAL_TOPICS and services.metadata.topic(tp[0]) is not None}
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -72,7 +73,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         (t.name, p.index): p.records for t in request.topic_data for p in t.partition_data}
     refused = _refused(request)
     denied = _unauthorized(services, ctx, request, entries) if services.authorizer is not None else None
-    internal = _internal(ctx, request, entries)
+    internal = _internal(services, ctx, request, entries)
     if internal:
         denied = {**internal, **(denied or {})}
     if refused is not None:

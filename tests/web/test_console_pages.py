@@ -161,6 +161,11 @@ def test_message_browser(broker: BrokerProcess, console: str) -> None:
     c.close()
     assert m is not None and m.error() is None
     assert (m.key(), m.value(), m.headers()) == (b"k-form", b'{"from": "form"}', [("a", b"1"), ("b", b"two")])
+    assert 'id="produce"' in get(console, "/topics/web-msgs/messages").text
+    # An internal topic is browsed, not written: the broker refuses clients' records there.
+    commit(broker.bootstrap, "web-internal", {("web-msgs", 0): 1})
+    internal = get(console, "/topics/__consumer_offsets/messages")
+    assert internal.status == 200 and "__consumer_offsets" in internal.text and 'id="produce"' not in internal.text
 
 
 def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
