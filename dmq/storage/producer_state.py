@@ -296,10 +296,8 @@ class ProducerStateManager:
                 "invalid_record",
                 f"batch of producer {entry.producer_id} has no sequence number ({first_seq})")
         if not known:
-            if first_seq != 0:
-                raise InvalidRecordError(
-                    "out_of_order_sequence_number",
-                    f"unknown producer {entry.producer_id} sent sequence {first_seq}, expected 0")
+            # No state for it (its batches went with segments retention or DeleteRecords
+            # removed, or it expired): any sequence starts it, as in Kafka (KIP-360).
             return
         if header.producer_epoch != entry.epoch:
             if first_seq != 0:

@@ -83,10 +83,14 @@ def test_idle_producer_state_expires(tmp_path: Path) -> None:
     lg.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=1000)
     assert lm.expire_producers(expiration_ms=60_000, now=30_000) == 0
     assert lm.expire_producers(expiration_ms=60_000, now=100_000) == 1
-    # Its state is gone: a continuing sequence is now out of order, as in Kafka.
+    assert 5 not in lg.producer_state.producers
+    # Its state is gone: its next batch starts it again whatever its sequence (Kafka since
+    # KIP-360), and from there the sequence is checked again.
     nxt = bytearray(encode_batch([(None, b"v", [])], producer_id=5, producer_epoch=0, base_sequence=1))
+    lg.append_as_leader(nxt, validate_batches(nxt, 10**6), 0)
+    gap = bytearray(encode_batch([(None, b"v", [])], producer_id=5, producer_epoch=0, base_sequence=9))
     with pytest.raises(InvalidRecordError):
-        lg.append_as_leader(nxt, validate_batches(nxt, 10**6), 0)
+        lg.append_as_leader(gap, validate_batches(gap, 10**6), 0)
 
 
 def test_a_checkpoint_snapshot_written_late_does_not_replace_a_later_one(tmp_path: Path) -> None:

@@ -152,9 +152,21 @@ def test_batches_of_one_append_are_checked_in_order(tmp_path: Path) -> None:
     assert error_of(psm, [(header(8, 9, seq=4, txn=False), None)]) == "out_of_order_sequence_number"
 
 
+def test_a_producer_the_partition_does_not_know_may_start_at_any_sequence(tmp_path: Path) -> None:
+    """Its state went with the segments retention or DeleteRecords removed, or expired
+    (producer.id.expiration.ms): its next batch carries sequence N > 0, which Kafka
+    accepts (ProducerAppendInfo.checkSequence, no producer epoch). It was refused with
+    OUT_OF_ORDER_SEQUENCE_NUMBER, which KafkaJS and transactional producers cannot get
+    past; from there the sequence rules hold as for any producer."""
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, seq=3, txn=False), None)])
+    assert psm.producers[1].last_seq == 3
+    assert error_of(psm, [(header(1, 1, seq=6, txn=False), None)]) == "out_of_order_sequence_number"
+    run(psm, [(header(1, 1, seq=4, txn=False), None)])
+
+
 def test_sequence_rules_are_kept(tmp_path: Path) -> None:
     psm = ProducerStateManager(str(tmp_path))
-    assert error_of(psm, [(header(0, 1, seq=3, txn=False), None)]) == "out_of_order_sequence_number"
     assert error_of(psm, [(header(0, 1, seq=-1, txn=False), None)]) == "invalid_record"
     run(psm, [(header(0, 1, n=2, txn=False), None)])
     assert psm.find_duplicate(header(0, 1, n=2, txn=False)) is not None
