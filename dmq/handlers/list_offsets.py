@@ -20,7 +20,8 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -> tuple[int, int]:
     """(offset, timestamp) for a ListOffsets query; (-1, -1) when no record matches.
-    read_committed: the latest offset is the last stable offset."""
+    read_committed: the latest offset is the last stable offset, and a lookup by time
+    finds nothing at or past it."""
     lg = partition.log
     if timestamp == EARLIEST:
         return lg.log_start_offset, -1
@@ -30,7 +31,10 @@ def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -
         found = lg.offset_of_max_timestamp()
     else:
         found = lg.offset_for_timestamp(timestamp)
-    if found is None or found[0] >= partition.high_watermark:
+    # Only a fetchable offset: below the high watermark, or for read_committed below the
+    # last stable offset, as Kafka's fetchOffsetForTimestamp.
+    bound = lg.last_stable_offset() if read_committed else partition.high_watermark
+    if found is None or found[0] >= bound:
         return -1, -1
     return found
 

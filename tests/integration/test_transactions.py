@@ -219,6 +219,38 @@ def test_offsets_an_open_transaction_will_replace_are_unstable_to_require_stable
     consumer.close()
 
 
+def test_a_read_committed_lookup_by_time_finds_nothing_in_an_open_transaction(broker: BrokerProcess) -> None:
+    """ListOffsets by timestamp for read_committed finds only offsets below the last stable
+    offset (Kafka's fetchOffsetForTimestamp): it answered an offset inside an open
+    transaction, which a read_committed consumer cannot read yet."""
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
+
+    _create(broker, "txn-times", 1)
+    plain = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    plain.produce("txn-times", b"before", partition=0, timestamp=1_000_000)
+    assert plain.flush(10) == 0
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "txn-times", "log_level": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("txn-times", b"open", partition=0, timestamp=5_000_000)
+    assert producer.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    tp = TopicPartition("txn-times", 0)
+
+    def found(isolation: IsolationLevel) -> int:
+        answer = admin.list_offsets({tp: OffsetSpec.for_timestamp(5_000_000)}, isolation_level=isolation)
+        return int(answer[tp].result(10).offset)
+
+    assert found(IsolationLevel.READ_UNCOMMITTED) == 1
+    assert found(IsolationLevel.READ_COMMITTED) == -1
+    producer.commit_transaction(30)
+    deadline = time.monotonic() + 30
+    while found(IsolationLevel.READ_COMMITTED) == -1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the marker follows EndTxn's answer
+    assert found(IsolationLevel.READ_COMMITTED) == 1
+
+
 def test_kafka_python_commit_and_abort(broker: BrokerProcess) -> None:
     from kafka import KafkaConsumer
 
