@@ -12,9 +12,14 @@ Invariants:
 * a snapshot file is written whole or not at all: the bytes go to
   ``<name>.tmp`` (fsynced unless the caller says the log itself will be), then
   ``os.replace`` gives it its name, so a crash leaves the old set intact;
-* after a write the newest ``keep`` files remain, and the one just written
-  (a log truncates its snapshots before it writes below them, so that one is
-  normally among the newest);
+* after a write the newest ``keep`` files remain, the one just written (a log
+  truncates its snapshots before it writes below them, so that one is normally
+  among the newest), and every one taken at a segment's base offset while that
+  segment exists (a ``<offset:020d>.log`` file in the directory): an unclean
+  restart rebuilds the state from the base of the segment holding the recovery
+  point, and needs the snapshot there (Kafka keeps a snapshot per segment and
+  deletes it with its segment). The others go at the next write once their
+  segment is gone;
 * ``.tmp`` leftovers of a crash are never listed (their suffix differs).
 
 Called from whichever task owns the log (its lock held); plain synchronous
@@ -40,8 +45,11 @@ class SnapshotFiles:
 
     def offsets(self) -> list[int]:
         """Every snapshot's offset, ascending (names that are not an offset are ignored)."""
+        return self._offsets_in(os.listdir(self.directory))
+
+    def _offsets_in(self, names: list[str]) -> list[int]:
         out = []
-        for name in os.listdir(self.directory):
+        for name in names:
             if name.endswith(self.suffix):
                 try:
                     out.append(int(name[: -len(self.suffix)]))
@@ -59,8 +67,10 @@ class SnapshotFiles:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, final)
-        for old in self.offsets()[: -self.keep]:
-            if old != offset:
+        names = os.listdir(self.directory)
+        bases = {int(name[:-4]) for name in names if name.endswith(".log") and name[:-4].isdigit()}
+        for old in self._offsets_in(names)[: -self.keep]:
+            if old != offset and old not in bases:
                 self.delete(old)
 
     def delete(self, offset: int) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dmq.record.batch import InvalidRecordError
+from dmq.storage.log import Log
 from dmq.storage.producer_state import AppendOrigin
 from tests.support.transactions import (
     append,
@@ -305,3 +306,40 @@ def test_corrupt_index_of_a_flushed_segment_is_rebuilt(tmp_path: Path) -> None:
     again = make_log(path, **cfg)                              # a clean shutdown, but a corrupt index
     assert again.collect_aborted_transactions(0, 100) == expected == [(1, 0)]
     assert (path / index_name).stat().st_size == 34
+
+
+def test_producer_state_of_deleted_segments_survives_an_unclean_restart(tmp_path: Path) -> None:
+    """An unclean restart rebuilds the producer state from the base of the segment holding
+    the recovery point; a snapshot taken at that base is kept while the segment exists (as
+    Kafka keeps one per segment). Only the two newest were kept: after two flushes in the
+    last segment, the restart found none at or below that base and replayed the remaining
+    segments from an empty state, forgetting the producers whose batches retention or
+    DeleteRecords had removed (their retries were no longer recognised, their open
+    transactions no longer held the last stable offset)."""
+    lg = make_log(tmp_path)
+    for seq in range(5):  # segment at 0: producer 3's transaction, producer 10's batch
+        send(lg, 3, 0, seq, [b"t%d" % seq])
+    send(lg, 10, 0, 0, [b"i0", b"i1"], transactional=False)
+    lg.roll()
+    send(lg, 20, 0, 0, [b"other"], transactional=False)
+    lg.roll()
+    send(lg, 20, 0, 1, [b"other"], transactional=False)
+    lg.flush()
+    send(lg, 20, 0, 2, [b"other"], transactional=False)
+    lg.flush()
+    lg.update_high_watermark(lg.log_end_offset)
+    lg.delete_records_before(lg.bases[1])  # the first segment goes
+    assert lg.bases == [7, 8]
+    before = {pid: (e.epoch, e.last_seq, e.current_txn_first_offset)
+              for pid, e in lg.producer_state.producers.items()}
+    assert before[3] == (0, 4, 0) and before[10] == (0, 1, -1)
+    recovery_point, log_start = lg.recovery_point, lg.log_start_offset
+    lg.close()  # a kill: no clean-shutdown marker
+    again = Log(str(tmp_path), "t", 0, lg.config, recovery_point=recovery_point,
+                log_start_offset=log_start, clean_shutdown=False)
+    after = {pid: (e.epoch, e.last_seq, e.current_txn_first_offset)
+             for pid, e in again.producer_state.producers.items()}
+    assert after == before
+    # A retry of producer 10's batch is still a duplicate, answered with its offset.
+    retry = append(again, data_batch(10, 0, 0, [b"i0", b"i1"], transactional=False))
+    assert retry.duplicate and retry.first_offset == 5
