@@ -916,6 +916,12 @@ class Log:
                 segment.flush()
             except OSError:
                 return  # deleted concurrently by retention
+        try:
+            # A roll's producer snapshot, written without fsync: an unclean restart
+            # rebuilds from the base of the segment holding the recovery point with it.
+            self.producer_state.sync_snapshot(up_to)
+        except OSError:
+            return
         with self._recovery_lock:
             if self._truncations != truncations:
                 return

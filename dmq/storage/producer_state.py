@@ -188,7 +188,7 @@ class ProducerStateManager:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self._snapshots = SnapshotFiles(directory, SNAPSHOT_SUFFIX)
+        self._snapshots = SnapshotFiles(directory, SNAPSHOT_SUFFIX, keep_segment_bases=True)
         self.producers: dict[int, ProducerEntry] = {}
         self._ongoing: dict[int, int] = {}  # first offset -> producer id
         self._ongoing_firsts: list[int] = []  # sorted first offsets of ongoing transactions
@@ -432,6 +432,10 @@ class ProducerStateManager:
 
     def snapshot_offsets(self) -> list[int]:
         return self._snapshots.offsets()
+
+    def sync_snapshot(self, offset: int) -> None:
+        """fsync the snapshot taken at ``offset`` (a roll writes it without), if any."""
+        self._snapshots.sync(offset)
 
     def take_snapshot(self, offset: int, fsync: bool = True) -> None:
         """Write the state as of ``offset`` (every batch below it applied); keep two."""

@@ -14,12 +14,12 @@ Invariants:
   ``os.replace`` gives it its name, so a crash leaves the old set intact;
 * after a write the newest ``keep`` files remain, the one just written (a log
   truncates its snapshots before it writes below them, so that one is normally
-  among the newest), and every one taken at a segment's base offset while that
-  segment exists (a ``<offset:020d>.log`` file in the directory): an unclean
-  restart rebuilds the state from the base of the segment holding the recovery
-  point, and needs the snapshot there (Kafka keeps a snapshot per segment and
-  deletes it with its segment). The others go at the next write once their
-  segment is gone;
+  among the newest), and with ``keep_segment_bases`` every one taken at a
+  segment's base offset while that segment exists (a ``<offset:020d>.log``
+  file in the directory): an unclean restart rebuilds the producer state from
+  the base of the segment holding the recovery point, and needs the snapshot
+  there (Kafka keeps a producer snapshot per segment and deletes it with its
+  segment). Those go at the next write once their segment is gone;
 * ``.tmp`` leftovers of a crash are never listed (their suffix differs).
 
 Called from whichever task owns the log (its lock held); plain synchronous
@@ -35,10 +35,11 @@ from collections.abc import Iterator
 class SnapshotFiles:
     """The ``<offset:020d><suffix>`` files in ``directory`` (see the module docstring)."""
 
-    def __init__(self, directory: str, suffix: str, keep: int = 2) -> None:
+    def __init__(self, directory: str, suffix: str, keep: int = 2, keep_segment_bases: bool = False) -> None:
         self.directory = directory
         self.suffix = suffix
         self.keep = keep
+        self.keep_segment_bases = keep_segment_bases
 
     def path(self, offset: int) -> str:
         return os.path.join(self.directory, f"{offset:020d}{self.suffix}")
@@ -68,10 +69,22 @@ class SnapshotFiles:
                 os.fsync(f.fileno())
         os.replace(tmp, final)
         names = os.listdir(self.directory)
-        bases = {int(name[:-4]) for name in names if name.endswith(".log") and name[:-4].isdigit()}
+        bases = {int(name[:-4]) for name in names if name.endswith(".log") and name[:-4].isdigit()} \
+            if self.keep_segment_bases else set()
         for old in self._offsets_in(names)[: -self.keep]:
             if old != offset and old not in bases:
                 self.delete(old)
+
+    def sync(self, offset: int) -> None:
+        """fsync the snapshot taken at ``offset``, if there is one (written without)."""
+        try:
+            fd = os.open(self.path(offset), os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def delete(self, offset: int) -> None:
         try:

@@ -39,3 +39,23 @@ def test_newest_first_and_delete_after(tmp_path: Path) -> None:
     files.delete(1)
     files.delete(1)  # already gone: no error
     assert files.offsets() == [2]
+
+
+def test_snapshots_at_segment_bases_are_kept_while_their_segments_exist_when_asked(tmp_path: Path) -> None:
+    """The producer state keeps its snapshot at every segment's base (an unclean restart
+    rebuilds from the base of the segment holding the recovery point); the delayed
+    records' snapshots (whole copies of the pending set) keep only the newest two."""
+    for name in ("00000000000000000000.log", f"{10:020d}.log", f"{20:020d}.log"):
+        (tmp_path / name).write_bytes(b"segment")
+    kept = SnapshotFiles(str(tmp_path), ".snapshot", keep_segment_bases=True)
+    plain = SnapshotFiles(str(tmp_path), ".delayed")
+    for offset in (10, 15, 20, 25, 30):
+        kept.write(offset, b"x")
+        plain.write(offset, b"x")
+    assert kept.offsets() == [10, 20, 25, 30]
+    assert plain.offsets() == [25, 30]
+    (tmp_path / f"{10:020d}.log").unlink()  # retention deleted that segment
+    kept.write(35, b"x")
+    assert kept.offsets() == [20, 30, 35]
+    kept.sync(35)
+    kept.sync(99)  # none there: nothing to do
