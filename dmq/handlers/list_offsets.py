@@ -18,6 +18,18 @@ MAX_VERSION = 7
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
+def found_epoch(partition: Partition, timestamp: int, offset: int) -> int:
+    """The leader epoch ListOffsets answers with an offset: the partition's current one for
+    the latest offset, else the epoch that wrote the offset found (-1 for none), as Kafka's
+    fetchOffsetForTimestamp. A consumer that seeks there checks that epoch for truncation
+    (KIP-320); the current epoch would hide a truncation since."""
+    if timestamp == LATEST:
+        return partition.leader_epoch
+    if offset < 0:
+        return -1
+    return partition.log.leader_epochs.epoch_for(offset)
+
+
 def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -> tuple[int, int]:
     """(offset, timestamp) for a ListOffsets query; (-1, -1) when no record matches.
     read_committed: the latest offset is the last stable offset, and a lookup by time
@@ -61,7 +73,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     error = ErrorCode.unsupported_version
                 else:
                     offset, ts = lookup(partition, p.timestamp, getattr(request, "isolation_level", 0) == 1)
-                    epoch = partition.leader_epoch
+                    epoch = found_epoch(partition, p.timestamp, offset)
             except PartitionError as e:
                 error = e.error
             partitions.append(make(schema.ListOffsetsPartitionResponse,

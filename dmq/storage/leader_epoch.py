@@ -53,6 +53,13 @@ class LeaderEpochFileCache:
         self.entries.append((epoch, start_offset))
         self._write()
 
+    def epoch_for(self, offset: int) -> int:
+        """The epoch that wrote ``offset``: the latest entry starting at or below it
+        (Kafka's epochForOffset); -1 when it predates every entry."""
+        starts = [s for _, s in self.entries]
+        i = bisect_right(starts, offset)
+        return self.entries[i - 1][0] if i else UNDEFINED
+
     def end_offset_for(self, requested: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers for ``requested``.
 
