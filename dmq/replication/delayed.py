@@ -16,7 +16,8 @@ leader died between two fetches of the two batches, or a crash tore the write)
 finds the marker as the last batch it had when its leader epoch began (any
 batch after that one is its own: a client's produce may land before the first
 tick) and appends the records alone (``_finish_torn``), once per epoch; an
-append that fails is tried again at the next tick. A
+append that fails on a disk error is tried again at the next tick, one that
+would fail the same way every time is logged and left. A
 leader that dies before a follower copied the marker leaves the records pending
 on the follower, which delivers them as leader; the dead leader's unreplicated
 delivery is truncated when it returns. A record whose DELAYED control record

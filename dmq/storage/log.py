@@ -899,13 +899,21 @@ class Log:
         self.producer_state.take_snapshot(self.log_end_offset)
         self.delayed.take_snapshot(self.log_end_offset)
 
-    def flush_segments(self, up_to: int) -> None:
-        """fsync the segments holding offsets below ``up_to``; may run off the event loop.
+    @property
+    def truncations(self) -> int:
+        """How many times the log was truncated (``flush_segments``' ``since``)."""
+        return self._truncations
 
-        A truncation while it runs leaves the recovery point where the truncation put it:
-        the bytes below ``up_to`` may have been cut and written again since this began."""
-        truncations = self._truncations
-        if up_to <= self.recovery_point:
+    def flush_segments(self, up_to: int, since: int | None = None) -> None:
+        """fsync the segments holding offsets below ``up_to``, and the producer snapshots
+        taken up to it; may run off the event loop.
+
+        A truncation after ``since`` (the ``truncations`` count when ``up_to`` was decided;
+        now if not given) leaves the recovery point where the truncation put it: the
+        bytes below ``up_to`` may have been cut and written again since."""
+        truncations = self._truncations if since is None else since
+        start = self.recovery_point
+        if up_to <= start:
             return
         for segment in list(self.segments):
             if segment.base_offset >= up_to:
@@ -917,9 +925,9 @@ class Log:
             except OSError:
                 return  # deleted concurrently by retention
         try:
-            # A roll's producer snapshot, written without fsync: an unclean restart
-            # rebuilds from the base of the segment holding the recovery point with it.
-            self.producer_state.sync_snapshot(up_to)
+            # The rolls' producer snapshots, written without fsync: an unclean restart
+            # rebuilds from the base of the segment holding the recovery point with one.
+            self.producer_state.sync_snapshots(start, up_to)
         except OSError:
             return
         with self._recovery_lock:

@@ -167,7 +167,7 @@ class LogManager:
         self.data_dir = os.path.abspath(data_dir)
         self.config_for = config_for
         self.logs: dict[TopicPartition, Log] = {}
-        self._pending_flush: dict[TopicPartition, int] = {}
+        self._pending_flush: dict[TopicPartition, tuple[int, int]] = {}  # (up to, truncations)
         self._lock = threading.Lock()
         self._recovery_file = CheckpointFile(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
         self._log_start_file = CheckpointFile(os.path.join(self.data_dir, LOG_START_FILE))
@@ -337,18 +337,19 @@ class LogManager:
     # --------------------------------------------------------------- flushing
 
     def _on_roll(self, lg: Log, up_to: int) -> None:
-        # Kafka flushes a rolled segment asynchronously; so do we.
+        # Kafka flushes a rolled segment asynchronously; so do we. The log's truncation
+        # count goes with it: a truncation before the flush begins counts as one during it.
         with self._lock:
-            self._pending_flush[(lg.topic, lg.partition)] = up_to
+            self._pending_flush[(lg.topic, lg.partition)] = (up_to, lg.truncations)
 
     def flush_pending(self) -> None:
         """fsync rolled segments (background thread)."""
         with self._lock:
             pending, self._pending_flush = self._pending_flush, {}
-        for tp, up_to in pending.items():
+        for tp, (up_to, truncations) in pending.items():
             lg = self.logs.get(tp)
             if lg is not None:
-                lg.flush_segments(up_to)
+                lg.flush_segments(up_to, truncations)
 
     def flush_dirty(self, now: int | None = None) -> None:
         """Apply flush.ms: flush logs whose last flush is older than it."""

@@ -433,12 +433,14 @@ class ProducerStateManager:
     def snapshot_offsets(self) -> list[int]:
         return self._snapshots.offsets()
 
-    def sync_snapshot(self, offset: int) -> None:
-        """fsync the snapshot taken at ``offset`` (a roll writes it without), if any."""
-        self._snapshots.sync(offset)
+    def sync_snapshots(self, after: int, up_to: int) -> None:
+        """fsync the snapshots taken in (``after``, ``up_to``] (a roll writes its own
+        without) and the directory; any thread (a snapshot gone meanwhile is skipped)."""
+        self._snapshots.sync(after, up_to)
 
     def take_snapshot(self, offset: int, fsync: bool = True) -> None:
-        """Write the state as of ``offset`` (every batch below it applied); keep two."""
+        """Write the state as of ``offset`` (every batch below it applied); the newest
+        two are kept, and those at segments' bases (``SnapshotFiles``)."""
         body = json.dumps(
             [
                 [e.producer_id, e.epoch, e.last_timestamp,

@@ -22,8 +22,8 @@ Invariants:
   segment). Those go at the next write once their segment is gone;
 * ``.tmp`` leftovers of a crash are never listed (their suffix differs).
 
-Called from whichever task owns the log (its lock held); plain synchronous
-file code.
+Called from whichever task owns the log (its lock held), except ``sync``,
+which a flush on a worker thread calls; plain synchronous file code.
 """
 
 from __future__ import annotations
@@ -75,12 +75,21 @@ class SnapshotFiles:
             if old != offset and old not in bases:
                 self.delete(old)
 
-    def sync(self, offset: int) -> None:
-        """fsync the snapshot taken at ``offset``, if there is one (written without)."""
-        try:
-            fd = os.open(self.path(offset), os.O_RDONLY)
-        except FileNotFoundError:
-            return
+    def sync(self, after: int, up_to: int) -> None:
+        """fsync the snapshots taken in (``after``, ``up_to``] (written without) and then the
+        directory, so that their names survive too. Any thread: one deleted meanwhile by
+        the owner's task is skipped."""
+        for offset in self.offsets():
+            if after < offset <= up_to:
+                try:
+                    fd = os.open(self.path(offset), os.O_RDONLY)
+                except FileNotFoundError:
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

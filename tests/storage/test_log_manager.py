@@ -223,3 +223,21 @@ def test_a_shutdown_whose_flush_failed_is_not_marked_clean(tmp_path: Path, monke
     lm.shutdown()
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     assert not LogManager(str(tmp_path), lambda t: config).clean_shutdown
+
+
+def test_a_queued_flush_of_a_rolled_segment_does_not_pass_a_truncation_made_before_it_ran(
+        tmp_path: Path) -> None:
+    """A roll queues its segment's flush for the background thread; a follower's
+    truncation before that thread runs must count as one during the flush, or the recovery
+    point ends above the log end, over bytes written again and never fsynced."""
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, p: "id")
+    lg = lm.get_or_create("t", 0, "id")
+    for _ in range(2):
+        data = bytearray(encode_batch([(None, b"v", [])] * 10, timestamp=1000))
+        lg.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=1000)
+    lg.roll()  # queues the flush up to 20
+    lg.truncate_to(5)
+    lm.flush_pending()
+    assert lg.log_end_offset == 5
+    assert lg.recovery_point <= 5

@@ -57,5 +57,5 @@ def test_snapshots_at_segment_bases_are_kept_while_their_segments_exist_when_ask
     (tmp_path / f"{10:020d}.log").unlink()  # retention deleted that segment
     kept.write(35, b"x")
     assert kept.offsets() == [20, 30, 35]
-    kept.sync(35)
-    kept.sync(99)  # none there: nothing to do
+    kept.sync(25, 35)
+    kept.sync(90, 99)  # none there: only the directory
