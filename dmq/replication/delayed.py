@@ -191,17 +191,12 @@ class DelayedDelivery:
         try:
             partition.append_records_to_leader(data, validate_batches(data, len(data)), 1,
                                                AppendOrigin.DELAYED)
-        except OSError as e:  # a disk error: may pass
-            log.warning("%s: finishing a torn delivery failed (%s); retrying", lg.name, e)
-            return -1
-        except PartitionError as e:
-            if e.error in (ErrorCode.kafka_storage_error, ErrorCode.not_enough_replicas):
+        except (OSError, PartitionError, InvalidRecordError) as e:
+            # A disk error may pass; anything else (the records refused) would recur.
+            if isinstance(e, OSError) or (isinstance(e, PartitionError) and e.error in (
+                    ErrorCode.kafka_storage_error, ErrorCode.not_enough_replicas)):
                 log.warning("%s: finishing a torn delivery failed (%s); retrying", lg.name, e)
                 return -1
-            log.error("%s: cannot finish a torn delivery of %d delayed records (%s); they are "
-                      "not delivered", lg.name, len(entries), e)
-            return 0
-        except InvalidRecordError as e:  # would fail the same way every time
             log.error("%s: cannot finish a torn delivery of %d delayed records (%s); they are "
                       "not delivered", lg.name, len(entries), e)
             return 0

@@ -76,9 +76,10 @@ class SnapshotFiles:
                 self.delete(old)
 
     def sync(self, after: int, up_to: int) -> None:
-        """fsync the snapshots taken in (``after``, ``up_to``] (written without) and then the
-        directory, so that their names survive too. Any thread: one deleted meanwhile by
-        the owner's task is skipped."""
+        """fsync the snapshots taken in (``after``, ``up_to``] (written without) and then, if
+        there were any, the directory, so that their names survive too. Any thread: one
+        deleted meanwhile by the owner's task is skipped."""
+        synced = False
         for offset in self.offsets():
             if after < offset <= up_to:
                 try:
@@ -89,6 +90,9 @@ class SnapshotFiles:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+                synced = True
+        if not synced:
+            return  # a flush with no roll in its range (flush.messages): no directory fsync
         fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(fd)

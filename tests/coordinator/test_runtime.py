@@ -59,6 +59,13 @@ def add(value: bytes) -> Any:
     return op
 
 
+def seen_then_add(value: bytes) -> Any:
+    """An operation that answers the values its shard has replayed, and writes ``value``."""
+    def op(shard: ListShard, now: int) -> CoordinatorResult:
+        return CoordinatorResult(response=list(shard.values), records=[(b"k", value)])
+    return op
+
+
 def runtime(writer: MemoryWriter, timeout_ms: int = 5000) -> CoordinatorRuntime[ListShard]:
     rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(writer, ListShard, timeout_ms)
     rt.set_led({0: 1})
@@ -293,8 +300,7 @@ def test_an_exclusive_operation_also_sees_a_write_appended_while_it_woke() -> No
 
         first = asyncio.create_task(rt.write(0, with_follow_up, error))
         await asyncio.sleep(0.01)
-        seen = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
-            response=list(s.values), records=[(b"k", b"x")]), error, exclusive=True))
+        seen = asyncio.create_task(rt.write(0, seen_then_add(b"x"), error, exclusive=True))
         await asyncio.sleep(0.01)
         w.release(0, upto=len(w.logs[0]))  # "a" commits; its follow-up "f" is held
         assert await first == "added a"
@@ -318,8 +324,7 @@ def test_writes_that_queue_behind_a_waiting_exclusive_operation_do_not_starve_it
         w.hold()
         first = asyncio.create_task(rt.write(0, add(b"a"), error))
         await asyncio.sleep(0.01)
-        seen = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
-            response=list(s.values), records=[(b"k", b"x")]), error, exclusive=True))
+        seen = asyncio.create_task(rt.write(0, seen_then_add(b"x"), error, exclusive=True))
         await asyncio.sleep(0.01)
         later = asyncio.create_task(rt.write(0, add(b"b"), error))
         await asyncio.sleep(0.01)
@@ -339,10 +344,8 @@ def test_a_keyed_operation_waits_for_pending_writes_of_its_key_only() -> None:
         w.hold()
         first = asyncio.create_task(rt.write(0, add(b"a"), error, key="one"))
         await asyncio.sleep(0.01)
-        other = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
-            response=list(s.values), records=[(b"k", b"o")]), error, key="two"))
-        same = asyncio.create_task(rt.write(0, lambda s, n: CoordinatorResult(
-            response=list(s.values), records=[(b"k", b"s")]), error, key="one"))
+        other = asyncio.create_task(rt.write(0, seen_then_add(b"o"), error, key="two"))
+        same = asyncio.create_task(rt.write(0, seen_then_add(b"s"), error, key="one"))
         await asyncio.sleep(0.01)
         assert [e.value for e in w.logs[0]] == [b"a", b"o"]  # "two" ran at once, "one" waits
         w.release()

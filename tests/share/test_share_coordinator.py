@@ -94,17 +94,24 @@ def test_a_new_leader_loads_the_state_from_the_partition() -> None:
     asyncio.run(scenario())
 
 
+async def led_by_epoch_5_with_0_to_9_in_flight() -> tuple[MemoryWriter, ShareCoordinator]:
+    """A share-partition whose leader (epoch 5) has written offsets 0-9 as in flight; the
+    writer then holds every later write uncommitted until ``release()``."""
+    w = MemoryWriter()
+    c = coordinator(w)
+    assert await c.initialize_state(KEY, 0, 0) == ErrorCode.none
+    assert await c.write_state(KEY, 0, 5, 0, (StateBatch(0, 9, 0, 1),)) == ErrorCode.none
+    w.hold()
+    return w, c
+
+
 def test_a_new_leaders_read_keeps_an_old_leaders_acknowledged_write_before_it() -> None:
     """The old leader of a share-partition (epoch 5) writes an ACCEPT of 0-9; before it is
     committed, the new leader (epoch 6) reads the state. The read's leader-epoch bump (a
     whole snapshot) was built from the state without the ACCEPT and written after it: the
     ACCEPT, answered NONE, was gone, and 0-9 were delivered again."""
     async def scenario() -> None:
-        w = MemoryWriter()
-        c = coordinator(w)
-        assert await c.initialize_state(KEY, 0, 0) == ErrorCode.none
-        assert await c.write_state(KEY, 0, 5, 0, (StateBatch(0, 9, 0, 1),)) == ErrorCode.none
-        w.hold()
+        w, c = await led_by_epoch_5_with_0_to_9_in_flight()
         accept = asyncio.create_task(c.write_state(KEY, 0, 5, 10, ()))
         await asyncio.sleep(0.01)
         read = asyncio.create_task(c.read_state(KEY, 6))
@@ -123,11 +130,7 @@ def test_a_new_leaders_read_keeps_an_old_leaders_acknowledged_write_before_it() 
 
 def test_an_old_leaders_write_after_a_new_leaders_read_is_fenced() -> None:
     async def scenario() -> None:
-        w = MemoryWriter()
-        c = coordinator(w)
-        assert await c.initialize_state(KEY, 0, 0) == ErrorCode.none
-        assert await c.write_state(KEY, 0, 5, 0, (StateBatch(0, 9, 0, 1),)) == ErrorCode.none
-        w.hold()
+        w, c = await led_by_epoch_5_with_0_to_9_in_flight()
         read = asyncio.create_task(c.read_state(KEY, 6))
         await asyncio.sleep(0.01)
         stale = asyncio.create_task(c.write_state(KEY, 0, 5, 10, ()))
