@@ -232,6 +232,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("share.coordinator.state.topic.replication.factor", ConfigType.SHORT, "3", "Replication factor of __share_group_state (capped at the live brokers).", _at_least(1)),
     ConfigDef("share.coordinator.state.topic.min.isr", ConfigType.SHORT, "2", "min.insync.replicas of __share_group_state.", _at_least(1)),
     ConfigDef("share.coordinator.state.topic.segment.bytes", ConfigType.INT, "104857600", "Segment size of __share_group_state.", _at_least(1)),
+    ConfigDef("transaction.partition.verification.enable", ConfigType.BOOLEAN, "true", "Before a producer's first transactional batch on a partition, ask its transaction coordinator whether the partition is in the ongoing transaction (KIP-890); a late batch of an ended transaction is refused."),
     ConfigDef("transaction.max.timeout.ms", ConfigType.INT, "900000", "Largest transaction.timeout.ms a producer may ask for.", _at_least(1)),
     ConfigDef("transactional.id.expiration.ms", ConfigType.INT, "604800000", "A transactional id idle this long is forgotten.", _at_least(1)),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", ConfigType.INT, "10000", "How often transactions past their timeout are aborted.", _at_least(1)),

@@ -82,12 +82,13 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         allowed = {tp: r for tp, r in entries.items() if tp not in denied}
         results = await services.replica_manager.append_records(
             allowed, request.acks, max(request.timeout.total_seconds(), 0.0),
-            appended=ctx.dispatched) if allowed else {}
+            appended=ctx.dispatched, transactional_id=request.transactional_id) if allowed else {}
         results = {tp: denied[tp] if tp in denied else results[tp] for tp in entries}
     else:
         # ReplicaManager decides whether the answer waits for replication (acks=all).
         results = await services.replica_manager.append_records(
-            entries, request.acks, max(request.timeout.total_seconds(), 0.0), appended=ctx.dispatched)
+            entries, request.acks, max(request.timeout.total_seconds(), 0.0), appended=ctx.dispatched,
+            transactional_id=request.transactional_id)
     if request.acks == 0:
         failed = [r for r in results.values() if r.error != ErrorCode.none]
         if failed:

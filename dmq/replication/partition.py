@@ -43,7 +43,7 @@ from kio.schema.errors import ErrorCode
 from dmq.record.batch import HEADER_SIZE, ValidatedBatches, parse_header
 from dmq.replication.stats import TopicStats
 from dmq.storage.log import AppendResult, Log, OffsetOutOfRangeError
-from dmq.storage.producer_state import AppendOrigin
+from dmq.storage.producer_state import SKIP_VERIFICATION, AppendOrigin, VerificationGuard
 from dmq.storage.segment import FileSlice
 
 log = logging.getLogger("dmq.replication")
@@ -286,9 +286,11 @@ class Partition:
 
     def append_records_to_leader(self, records: bytes | bytearray | memoryview, batches: ValidatedBatches,
                                  required_acks: int,
-                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+                                 origin: AppendOrigin = AppendOrigin.CLIENT,
+                                 verification: VerificationGuard | None = SKIP_VERIFICATION) -> AppendResult:
         self._check_leader_for_append(required_acks)
-        result = self.log.append_as_leader(records, batches, self.leader_epoch, origin=origin)
+        result = self.log.append_as_leader(records, batches, self.leader_epoch, origin=origin,
+                                           verification=verification)
         if not result.duplicate:
             stats = self.stats
             stats.messages_in += batches.record_count

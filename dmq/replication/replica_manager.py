@@ -30,6 +30,16 @@ A replicated partition opened after a restart starts from its checkpointed
 high watermark, clamped into [log start, log end]: those records were
 committed when it was written, so consumers see them at once instead of after
 the first fetch exchange with the other replicas.
+
+Transaction verification (KIP-890, Kafka's handleProduceAppend): with a
+``txn_verifier`` (``transaction.partition.verification.enable``), a Produce
+whose batch would start its producer's transaction on a partition led here
+first asks the transaction coordinator, through the verifier, whether the
+partition is in that producer's ongoing transaction, and appends with the
+guard its Log gave (``Log.maybe_start_transaction_verification``). A partition
+the coordinator does not confirm is answered with the verifier's error and not
+appended. So a batch that arrives after its transaction was aborted (a retry
+the client gave up on) cannot open a transaction no coordinator will end.
 """
 
 from __future__ import annotations
@@ -37,9 +47,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -48,7 +60,12 @@ from dmq.replication.partition import Partition, PartitionError, ReadResult
 from dmq.replication.purgatory import DelayedOperationPurgatory
 from dmq.replication.stats import TopicStats
 from dmq.storage.log_manager import CheckpointFile, LogManager
-from dmq.storage.producer_state import AppendOrigin, ProducerEntry
+from dmq.storage.producer_state import (
+    SKIP_VERIFICATION,
+    AppendOrigin,
+    ProducerEntry,
+    VerificationGuard,
+)
 
 log = logging.getLogger("dmq.replication")
 
@@ -60,6 +77,30 @@ IsrWriter = Callable[[Partition, int, list[int], int], Awaitable[int | None]]
 # (partition, leader epoch) -> asks the controller to elect another ISR member
 Resigner = Callable[[Partition, int], Awaitable[None]]
 ISR_RETRY_MS = 500  # after a failed ISR write, the next attempt waits this long
+_TXN_BATCH = struct.Struct(">qhi")  # producer id, producer epoch, base sequence: bytes 43-57 of a batch
+_ATTRIBUTES_LOW = 22  # the low byte of a batch's attributes
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+
+
+class TxnVerifier(Protocol):
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[ErrorCode, str]]:
+        """Whether ``partitions`` are in the producer's ongoing transaction, asked of its
+        coordinator: the partitions that are not, each with the Produce error and message
+        to answer."""
+        ...
+
+
+def _first_transactional_batch(records: bytes | None) -> tuple[int, int, int] | None:
+    """(producer id, epoch, base sequence) when a partition's first batch is a
+    transactional data batch (only such a request's first batch is verified, as Kafka)."""
+    if records is None or len(records) < 61 or records[16] != 2:
+        return None
+    attributes = records[_ATTRIBUTES_LOW]
+    if attributes & _TRANSACTIONAL == 0 or attributes & _CONTROL:
+        return None
+    pid, epoch, seq = _TXN_BATCH.unpack_from(records, 43)
+    return (pid, epoch, seq) if pid >= 0 else None
 
 
 @dataclass(slots=True)
@@ -96,6 +137,7 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
         self.isr_writer = isr_writer
         self.resigner = resigner
+        self.txn_verifier: TxnVerifier | None = None  # set by the broker (see the module docstring)
         self._isr_tasks: set[asyncio.Task[None]] = set()
         self._hw_file = CheckpointFile(os.path.join(log_manager.data_dir, HIGH_WATERMARK_FILE))
         # A deleted partition leaves this file too before its next log is created (the
@@ -222,14 +264,22 @@ class ReplicaManager:
     # ------------------------------------------------------------------ produce
 
     async def append_records(self, entries: dict[TopicPartition, bytes | None], required_acks: int,
-                             timeout_s: float, appended: Callable[[], None] | None = None
-                             ) -> dict[TopicPartition, ProduceResult]:
+                             timeout_s: float, appended: Callable[[], None] | None = None,
+                             transactional_id: str | None = None) -> dict[TopicPartition, ProduceResult]:
         """Append each partition's batches as leader and answer as ``required_acks`` asks:
         at once for 0 and 1; for -1 (all) once the high watermark has passed every
         appended batch (or the timeout, or a lost leadership, fails that partition).
+        Transactional batches are verified first (see the module docstring).
         ``appended`` is called once every batch is appended, before the wait."""
-        results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False)
-                   for tp, records in entries.items()}
+        if self.txn_verifier is None:
+            results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False)
+                       for tp, records in entries.items()}
+        else:
+            guards, refused = await self._verify_transactions(self.txn_verifier, entries, transactional_id)
+            results = {tp: refused[tp] if tp in refused else
+                       self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False,
+                                                verification=guards.get(tp))
+                       for tp, records in entries.items()}
         # Waiters (followers' and consumers' fetches) are completed once every partition
         # is appended, so a fetch they make sees the whole request (Kafka's action queue).
         for tp, r in results.items():
@@ -260,10 +310,42 @@ class ReplicaManager:
                 results[tp] = ProduceResult(error, error_message=message)
         return results
 
+    async def _verify_transactions(self, verifier: TxnVerifier, entries: dict[TopicPartition, bytes | None],
+                                   transactional_id: str | None
+                                   ) -> tuple[dict[TopicPartition, VerificationGuard], dict[TopicPartition, ProduceResult]]:
+        """The guards to append with, and the partitions refused (Kafka's
+        maybeStartTransactionVerificationForPartitions)."""
+        firsts = {tp: info for tp, records in entries.items()
+                  if (info := _first_transactional_batch(records)) is not None}
+        if not firsts:
+            return {}, {}
+        producers = {(pid, epoch) for pid, epoch, _ in firsts.values()}
+        if len(producers) > 1:
+            refused = ProduceResult(ErrorCode.invalid_producer_id_mapping,
+                                    error_message="Transactional records contained more than one producer ID")
+            return {}, dict.fromkeys(entries, refused)
+        if transactional_id is None:
+            return {}, {}  # nothing to verify with: the Log refuses a batch that starts a transaction
+        guards: dict[TopicPartition, VerificationGuard] = {}
+        for tp, (pid, epoch, seq) in firsts.items():
+            partition = self.partitions.get(tp)
+            if partition is None or not partition.is_leader:
+                continue  # the append answers why
+            guard = partition.log.maybe_start_transaction_verification(pid, seq, epoch)
+            if guard is not None:
+                guards[tp] = guard
+        if not guards:
+            return {}, {}
+        (pid, epoch), = producers
+        errors = await verifier.verify(transactional_id, pid, epoch, list(guards))
+        return guards, {tp: ProduceResult(error, error_message=message) for tp, (error, message) in errors.items()}
+
     def append_to_local_log(self, topic: str, index: int, records: bytes | None,
                             required_acks: int, origin: AppendOrigin = AppendOrigin.CLIENT,
-                            wake: bool = True) -> ProduceResult:
-        """Append as leader; with ``wake``, complete the waiters the append satisfies."""
+                            wake: bool = True,
+                            verification: VerificationGuard | None = SKIP_VERIFICATION) -> ProduceResult:
+        """Append as leader; with ``wake``, complete the waiters the append satisfies.
+        ``verification``: see ``Log.append_as_leader``."""
         partition = self.partitions.get((topic, index))
         if partition is None:
             error, message = self._not_hosted(topic, index)
@@ -272,7 +354,7 @@ class ReplicaManager:
             return ProduceResult(ErrorCode.invalid_record, error_message="null record set")
         try:
             batches = validate_batches(records, partition.log.config.max_message_bytes)
-            result = partition.append_records_to_leader(records, batches, required_acks, origin)
+            result = partition.append_records_to_leader(records, batches, required_acks, origin, verification)
         except InvalidRecordError as e:
             log.info("rejected produce to %s-%d: %s: %s", topic, index, e.error, e)
             return ProduceResult(ErrorCode[e.error], error_message=str(e),

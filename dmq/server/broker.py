@@ -85,6 +85,7 @@ from dmq.security.authorizer import AclAuthorizer, authorizer_for
 from dmq.security.credentials import ScramCredentials
 from dmq.security.sasl import ANONYMOUS, Authenticator, ConnectionAuth, sasl_settings
 from dmq.security.tls import peer_principal, server_context
+from dmq.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, CloseAfter, KafkaConnection, Listener
 from dmq.server.pacing import CpuIdleMeter, LoopSharePacer
@@ -372,6 +373,11 @@ class Broker:
         self.marker_writer = BrokerMarkerWriter(self.broker_id, self.store, self.services,
                                                 self.inter_broker_security)
         self.marker_sender = TransactionMarkerSender(self.marker_writer, self.transaction_coordinator.complete)
+        self.txn_verifier = AddPartitionsToTxnManager(
+            self.broker_id, self._transaction_coordinator_of, self.transaction_coordinator.verify_partitions,
+            BrokerChannels(f"dmq-txn-verify-{self.broker_id}", self._broker_address, self.inter_broker_security))
+        if self.config["transaction.partition.verification.enable"]:
+            self.replica_manager.txn_verifier = self.txn_verifier
         self.transaction_coordinator.send_markers = self.marker_sender.send
         if self.zk is None:
             await backend.reconcile_now()  # leads every partition: loads the coordinators' shards
@@ -541,6 +547,13 @@ class Broker:
     def _share_timeouts(self, group_id: str) -> tuple[int, int]:
         s = self._share_settings(group_id)
         return s.session_timeout_ms, s.heartbeat_interval_ms
+
+    def _transaction_coordinator_of(self, transactional_id: str) -> int | None:
+        """The leader of the id's ``__transaction_state`` partition, None if there is none."""
+        meta = self.store.topic(TRANSACTION_STATE_TOPIC)
+        state = meta.partitions.get(self.transaction_coordinator.partition_for(transactional_id)) \
+            if meta is not None else None
+        return None if state is None else state.leader
 
     def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
         return next(((b.host, b.port) for b in self.store.brokers() if b.broker_id == broker_id), None)
@@ -864,6 +877,7 @@ class Broker:
             await self.metrics_server.stop()
         await self.marker_sender.close()
         self.marker_writer.close()
+        self.txn_verifier.close()
         await self.group_coordinator.close()
         await self.transaction_coordinator.close()
         if self.services.share is not None:

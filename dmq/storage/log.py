@@ -25,7 +25,10 @@ Invariants:
 Transactions (Kafka's UnifiedLog; the API the handlers and replication use):
 
 - ``append_as_leader(..., origin=AppendOrigin.CLIENT)`` for Produce: control
-  batches are refused; sequences, epochs and transaction state are checked.
+  batches are refused; sequences, epochs and transaction state are checked;
+  with ``verification=`` a producer's first transactional batch needs the guard
+  ``maybe_start_transaction_verification`` gave for it (KIP-890; see
+  ``dmq.storage.producer_state``).
   ``append_end_txn_marker(...)`` (or ``append_as_leader`` of a batch from
   ``dmq.record.control.build_end_txn_marker_batch`` with
   ``origin=AppendOrigin.COORDINATOR``) writes a WriteTxnMarkers marker: no
@@ -88,7 +91,13 @@ from dmq.record.delayed import split as split_delayed
 from dmq.storage.delayed import DelayedRecords
 from dmq.storage.key_index import SUFFIX as KEY_INDEX_SUFFIX
 from dmq.storage.leader_epoch import LeaderEpochFileCache
-from dmq.storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateManager
+from dmq.storage.producer_state import (
+    SKIP_VERIFICATION,
+    AppendOrigin,
+    CompletedTxn,
+    ProducerStateManager,
+    VerificationGuard,
+)
 from dmq.storage.segment import FileSlice, LogSegment
 from dmq.storage.txn_index import AbortedTxn
 
@@ -139,8 +148,9 @@ class Log:
 
     Writing, as leader and follower::
 
+        maybe_start_transaction_verification(pid, seq, epoch) -> guard | None
         append_as_leader(records, batches, leader_epoch, timestamp=None,
-                         origin=AppendOrigin.CLIENT) -> AppendResult        # Produce
+                         origin=AppendOrigin.CLIENT, verification=guard)     # Produce
         append_as_leader(..., origin=AppendOrigin.COORDINATOR)              # TxnOffsetCommit, markers
         append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch,
                               commit, leader_epoch, timestamp=None) -> AppendResult
@@ -429,14 +439,24 @@ class Log:
                 )
         return None
 
+    def maybe_start_transaction_verification(self, producer_id: int, seq: int,
+                                             epoch: int) -> VerificationGuard | None:
+        """The guard a producer's first transactional batch here must bring back once its
+        transaction coordinator has verified the partition (None: its transaction here is
+        ongoing already). See ``ProducerStateManager``."""
+        return self.producer_state.maybe_start_verification(producer_id, seq, epoch, now_ms())
+
     def append_as_leader(self, records: bytes | bytearray | memoryview, batches: ValidatedBatches, leader_epoch: int,
                          timestamp: int | None = None,
-                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendResult:
+                         origin: AppendOrigin = AppendOrigin.CLIENT,
+                         verification: VerificationGuard | None = SKIP_VERIFICATION) -> AppendResult:
         """Assign offsets to validated batches and append them.
 
         ``origin`` says who writes (see the module docstring): CLIENT for Produce,
         COORDINATOR for transaction markers and the group coordinator's records.
-        Raises InvalidRecordError, leaving the log unchanged, when a batch is refused.
+        ``verification``: for a CLIENT append, the guard of its transaction's verification
+        (``maybe_start_transaction_verification``), None if it has none; the default skips
+        the check. Raises InvalidRecordError, leaving the log unchanged, when a batch is refused.
         """
         client = origin == AppendOrigin.CLIENT
         if client:
@@ -473,7 +493,7 @@ class Log:
                 producer_batches.append((header, self._leader_marker(records, pos, header)))
             elif header.producer_id >= 0:
                 producer_batches.append((header, None))
-        pending = self.producer_state.prepare(producer_batches, origin) if producer_batches else None
+        pending = self.producer_state.prepare(producer_batches, origin, verification) if producer_batches else None
         segment = self.active_segment
         if segment.size > 0 and (
             segment.size + batches.total_size > self.config.segment_bytes

@@ -40,7 +40,10 @@ Checks by ``AppendOrigin``:
 
 - CLIENT (Produce): batches with a producer id need a base sequence;
   sequences (duplicates are answered by ``find_duplicate`` before ``prepare``),
-  then the checks below;
+  then the checks below; and, unless the caller passes ``SKIP_VERIFICATION``,
+  a transactional data batch that would start its producer's transaction
+  needs the ``VerificationGuard`` of a verification (below) ->
+  INVALID_TXN_STATE;
 - COORDINATOR (WriteTxnMarkers, the group coordinator's TxnOffsetCommit): no
   sequence checks; a data batch or marker whose producer epoch is older than
   the producer's current one -> INVALID_PRODUCER_EPOCH; a marker whose
@@ -49,6 +52,19 @@ Checks by ``AppendOrigin``:
   producer with an ongoing transaction -> INVALID_TXN_STATE;
 - REPLICATION (a follower's fetched batches, recovery, reload): no checks;
   the leader validated.
+
+Transaction verification (KIP-890, Kafka's VerificationStateEntry): before a
+producer's first transactional batch on this partition is appended, the leader
+asks the transaction coordinator whether the partition is in the producer's
+ongoing transaction. ``maybe_start_verification`` makes (or returns) the
+producer's ``VerificationGuard``, unique per verification; the append must
+bring back that same object. Any transactional batch or marker of the producer
+that is applied drops it, so a verification overtaken by the transaction's
+marker (the coordinator aborted it meanwhile) no longer matches and the late
+batch cannot open a transaction no coordinator knows. While one is pending, a
+batch with a higher sequence than the lowest one being verified is
+OUT_OF_ORDER_SEQUENCE_NUMBER (the lower one is retried first). Unverified
+entries older than the producer expiry are dropped with expired producers.
 
 Errors are ``InvalidRecordError`` with the name of kio's ``ErrorCode``.
 Plain synchronous code, called by the owning Log.
@@ -75,6 +91,33 @@ SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 2
 _SEQ_WRAP = 2**31
 NO_OFFSET = -1
+
+
+class VerificationGuard:
+    """One verification of a transaction with its coordinator; compared by identity."""
+
+    __slots__ = ()
+
+
+# Appends whose caller does not verify: verification turned off, storage tests, tools.
+SKIP_VERIFICATION = VerificationGuard()
+
+
+@dataclass(slots=True)
+class VerificationState:
+    """A producer's pending verification: its guard, when it began, and the lowest
+    sequence (in the newest epoch) waiting for it."""
+
+    started_ms: int
+    lowest_seq: int
+    epoch: int
+    guard: VerificationGuard = field(default_factory=VerificationGuard)
+
+    def update(self, seq: int, epoch: int) -> None:
+        if epoch == self.epoch and seq < self.lowest_seq:
+            self.lowest_seq = seq
+        elif epoch > self.epoch:
+            self.epoch, self.lowest_seq = epoch, seq
 
 
 class AppendOrigin(Enum):
@@ -194,6 +237,28 @@ class ProducerStateManager:
         self._ongoing_firsts: list[int] = []  # sorted first offsets of ongoing transactions
         self._unreplicated: dict[int, TxnMetadata] = {}  # first offset -> completed transaction
         self._unreplicated_firsts: list[int] = []
+        self._verifications: dict[int, VerificationState] = {}  # producer id -> pending verification
+
+    # ----------------------------------------------------------- verification
+
+    def maybe_start_verification(self, producer_id: int, seq: int, epoch: int,
+                                 now_ms: int) -> VerificationGuard | None:
+        """The guard a producer's transactional batch must bring back once its coordinator
+        has verified the partition; None when its transaction here is already ongoing
+        (nothing to verify)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and entry.current_txn_first_offset >= 0:
+            return None
+        state = self._verifications.get(producer_id)
+        if state is None:
+            state = self._verifications[producer_id] = VerificationState(now_ms, seq, epoch)
+        else:
+            state.update(seq, epoch)
+        return state.guard
+
+    def verification_guard(self, producer_id: int) -> VerificationGuard | None:
+        state = self._verifications.get(producer_id)
+        return None if state is None else state.guard
 
     # ------------------------------------------------------------- validation
 
@@ -209,13 +274,14 @@ class ProducerStateManager:
         return None
 
     def prepare(self, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
-                origin: AppendOrigin) -> ProducerAppend:
+                origin: AppendOrigin, guard: VerificationGuard | None = SKIP_VERIFICATION) -> ProducerAppend:
         """Validate the batches of one append (offsets assigned), in order.
 
         ``batches`` are (header, marker) pairs: the marker of a control batch, None
         for a data batch or a control batch without a marker (emptied by the
         cleaner). Batches without a producer id are skipped. A batch is checked
         against the state its producer's earlier batches in the same append leave.
+        ``guard`` is the verification a CLIENT append brings (see the module docstring).
         Raises InvalidRecordError; nothing changes until ``apply``.
         """
         if origin == AppendOrigin.REPLICATION:
@@ -226,9 +292,9 @@ class ProducerStateManager:
                 return []
             current = self.producers.get(header.producer_id)
             if current is None:
-                self._check(ProducerEntry(header.producer_id, -1, -1), False, header, marker, origin)
+                self._check(ProducerEntry(header.producer_id, -1, -1), False, header, marker, origin, guard)
             else:
-                self._check(current, True, header, marker, origin)
+                self._check(current, True, header, marker, origin, guard)
             return batches
         out: ProducerAppend = []
         seen: set[int] = set()
@@ -246,20 +312,20 @@ class ProducerStateManager:
                         if h.producer_id == pid:
                             _apply_batch(entry, h, m)
                     working[pid] = entry
-                self._check(entry, True, header, marker, origin)
+                self._check(entry, True, header, marker, origin, guard)
                 _apply_batch(entry, header, marker)
             else:
                 current = self.producers.get(pid)
                 if current is None:
-                    self._check(ProducerEntry(pid, -1, -1), False, header, marker, origin)
+                    self._check(ProducerEntry(pid, -1, -1), False, header, marker, origin, guard)
                 else:
-                    self._check(current, True, header, marker, origin)
+                    self._check(current, True, header, marker, origin, guard)
                 seen.add(pid)
             out.append((header, marker))
         return out
 
     def _check(self, entry: ProducerEntry, known: bool, header: BatchHeader, marker: EndTxnMarker | None,
-               origin: AppendOrigin) -> None:
+               origin: AppendOrigin, guard: VerificationGuard | None) -> None:
         if header.attributes & CONTROL_MASK:
             if marker is None:
                 return
@@ -270,6 +336,8 @@ class ProducerStateManager:
                     f"marker at offset {header.base_offset} for producer {entry.producer_id} comes from "
                     f"coordinator epoch {marker.coordinator_epoch}, older than {entry.coordinator_epoch}")
             return
+        if origin == AppendOrigin.CLIENT:
+            self._check_verification(entry, header, guard)
         self._check_epoch(entry, header)
         if origin == AppendOrigin.CLIENT:
             self._check_sequence(entry, header, known)
@@ -279,6 +347,22 @@ class ProducerStateManager:
                 f"non-transactional batch at offset {header.base_offset} from producer "
                 f"{entry.producer_id}, whose transaction from offset "
                 f"{entry.current_txn_first_offset} is still open")
+
+    def _check_verification(self, entry: ProducerEntry, header: BatchHeader,
+                            guard: VerificationGuard | None) -> None:
+        state = self._verifications.get(entry.producer_id)
+        if state is not None and header.base_sequence > state.lowest_seq:
+            raise InvalidRecordError(
+                "out_of_order_sequence_number",
+                f"producer {entry.producer_id} sent sequence {header.base_sequence} while sequence "
+                f"{state.lowest_seq} waits for its transaction to be verified")
+        if guard is SKIP_VERIFICATION or not header.is_transactional or entry.current_txn_first_offset >= 0:
+            return
+        if guard is None or state is None or state.guard is not guard:
+            raise InvalidRecordError(
+                "invalid_txn_state",
+                f"transactional batch of producer {entry.producer_id} at offset {header.base_offset} "
+                f"was not part of an ongoing transaction")
 
     @staticmethod
     def _check_epoch(entry: ProducerEntry, header: BatchHeader) -> None:
@@ -316,11 +400,16 @@ class ProducerStateManager:
         each with the last stable offset at its marker (for the transaction index)."""
         out = []
         producers = self.producers
+        verifications = self._verifications
         for header, marker in append:
             pid = header.producer_id
             entry = producers.get(pid)
             if entry is None:
                 entry = producers[pid] = ProducerEntry(pid, -1, -1)
+            if verifications and header.is_transactional:
+                # Its transaction started here, or a marker ended it: a verification made
+                # before either no longer holds (Kafka's clearVerificationStateEntry).
+                verifications.pop(pid, None)
             event = _apply_batch(entry, header, marker)
             if event is None:
                 continue
@@ -414,6 +503,7 @@ class ProducerStateManager:
 
     def _clear(self) -> None:
         self.producers = {}
+        self._verifications = {}
         self._ongoing, self._ongoing_firsts = {}, []
         self._unreplicated, self._unreplicated_firsts = {}, []
 
@@ -427,6 +517,8 @@ class ProducerStateManager:
         for pid in [p for p, e in self.producers.items()
                     if not e.has_ongoing_txn and now_ms - e.last_timestamp > expiration_ms]:
             del self.producers[pid]
+        for pid in [p for p, v in self._verifications.items() if now_ms - v.started_ms >= expiration_ms]:
+            del self._verifications[pid]
 
     # -------------------------------------------------------------- snapshots
 

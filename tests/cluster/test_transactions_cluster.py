@@ -9,6 +9,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 from support.cluster import Cluster
+from support.transactions import abort_then_send_late_batch, stable_and_end
 
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class
@@ -95,3 +96,48 @@ def test_a_commit_survives_its_coordinator_dying_before_the_markers(cluster: Clu
                 break
             time.sleep(0.3)
     assert (state.error_code, state.transaction_state) == (ErrorCode.none, "CompleteCommit")
+
+
+def test_a_late_batch_is_refused_by_a_leader_that_asks_another_brokers_coordinator(cluster: Cluster) -> None:
+    """KIP-890 across brokers: the data partition's leader verifies with the coordinator on
+    another broker (AddPartitionsToTxn verify_only over the wire). A late batch of the
+    aborted transaction is refused and does not hold the last stable offset back; a
+    transaction over partitions led by every broker still commits."""
+    topic = "txc-late"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    leader = cluster.partition(topic).leader
+    transaction_coordinator(cluster, "probe", via=leader)  # creates __transaction_state
+    cluster.wait_for(lambda: all(p.leader >= 0 for p in cluster.metadata("__transaction_state").topics[
+        "__transaction_state"].partitions.values()), "__transaction_state led")
+    state = cluster.metadata("__transaction_state").topics["__transaction_state"].partitions
+    txn_id = next(t for t in (f"late-txn-{i}" for i in range(200))
+                  if state[partition_for(t, 3)].leader not in (leader, -1))
+    coordinator = transaction_coordinator(cluster, txn_id, via=leader)
+    assert coordinator != leader
+    with WireClient("127.0.0.1", cluster.brokers[coordinator].port) as to_coordinator, \
+            WireClient("127.0.0.1", cluster.brokers[leader].port) as to_leader:
+        late, _ = abort_then_send_late_batch(to_coordinator, to_leader, txn_id, topic)
+        assert late == ErrorCode.invalid_txn_state
+        assert stable_and_end(to_leader, topic) == (2, 2)
+
+    spread = "txc-spread"
+    cluster.create_topic(spread, partitions=6, rf=1)
+    leaders = {cluster.partition(spread, i).leader for i in range(6)}
+    assert len(leaders) > 1
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id, "log_level": 0})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(60):
+        producer.produce(spread, f"v{i}".encode(), partition=i % 6)
+    producer.commit_transaction(60)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "spread-rc",
+                         "isolation.level": "read_committed", "log_level": 0})
+    consumer.assign([TopicPartition(spread, i, OFFSET_BEGINNING) for i in range(6)])
+    got: list[str] = []
+    deadline = time.monotonic() + 40
+    while len(got) < 60 and time.monotonic() < deadline:
+        msg = consumer.poll(0.3)
+        if msg is not None and not msg.error():
+            got.append(msg.value().decode())
+    consumer.close()
+    assert sorted(got) == sorted(f"v{i}" for i in range(60))

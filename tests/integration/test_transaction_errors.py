@@ -9,12 +9,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_entity_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from support.broker import BrokerProcess
+from support.transactions import abort_then_send_late_batch, produce_transactional, stable_and_end
 
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class
@@ -142,3 +143,37 @@ def test_batched_add_partitions_and_verify_only(broker: BrokerProcess) -> None:
         # verify_only added nothing: a's transaction still holds partition 0 only.
         state = c.request(make(request_class(65, 0), transactional_ids=("batched-a",))).transaction_states[0]
         assert [(t.topic, tuple(t.partitions)) for t in state.topics] == [("txn-batched", (0,))]
+
+
+def test_a_late_batch_of_an_aborted_transaction_is_refused(broker: BrokerProcess) -> None:
+    """KIP-890: a produce the client gave up on arrives after its transaction was aborted.
+    Taken, it opened a transaction no coordinator knew: the last stable offset stayed
+    behind it (read_committed consumers stuck), and the producer's next transaction on the
+    partition would have committed the aborted record. The leader now asks the coordinator
+    first and answers INVALID_TXN_STATE."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("txn-late", 1, 1)])["txn-late"].result(15)
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert init(c, "late-app").error_code == ErrorCode.none
+        late, producer = abort_then_send_late_batch(c, c, "late-app", "txn-late")
+        assert late == ErrorCode.invalid_txn_state
+        assert stable_and_end(c, "txn-late") == (2, 2)
+        # Without a transactional id nothing can be verified: refused as well.
+        assert produce_transactional(c, None, "txn-late", *producer, seq=1) == ErrorCode.invalid_txn_state
+    # The producer's next transaction on the partition commits only its own record.
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "late-app", "log_level": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("txn-late", b"next", partition=0)
+    producer.commit_transaction(30)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "late-probe",
+                         "isolation.level": "read_committed", "log_level": 0})
+    consumer.assign([TopicPartition("txn-late", 0, OFFSET_BEGINNING)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            got.append(m.value())
+    consumer.close()
+    assert got == [b"next"]

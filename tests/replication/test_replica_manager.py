@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from support.transactions import data_batch
 
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.records import encode_batch
@@ -155,4 +156,89 @@ def test_retention_never_deletes_what_the_high_watermark_has_not_passed(tmp_path
     assert p.high_watermark == 10
     rm.log_manager.run_retention()
     assert p.log.log_start_offset == 10  # deleted once committed
+    lm.shutdown()
+
+
+class _Coordinator:
+    """A transaction coordinator's verify-only answers, as the broker's
+    AddPartitionsToTxnManager gives them: the refused partitions with their Produce errors.
+    ``hold`` keeps the answer back until ``release``, as a remote coordinator's round trip."""
+
+    def __init__(self) -> None:
+        self.in_transaction: set[tuple[str, int]] = set()
+        self.calls: list[tuple[str, int, int, list[tuple[str, int]]]] = []
+        self.held: asyncio.Event | None = None
+
+    async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                     partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[ErrorCode, str]]:
+        self.calls.append((transactional_id, producer_id, producer_epoch, partitions))
+        if self.held is not None:
+            await self.held.wait()
+        return {tp: (ErrorCode.invalid_txn_state, "not in it") for tp in partitions
+                if tp not in self.in_transaction}
+
+
+def _verified(path: Path) -> tuple[LogManager, ReplicaManager, _Coordinator]:
+    lm, rm = _open(path)
+    rm.become_leader("t", 0, "id", 0, replicas=[1], isr=[1])
+    rm.become_leader("t", 1, "id", 0, replicas=[1], isr=[1])
+    coordinator = _Coordinator()
+    rm.txn_verifier = coordinator
+    return lm, rm, coordinator
+
+
+def _txn_batch(pid: int, seq: int, epoch: int = 0) -> bytes:
+    return bytes(data_batch(pid, epoch, seq, [b"v"]))
+
+
+def test_a_transactional_produce_is_verified_before_it_opens_a_transaction(tmp_path: Path) -> None:
+    """KIP-890: a late batch of an ended transaction (the coordinator no longer has the
+    partition in it) is refused, not appended where it would open a transaction no
+    coordinator ends; a batch of a transaction the coordinator confirms is appended, and
+    the transaction's later batches are not verified again."""
+    lm, rm, coordinator = _verified(tmp_path)
+
+    async def main() -> None:
+        late = await rm.append_records({("t", 0): _txn_batch(7, 0)}, 1, 5, transactional_id="app")
+        assert late[("t", 0)].error == ErrorCode.invalid_txn_state
+        assert coordinator.calls == [("app", 7, 0, [("t", 0)])]
+        log = rm.partitions[("t", 0)].log
+        assert log.log_end_offset == 0 and log.last_stable_offset() == 0
+        coordinator.in_transaction.add(("t", 0))
+        ok = await rm.append_records({("t", 0): _txn_batch(7, 0), ("t", 1): _txn_batch(7, 0)}, 1, 5,
+                                     transactional_id="app")
+        assert ok[("t", 0)].error == ErrorCode.none and ok[("t", 1)].error == ErrorCode.invalid_txn_state
+        assert coordinator.calls[1] == ("app", 7, 0, [("t", 0), ("t", 1)])
+        await rm.append_records({("t", 0): _txn_batch(7, 1)}, 1, 5, transactional_id="app")
+        assert len(coordinator.calls) == 2 and log.log_end_offset == 2
+        # Without a transactional id there is nothing to verify with: refused by the log.
+        none = await rm.append_records({("t", 1): _txn_batch(8, 0)}, 1, 5)
+        assert none[("t", 1)].error == ErrorCode.invalid_txn_state
+        mixed = await rm.append_records({("t", 0): _txn_batch(7, 2), ("t", 1): _txn_batch(9, 0)}, 1, 5,
+                                        transactional_id="app")
+        assert {r.error for r in mixed.values()} == {ErrorCode.invalid_producer_id_mapping}
+
+    asyncio.run(main())
+    lm.shutdown()
+
+
+def test_a_verified_batch_overtaken_by_its_transactions_marker_is_refused(tmp_path: Path) -> None:
+    """The coordinator confirms the partition, then aborts the transaction (its marker is
+    written) before the confirmed batch is appended: the batch is refused."""
+    lm, rm, coordinator = _verified(tmp_path)
+    coordinator.in_transaction.add(("t", 0))
+
+    async def main() -> None:
+        coordinator.held = asyncio.Event()
+        produce = asyncio.create_task(rm.append_records({("t", 0): _txn_batch(7, 0)}, 1, 5,
+                                                        transactional_id="app"))
+        while not coordinator.calls:
+            await asyncio.sleep(0)
+        assert rm.append_end_txn_marker("t", 0, 7, 0, 0, commit=False).error == ErrorCode.none
+        coordinator.held.set()
+        assert (await produce)[("t", 0)].error == ErrorCode.invalid_txn_state
+        log = rm.partitions[("t", 0)].log
+        assert log.log_end_offset == 1 and not log.producer_state.producers[7].has_ongoing_txn
+
+    asyncio.run(main())
     lm.shutdown()

@@ -8,7 +8,13 @@ from crc32c import crc32c
 
 from dmq.record.batch import CONTROL_MASK, TRANSACTIONAL_MASK, BatchHeader, InvalidRecordError
 from dmq.record.control import ControlRecordType, EndTxnMarker
-from dmq.storage.producer_state import AppendOrigin, CompletedTxn, ProducerStateManager, TxnMetadata
+from dmq.storage.producer_state import (
+    AppendOrigin,
+    CompletedTxn,
+    ProducerStateManager,
+    TxnMetadata,
+    VerificationGuard,
+)
 
 CLIENT, COORDINATOR, REPLICATION = AppendOrigin.CLIENT, AppendOrigin.COORDINATOR, AppendOrigin.REPLICATION
 
@@ -28,15 +34,15 @@ def header(offset: int, pid: int, epoch: int = 0, seq: int = 0, n: int = 1, *, t
 
 
 def run(psm: ProducerStateManager, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
-        origin: AppendOrigin = CLIENT) -> list[CompletedTxn]:
+        origin: AppendOrigin = CLIENT, **guard: VerificationGuard | None) -> list[CompletedTxn]:
     """Append as the Log does: prepare, then apply (which completes the finished transactions)."""
-    return [txn for txn, _lso in psm.apply(psm.prepare(batches, origin))]
+    return [txn for txn, _lso in psm.apply(psm.prepare(batches, origin, **guard))]
 
 
 def error_of(psm: ProducerStateManager, batches: list[tuple[BatchHeader, EndTxnMarker | None]],
-             origin: AppendOrigin = CLIENT) -> str:
+             origin: AppendOrigin = CLIENT, **guard: VerificationGuard | None) -> str:
     with pytest.raises(InvalidRecordError) as e:
-        psm.prepare(batches, origin)
+        psm.prepare(batches, origin, **guard)
     return e.value.error
 
 
@@ -236,3 +242,64 @@ def test_last_records_for_the_cleaner(tmp_path: Path) -> None:
     run(psm, [(header(0, 1, n=3), None), (header(3, 2, epoch=4, control=True), abort())], REPLICATION)
     records = psm.last_records()
     assert records[1] == (2, 0) and records[2] == (-1, 4)
+
+
+def test_a_batch_that_starts_a_transaction_needs_its_verification(tmp_path: Path) -> None:
+    """KIP-890: the first transactional batch of a producer on a partition is appended only
+    with the guard of a verification made for it; later batches of the open transaction
+    need none, and the guard goes once the transaction has started."""
+    psm = ProducerStateManager(str(tmp_path))
+    assert error_of(psm, [(header(0, 1), None)], guard=None) == "invalid_txn_state"
+    assert error_of(psm, [(header(0, 1), None)], guard=VerificationGuard()) == "invalid_txn_state"
+    guard = psm.maybe_start_verification(1, 0, 0, now_ms=0)
+    assert guard is not None and psm.maybe_start_verification(1, 0, 0, now_ms=0) is guard
+    run(psm, [(header(0, 1), None)], guard=guard)
+    assert psm.producers[1].has_ongoing_txn and psm.verification_guard(1) is None
+    assert psm.maybe_start_verification(1, 1, 0, now_ms=0) is None  # ongoing: nothing to verify
+    run(psm, [(header(1, 1, seq=1), None)], guard=None)
+    # Idempotent batches and the coordinator's own appends are not verified.
+    run(psm, [(header(2, 2, txn=False), None)], guard=None)
+    run(psm, [(header(3, 3), None)], COORDINATOR, guard=None)
+
+
+def test_a_marker_voids_a_verification_made_before_it(tmp_path: Path) -> None:
+    """The ABA race: verified while the transaction was open, the batch waits; the
+    coordinator aborts and the marker lands; the late batch must not open a transaction
+    nobody will end. The marker drops the guard, so the batch no longer matches."""
+    psm = ProducerStateManager(str(tmp_path))
+    first = psm.maybe_start_verification(1, 0, 0, now_ms=0)
+    run(psm, [(header(0, 1), None)], guard=first)
+    run(psm, [(header(1, 1, control=True), abort())], COORDINATOR)
+    late = psm.maybe_start_verification(1, 1, 0, now_ms=0)
+    assert late is not None and late is not first
+    run(psm, [(header(2, 1, control=True), abort())], COORDINATOR)  # the next transaction aborted too
+    assert error_of(psm, [(header(3, 1, seq=1), None)], guard=late) == "invalid_txn_state"
+    psm.on_high_watermark_updated(3)
+    assert not psm.producers[1].has_ongoing_txn and psm.first_unstable_offset() is None
+
+
+def test_a_pending_verification_holds_back_higher_sequences(tmp_path: Path) -> None:
+    """Kafka's VerificationStateEntry.lowestSequence: while sequence 5 waits for its
+    verification, sequence 6 may not be written first (its verification came back sooner)."""
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, seq=4, txn=False), None)], guard=None)
+    low = psm.maybe_start_verification(1, 5, 0, now_ms=0)
+    assert psm.maybe_start_verification(1, 6, 0, now_ms=0) is low
+    assert error_of(psm, [(header(1, 1, seq=6), None)], guard=low) == "out_of_order_sequence_number"
+    run(psm, [(header(1, 1, seq=5), None)], guard=low)
+    run(psm, [(header(2, 1, seq=6), None)], guard=None)
+    # A new epoch starts the lowest sequence over.
+    psm2 = ProducerStateManager(str(tmp_path))
+    psm2.maybe_start_verification(1, 9, 0, now_ms=0)
+    bumped = psm2.maybe_start_verification(1, 0, 1, now_ms=0)
+    run(psm2, [(header(0, 1, epoch=1), None)], guard=bumped)
+
+
+def test_unverified_entries_expire_with_producers(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    stale = psm.maybe_start_verification(1, 0, 0, now_ms=0)
+    psm.remove_expired(now_ms=999, expiration_ms=1000)
+    assert psm.verification_guard(1) is stale
+    psm.remove_expired(now_ms=1000, expiration_ms=1000)
+    assert psm.verification_guard(1) is None
+    assert error_of(psm, [(header(0, 1), None)], guard=stale) == "invalid_txn_state"

@@ -1,12 +1,22 @@
-"""Helpers for storage tests of transactions: batches as producers and coordinators write them,
-and a read_committed consumer that reads a Log as Kafka's Java consumer does."""
+"""Helpers for tests of transactions: batches as producers and coordinators write them, a
+read_committed consumer that reads a Log as Kafka's Java consumer does, and a transactional
+producer's requests over the wire."""
 
 from __future__ import annotations
 
 import heapq
+import time
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from kio.index import load_entity_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+
+from dmq.client.wire import WireClient
 from dmq.config import BrokerConfig, LogConfig
+from dmq.protocol.codec import make, request_class
 from dmq.record.batch import TRANSACTIONAL_MASK, parse_header, validate_batches
 from dmq.record.control import (
     ControlRecordType,
@@ -103,3 +113,56 @@ def read_committed(log: Log, start: int | None = None, max_bytes: int = 10**9) -
             break
         offset = next_offset
     return out
+
+
+def _request(c: WireClient, api_key: int, version: int, **values: Any) -> Any:
+    return c.request(make(request_class(api_key, version), **values))
+
+
+def produce_transactional(c: WireClient, txn_id: str | None, topic: str, pid: int, epoch: int,
+                          seq: int, value: bytes = b"late") -> ErrorCode:
+    """One transactional record to partition 0, acks=all, as a client's Produce v9."""
+    batch = encode_batch([(None, value, [])], timestamp=int(time.time() * 1000), producer_id=pid,
+                         producer_epoch=epoch, base_sequence=seq, attributes_extra=TRANSACTIONAL_MASK)
+    pmod = load_entity_module("produce", 9, EntityType.request)
+    r = _request(c, 0, 9, transactional_id=txn_id, acks=-1, timeout=timedelta(seconds=10), topic_data=(make(
+        pmod.TopicProduceData, name=topic, partition_data=(make(pmod.PartitionProduceData, index=0,
+                                                                records=batch),)),))
+    return ErrorCode(r.responses[0].partition_responses[0].error_code)
+
+
+def stable_and_end(c: WireClient, topic: str) -> tuple[int, int]:
+    """(last stable offset, high watermark) of partition 0, as ListOffsets answers them."""
+    lmod = load_entity_module("list_offsets", 4, EntityType.request)
+
+    def latest(isolation: int) -> int:
+        r = _request(c, 2, 4, replica_id=-1, isolation_level=isolation, topics=(make(
+            lmod.ListOffsetsTopic, name=topic, partitions=(make(
+                lmod.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1, timestamp=-1),)),))
+        return int(r.topics[0].partitions[0].offset)
+    return latest(1), latest(0)
+
+
+def abort_then_send_late_batch(coordinator: WireClient, leader: WireClient, txn_id: str,
+                               topic: str) -> tuple[ErrorCode, tuple[int, int]]:
+    """A transaction writes one record to partition 0 of an empty ``topic`` and is aborted
+    (its ABORT marker written); then a batch the client had given up on arrives at the
+    leader, with the next sequence. The late batch's error, and (producer id, epoch)."""
+    init = _request(coordinator, 22, 4, transactional_id=txn_id, transaction_timeout=timedelta(seconds=60),
+                    producer_id=-1, producer_epoch=-1)
+    assert init.error_code == ErrorCode.none
+    pid, epoch = init.producer_id, init.producer_epoch
+    amod = load_entity_module("add_partitions_to_txn", 3, EntityType.request)
+    added = _request(coordinator, 24, 3, v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+                     v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                         make(amod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),))
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    assert produce_transactional(leader, txn_id, topic, pid, epoch, 0, b"aborted") == ErrorCode.none
+    end = _request(coordinator, 26, 3, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                   committed=False)
+    assert end.error_code == ErrorCode.none
+    deadline = time.monotonic() + 30
+    while stable_and_end(leader, topic) != (2, 2) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the ABORT marker is written just after EndTxn's answer
+    assert stable_and_end(leader, topic) == (2, 2)
+    return produce_transactional(leader, txn_id, topic, pid, epoch, 1), (pid, epoch)
