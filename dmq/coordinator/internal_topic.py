@@ -16,7 +16,7 @@ from dmq.record.batch import InvalidRecordError
 from dmq.record.control import parse_end_txn_marker
 from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.replica_manager import ReplicaManager
-from dmq.storage.producer_state import AppendOrigin
+from dmq.storage.producer_state import SKIP_VERIFICATION, AppendOrigin, VerificationGuard
 
 log = logging.getLogger("dmq.coordinator")
 
@@ -95,7 +95,8 @@ class InternalTopic:
             return False
 
     def append(self, partition: int, records: list[tuple[bytes, bytes | None]],
-               producer: tuple[int, int] | None = None) -> tuple[ErrorCode, int]:
+               producer: tuple[int, int] | None = None,
+               verification: VerificationGuard | None = SKIP_VERIFICATION) -> tuple[ErrorCode, int]:
         """The runtime's append: one batch, acks=all (transactional when ``producer`` is
         given, as Kafka's coordinators write a transaction's offsets); ``(error, last offset)``."""
         if self.admin_manager.store.topic(self.name) is None:
@@ -109,7 +110,8 @@ class InternalTopic:
             batch = encode_batch([(k, v, []) for k, v in records], timestamp=now, producer_id=producer[0],
                                  producer_epoch=producer[1], attributes_extra=TRANSACTIONAL)
             result = self.replica_manager.append_to_local_log(self.name, partition, batch, -1,
-                                                              AppendOrigin.COORDINATOR)
+                                                              AppendOrigin.COORDINATOR,
+                                                              verification=verification)
         return result.error, result.last_offset
 
     def append_marker(self, partition: int, marker: EndMarker) -> tuple[ErrorCode, int]:

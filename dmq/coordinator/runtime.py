@@ -68,6 +68,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.metadata import BrokerInfo, MetadataStore
+from dmq.storage.producer_state import SKIP_VERIFICATION, VerificationGuard
 
 log = logging.getLogger("dmq.coordinator")
 
@@ -124,6 +125,8 @@ class CoordinatorResult:
     effects: list[Any] = field(default_factory=list)
     producer: tuple[int, int] | None = None  # (id, epoch): the records belong to its transaction
     marker: EndMarker | None = None  # a transaction marker to write instead of records
+    # The transaction's verification for this append (KIP-890; see PartitionWriter.append).
+    verification: VerificationGuard | None = SKIP_VERIFICATION
 
 
 class CoordinatorShard(Protocol):
@@ -142,9 +145,11 @@ class CoordinatorShard(Protocol):
 class PartitionWriter(Protocol):
     """The internal topic as the runtime sees it."""
 
-    def append(self, partition: int, records: list[Record],
-               producer: tuple[int, int] | None = None) -> tuple[ErrorCode, int]:
-        """Append as one batch (a transactional one of ``producer``); ``(error, last offset)``."""
+    def append(self, partition: int, records: list[Record], producer: tuple[int, int] | None = None,
+               verification: VerificationGuard | None = SKIP_VERIFICATION) -> tuple[ErrorCode, int]:
+        """Append as one batch (a transactional one of ``producer``); ``(error, last offset)``.
+        ``verification``: the guard of the transaction's verification with its coordinator
+        (``Log.append_as_leader``); the default skips the check."""
         ...
 
     def append_marker(self, partition: int, marker: EndMarker) -> tuple[ErrorCode, int]:
@@ -175,8 +180,11 @@ S = TypeVar("S", bound=CoordinatorShard)
 
 
 def write_error(error: ErrorCode) -> ErrorCode:
-    """What a coordinator answers when its records could not be written (Kafka's mapping)."""
-    if error in (ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+    """What a coordinator answers when its records could not be written (Kafka's mapping).
+    A transactional append's own refusals (a fenced producer, a transaction that is not
+    open) are the producer's to handle and pass through."""
+    if error in (ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                 ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state):
         return error
     if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error,
                  ErrorCode.fenced_leader_epoch):
@@ -443,7 +451,8 @@ class CoordinatorRuntime(Generic[S]):
         if result.marker is not None:
             error, last = self.writer.append_marker(ctx.partition, result.marker)
         else:
-            error, last = self.writer.append(ctx.partition, result.records, result.producer)
+            error, last = self.writer.append(ctx.partition, result.records, result.producer,
+                                             result.verification)
         if error != ErrorCode.none:
             self._failed(ctx, result, write_error(error), error_response)
             done.set_result(error_response(write_error(error)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
@@ -35,6 +35,7 @@ from dmq.group.share_group import (
     TopicLookup,
     validate_heartbeat,
 )
+from dmq.storage.producer_state import SKIP_VERIFICATION, VerificationGuard
 
 log = logging.getLogger("dmq.group")
 DELETED_TOPIC_BATCH = 500  # tombstones per write when a topic is deleted
@@ -45,6 +46,20 @@ __all__ = ["GroupConfig", "GroupCoordinator", "InitializedTopic", "JoinResult", 
            "ShareTopic", "SyncResult"]
 
 
+def offset_commit_error(error: ErrorCode) -> ErrorCode:
+    """A transaction verification's error as a TxnOffsetCommit answers it (Kafka's
+    maybeConvertOffsetCommitError): what the client retries without looking up the
+    coordinator again, or the error it handles as it is."""
+    if error == ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress
+    if error in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                 ErrorCode.not_enough_replicas_after_append):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    return error
+
+
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, writer: PartitionWriter,
                  partition_exists: Callable[[str, int], bool], commit_timeout_ms: int = 5000,
@@ -52,6 +67,11 @@ class GroupCoordinator:
         """``topics``: a topic's id and partition count by name, from the cluster metadata
         (share groups assign partitions of the topics their members subscribe to)."""
         self.config = config
+        # (transactional id, producer id, epoch, partition of __consumer_offsets) -> the guard
+        # and the error of the transaction's verification (ReplicaManager.verify_transaction);
+        # None: TxnOffsetCommit is not verified. Set by the broker.
+        self.verify_transaction: Callable[[str, int, int, int],
+                                          Awaitable[tuple[VerificationGuard | None, ErrorCode]]] | None = None
         self.runtime: CoordinatorRuntime[GroupShard] = CoordinatorRuntime(
             writer, lambda p, epoch: GroupShard(p, config, partition_exists, topics), commit_timeout_ms,
             name="group coordinator")
@@ -139,15 +159,28 @@ class GroupCoordinator:
                                 producer_epoch: int, generation: int, member_id: str,
                                 instance_id: str | None,
                                 offsets: list[tuple[str, int, int, int, str | None]]) -> list[ErrorCode]:
-        """TxnOffsetCommit: offsets that count once the producer's transaction commits."""
+        """TxnOffsetCommit: offsets that count once the producer's transaction commits.
+
+        First, as Kafka's handleTxnCommitOffsets, the transaction coordinator is asked
+        whether the group's ``__consumer_offsets`` partition is in the producer's ongoing
+        transaction (KIP-890): a late commit of an ended transaction would otherwise leave
+        its offsets pending for ever, and a read_committed consumer taking over those
+        partitions would get UNSTABLE_OFFSET_COMMIT for ever."""
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(offsets)
+        verification: VerificationGuard | None = SKIP_VERIFICATION
+        if self.verify_transaction is not None and self.owns(group_id):
+            verification, error = await self.verify_transaction(transactional_id, producer_id, producer_epoch,
+                                                                self.partition_for(group_id))
+            if error != ErrorCode.none:
+                return [offset_commit_error(error)] * len(offsets)
         return await self._write_offsets(group_id, len(offsets), lambda shard, now: shard.txn_offset_commit(
             transactional_id, group_id, producer_id, producer_epoch, generation, member_id, instance_id,
-            offsets, now))
+            offsets, now), verification)
 
     async def _write_offsets(self, group_id: str, count: int,
-                             op: Callable[[GroupShard, int], CoordinatorResult]) -> list[ErrorCode]:
+                             op: Callable[[GroupShard, int], CoordinatorResult],
+                             verification: VerificationGuard | None = SKIP_VERIFICATION) -> list[ErrorCode]:
         """An offset write whose answer is an error per entry: a failed write fails the
         entries it held; the others keep their own errors."""
         validated: list[ErrorCode] = []
@@ -155,6 +188,7 @@ class GroupCoordinator:
         def write(shard: GroupShard, now: int) -> CoordinatorResult:
             result = op(shard, now)
             validated.extend(result.response)
+            result.verification = verification
             return result
 
         def on_error(error: ErrorCode) -> list[ErrorCode]:

@@ -84,11 +84,27 @@ _TRANSACTIONAL, _CONTROL = 0x10, 0x20
 
 class TxnVerifier(Protocol):
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[ErrorCode, str]]:
+                     partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
         """Whether ``partitions`` are in the producer's ongoing transaction, asked of its
-        coordinator: the partitions that are not, each with the Produce error and message
-        to answer."""
+        coordinator: the partitions that are not, each with its error (INVALID_TXN_STATE:
+        not in it; INVALID_PRODUCER_EPOCH: fenced; else why it could not be asked)."""
         ...
+
+
+# Verification errors a producer retries, answered as NOT_ENOUGH_REPLICAS (Kafka: older
+# clients may not retry them correctly, and it does not make them refresh metadata).
+_VERIFICATION_RETRIABLE = frozenset({
+    ErrorCode.concurrent_transactions, ErrorCode.network_exception, ErrorCode.coordinator_load_in_progress,
+    ErrorCode.coordinator_not_available, ErrorCode.not_coordinator})
+
+
+def _produce_refusal(error: ErrorCode) -> ProduceResult:
+    if error == ErrorCode.invalid_txn_state:
+        return ProduceResult(error, error_message="Partition was not added to the transaction")
+    if error in _VERIFICATION_RETRIABLE:
+        return ProduceResult(ErrorCode.not_enough_replicas, error_message=(
+            f"Unable to verify the partition has been added to the transaction. Underlying error: {error.name}"))
+    return ProduceResult(error, error_message=f"Transaction verification failed: {error.name}")
 
 
 def _first_transactional_batch(records: bytes | None) -> tuple[int, int, int] | None:
@@ -338,7 +354,25 @@ class ReplicaManager:
             return {}, {}
         (pid, epoch), = producers
         errors = await verifier.verify(transactional_id, pid, epoch, list(guards))
-        return guards, {tp: ProduceResult(error, error_message=message) for tp, (error, message) in errors.items()}
+        return guards, {tp: _produce_refusal(error) for tp, error in errors.items()}
+
+    async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 tp: TopicPartition) -> tuple[VerificationGuard | None, ErrorCode]:
+        """For a coordinator's transactional append to a partition led here (the group
+        coordinator's TxnOffsetCommit, as Kafka's maybeStartTransactionVerificationForPartition):
+        the guard to append with (SKIP_VERIFICATION when verification is off), and the
+        verifier's error if the coordinator did not confirm the partition."""
+        verifier = self.txn_verifier
+        if verifier is None:
+            return SKIP_VERIFICATION, ErrorCode.none
+        partition = self.partitions.get(tp)
+        if partition is None or not partition.is_leader:
+            return None, ErrorCode.none  # the append answers why
+        guard = partition.log.maybe_start_transaction_verification(producer_id, -1, producer_epoch)
+        if guard is None:
+            return None, ErrorCode.none  # ongoing here: the append needs no guard
+        errors = await verifier.verify(transactional_id, producer_id, producer_epoch, [tp])
+        return guard, errors.get(tp, ErrorCode.none)
 
     def append_to_local_log(self, topic: str, index: int, records: bytes | None,
                             required_acks: int, origin: AppendOrigin = AppendOrigin.CLIENT,

@@ -8,16 +8,12 @@ broker that arrive while a request to it is out go together in the next one (one
 per transactional id in a request; a second entry for the same id waits for the request
 after), as Kafka's AddPartitionsToTxnManager batches them per node.
 
-The coordinator's answers become the errors a producer handles, as Kafka's
-AddPartitionsToTxnManager and ReplicaManager translate them:
-
-- a partition not in the transaction (TRANSACTION_ABORTABLE) -> INVALID_TXN_STATE, and a
-  CLUSTER_AUTHORIZATION_FAILED of the whole request -> INVALID_TXN_STATE;
-- PRODUCER_FENCED -> INVALID_PRODUCER_EPOCH;
-- CONCURRENT_TRANSACTIONS, NETWORK_EXCEPTION, COORDINATOR_LOAD_IN_PROGRESS,
-  COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR -> NOT_ENOUGH_REPLICAS, which every client
-  retries without a metadata refresh;
-- anything else as it is (INVALID_PRODUCER_ID_MAPPING, ...).
+The coordinator's answers are translated as Kafka's AddPartitionsToTxnManager does: a
+partition not in the transaction (TRANSACTION_ABORTABLE), and a CLUSTER_AUTHORIZATION_FAILED
+of the whole request, become INVALID_TXN_STATE; PRODUCER_FENCED becomes
+INVALID_PRODUCER_EPOCH; a coordinator that cannot be reached is NETWORK_EXCEPTION, one
+that is not known COORDINATOR_NOT_AVAILABLE. The callers turn the rest into what their
+clients retry (``ReplicaManager``, ``GroupCoordinator.txn_offset_commit``).
 
 A coordinator that does not support verification (UNSUPPORTED_VERSION) verifies nothing:
 the partitions are taken as verified, as Kafka does with an older coordinator.
@@ -45,21 +41,14 @@ LocalVerify = Callable[[str, int, int, list[TopicPartition]], dict[TopicPartitio
 REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for its inter-broker clients
 VERSION = 4
 
-_RETRIABLE = frozenset({ErrorCode.concurrent_transactions, ErrorCode.network_exception,
-                        ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
-                        ErrorCode.not_coordinator})
 
 
-def produce_error(error: ErrorCode) -> tuple[ErrorCode, str]:
-    """The Produce error (and message) for a coordinator's answer that is not NONE."""
-    if error == ErrorCode.transaction_abortable or error == ErrorCode.invalid_txn_state:
-        return ErrorCode.invalid_txn_state, "Partition was not added to the transaction"
+def _translated(error: ErrorCode) -> ErrorCode:
+    if error == ErrorCode.transaction_abortable:
+        return ErrorCode.invalid_txn_state
     if error == ErrorCode.producer_fenced:
-        return ErrorCode.invalid_producer_epoch, "Producer epoch is fenced by the transaction coordinator"
-    if error in _RETRIABLE:
-        return (ErrorCode.not_enough_replicas,
-                f"Unable to verify the partition has been added to the transaction. Underlying error: {error.name}")
-    return error, f"Transaction verification failed: {error.name}"
+        return ErrorCode.invalid_producer_epoch  # producers expect it here (Kafka)
+    return error
 
 
 @dataclass(slots=True)
@@ -87,8 +76,8 @@ class AddPartitionsToTxnManager:
         self._senders: dict[int, asyncio.Task[None]] = {}
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[ErrorCode, str]]:
-        """The partitions the coordinator does not confirm, each with its Produce error."""
+                     partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+        """The partitions the coordinator does not confirm, each with its error."""
         broker = self.coordinator_of(transactional_id)
         if broker is None or broker < 0:
             errors = dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
@@ -101,7 +90,7 @@ class AddPartitionsToTxnManager:
             if broker not in self._senders:
                 self._senders[broker] = asyncio.create_task(self._send_queued(broker))
             errors = await waiting.answer
-        return {tp: produce_error(e) for tp, e in errors.items() if e != ErrorCode.none}
+        return {tp: _translated(e) for tp, e in errors.items() if e != ErrorCode.none}
 
     async def _send_queued(self, broker: int) -> None:
         batch: dict[str, _Waiting] = {}

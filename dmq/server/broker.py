@@ -100,6 +100,7 @@ from dmq.share.session import ShareSessionCache
 from dmq.storage.cleaner import LogCleaner
 from dmq.storage.key_indexer import KeyIndexer
 from dmq.storage.log_manager import LogManager
+from dmq.storage.producer_state import VerificationGuard
 from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from dmq.transaction.markers import TransactionMarkerSender
 from dmq.transaction.shard import TransactionConfig
@@ -378,6 +379,7 @@ class Broker:
             BrokerChannels(f"dmq-txn-verify-{self.broker_id}", self._broker_address, self.inter_broker_security))
         if self.config["transaction.partition.verification.enable"]:
             self.replica_manager.txn_verifier = self.txn_verifier
+            self.group_coordinator.verify_transaction = self._verify_offsets_transaction
         self.transaction_coordinator.send_markers = self.marker_sender.send
         if self.zk is None:
             await backend.reconcile_now()  # leads every partition: loads the coordinators' shards
@@ -547,6 +549,11 @@ class Broker:
     def _share_timeouts(self, group_id: str) -> tuple[int, int]:
         s = self._share_settings(group_id)
         return s.session_timeout_ms, s.heartbeat_interval_ms
+
+    async def _verify_offsets_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                          partition: int) -> tuple[VerificationGuard | None, ErrorCode]:
+        return await self.replica_manager.verify_transaction(transactional_id, producer_id, producer_epoch,
+                                                             (OFFSETS_TOPIC, partition))
 
     def _transaction_coordinator_of(self, transactional_id: str) -> int | None:
         """The leader of the id's ``__transaction_state`` partition, None if there is none."""

@@ -43,7 +43,8 @@ Checks by ``AppendOrigin``:
   then the checks below; and, unless the caller passes ``SKIP_VERIFICATION``,
   a transactional data batch that would start its producer's transaction
   needs the ``VerificationGuard`` of a verification (below) ->
-  INVALID_TXN_STATE;
+  INVALID_TXN_STATE (so does a COORDINATOR append that passes a guard or
+  None: the group coordinator's transactional offsets);
 - COORDINATOR (WriteTxnMarkers, the group coordinator's TxnOffsetCommit): no
   sequence checks; a data batch or marker whose producer epoch is older than
   the producer's current one -> INVALID_PRODUCER_EPOCH; a marker whose
@@ -336,8 +337,8 @@ class ProducerStateManager:
                     f"marker at offset {header.base_offset} for producer {entry.producer_id} comes from "
                     f"coordinator epoch {marker.coordinator_epoch}, older than {entry.coordinator_epoch}")
             return
-        if origin == AppendOrigin.CLIENT:
-            self._check_verification(entry, header, guard)
+        if origin == AppendOrigin.CLIENT or guard is not SKIP_VERIFICATION:
+            self._check_verification(entry, header, guard, sequenced=origin == AppendOrigin.CLIENT)
         self._check_epoch(entry, header)
         if origin == AppendOrigin.CLIENT:
             self._check_sequence(entry, header, known)
@@ -349,9 +350,9 @@ class ProducerStateManager:
                 f"{entry.current_txn_first_offset} is still open")
 
     def _check_verification(self, entry: ProducerEntry, header: BatchHeader,
-                            guard: VerificationGuard | None) -> None:
+                            guard: VerificationGuard | None, sequenced: bool) -> None:
         state = self._verifications.get(entry.producer_id)
-        if state is not None and header.base_sequence > state.lowest_seq:
+        if sequenced and state is not None and header.base_sequence > state.lowest_seq:
             raise InvalidRecordError(
                 "out_of_order_sequence_number",
                 f"producer {entry.producer_id} sent sequence {header.base_sequence} while sequence "

@@ -177,3 +177,52 @@ def test_a_late_batch_of_an_aborted_transaction_is_refused(broker: BrokerProcess
             got.append(m.value())
     consumer.close()
     assert got == [b"next"]
+
+
+def test_a_late_offset_commit_of_an_aborted_transaction_is_refused(broker: BrokerProcess) -> None:
+    """KIP-890 for TxnOffsetCommit: a commit that arrives after its transaction was aborted
+    was written as a transaction nobody would end, so its offsets stayed pending: every
+    read_committed consumer of the group (require_stable) got UNSTABLE_OFFSET_COMMIT for
+    ever. The group coordinator now asks the transaction coordinator first."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("txn-late-offsets", 1, 1)])["txn-late-offsets"].result(15)
+    group = "late-offsets-group"
+    cmod = load_entity_module("txn_offset_commit", 3, EntityType.request)
+    fmod = load_entity_module("offset_fetch", 8, EntityType.request)
+    with WireClient("127.0.0.1", broker.port) as c:
+        for _ in range(100):
+            if request(c, 10, 4, key_type=0, coordinator_keys=(group,)).coordinators[0].error_code == 0:
+                break
+            time.sleep(0.1)
+        started = init(c, "late-offsets")
+        pid, epoch = started.producer_id, started.producer_epoch
+
+        def commit(offset: int) -> ErrorCode:
+            r = request(c, 28, 3, transactional_id="late-offsets", group_id=group, producer_id=pid,
+                        producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None, topics=(
+                            make(cmod.TxnOffsetCommitRequestTopic, name="txn-late-offsets", partitions=(make(
+                                cmod.TxnOffsetCommitRequestPartition, partition_index=0, committed_offset=offset,
+                                committed_leader_epoch=-1, committed_metadata=""),)),))
+            return ErrorCode(r.topics[0].partitions[0].error_code)
+
+        def fetch_stable() -> tuple[ErrorCode, int]:
+            r = request(c, 9, 8, require_stable=True, groups=(make(
+                fmod.OffsetFetchRequestGroup, group_id=group, topics=(make(
+                    fmod.OffsetFetchRequestTopics, name="txn-late-offsets", partition_indexes=(0,)),)),))
+            p = r.groups[0].topics[0].partitions[0]
+            return ErrorCode(p.error_code), int(p.committed_offset)
+
+        added = request(c, 25, 3, transactional_id="late-offsets", producer_id=pid, producer_epoch=epoch,
+                        group_id=group)
+        assert added.error_code == ErrorCode.none
+        assert commit(5) == ErrorCode.none
+        assert fetch_stable()[0] == ErrorCode.unstable_offset_commit
+        end = request(c, 26, 3, transactional_id="late-offsets", producer_id=pid, producer_epoch=epoch,
+                      committed=False)
+        assert end.error_code == ErrorCode.none
+        deadline = time.monotonic() + 20
+        while fetch_stable()[0] != ErrorCode.none and time.monotonic() < deadline:
+            time.sleep(0.05)  # the ABORT marker is written just after EndTxn's answer
+        assert fetch_stable() == (ErrorCode.none, -1)
+        assert commit(7) == ErrorCode.invalid_txn_state
+        assert fetch_stable() == (ErrorCode.none, -1)

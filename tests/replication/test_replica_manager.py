@@ -168,14 +168,14 @@ class _Coordinator:
         self.in_transaction: set[tuple[str, int]] = set()
         self.calls: list[tuple[str, int, int, list[tuple[str, int]]]] = []
         self.held: asyncio.Event | None = None
+        self.answer = ErrorCode.invalid_txn_state  # for a partition not in the transaction
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[ErrorCode, str]]:
+                     partitions: list[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
         self.calls.append((transactional_id, producer_id, producer_epoch, partitions))
         if self.held is not None:
             await self.held.wait()
-        return {tp: (ErrorCode.invalid_txn_state, "not in it") for tp in partitions
-                if tp not in self.in_transaction}
+        return {tp: self.answer for tp in partitions if tp not in self.in_transaction}
 
 
 def _verified(path: Path) -> tuple[LogManager, ReplicaManager, _Coordinator]:
@@ -217,6 +217,10 @@ def test_a_transactional_produce_is_verified_before_it_opens_a_transaction(tmp_p
         mixed = await rm.append_records({("t", 0): _txn_batch(7, 2), ("t", 1): _txn_batch(9, 0)}, 1, 5,
                                         transactional_id="app")
         assert {r.error for r in mixed.values()} == {ErrorCode.invalid_producer_id_mapping}
+        # A coordinator that cannot answer now: NOT_ENOUGH_REPLICAS, which producers retry.
+        coordinator.answer = ErrorCode.coordinator_load_in_progress
+        retry = await rm.append_records({("t", 1): _txn_batch(7, 0)}, 1, 5, transactional_id="app")
+        assert retry[("t", 1)].error == ErrorCode.not_enough_replicas
 
     asyncio.run(main())
     lm.shutdown()

@@ -1,5 +1,5 @@
 """AddPartitionsToTxnManager: verifications batched per coordinator broker, and the
-coordinator's answers turned into the errors producers handle (Kafka's translations).
+coordinator's answers translated as Kafka's manager does.
 The remote coordinator is a stand-in at the channel (real brokers:
 tests/cluster/test_transactions_cluster.py)."""
 
@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 from dmq.client.channels import BrokerUnreachable
 from dmq.handlers.context import NO_THROTTLE
 from dmq.protocol.codec import make, response_module
-from dmq.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager, produce_error
+from dmq.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 
 R = response_module(24, 4)
 
@@ -68,33 +68,29 @@ def test_verifications_that_wait_go_together_in_the_next_request() -> None:
         remote.gate.set()
         assert await first == {}
         assert await queued[0] == {} and await queued[2] == {}
-        assert await queued[1] == {("t", 1): (ErrorCode.invalid_txn_state, "Partition was not added to the transaction")}
+        assert await queued[1] == {("t", 1): ErrorCode.invalid_txn_state}
         assert remote.requests == [["a"], ["b", "c"], ["b"]]  # one entry per transactional id a request
 
     asyncio.run(main())
 
 
-def test_the_coordinators_answers_become_producer_errors() -> None:
-    assert produce_error(ErrorCode.producer_fenced)[0] == ErrorCode.invalid_producer_epoch
-    for retriable in (ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress,
-                      ErrorCode.not_coordinator, ErrorCode.coordinator_not_available, ErrorCode.network_exception):
-        assert produce_error(retriable)[0] == ErrorCode.not_enough_replicas
-    assert produce_error(ErrorCode.invalid_producer_id_mapping)[0] == ErrorCode.invalid_producer_id_mapping
-
+def test_the_coordinators_answers_are_translated_as_kafkas_manager_does() -> None:
     async def main() -> None:
         remote = _Coordinators()
         remote.gate.set()
         m = _manager(remote)
         assert await m.verify("local", 1, 0, [("t", 0)]) == {}
         fenced = _manager(remote, ErrorCode.producer_fenced)
-        assert (await fenced.verify("local", 1, 0, [("t", 0)]))[("t", 0)][0] == ErrorCode.invalid_producer_epoch
-        assert (await m.verify("nowhere", 1, 0, [("t", 0)]))[("t", 0)][0] == ErrorCode.not_enough_replicas
+        assert await fenced.verify("local", 1, 0, [("t", 0)]) == {("t", 0): ErrorCode.invalid_producer_epoch}
+        loading = _manager(remote, ErrorCode.coordinator_load_in_progress)
+        assert await loading.verify("local", 1, 0, [("t", 0)]) == {("t", 0): ErrorCode.coordinator_load_in_progress}
+        assert await m.verify("nowhere", 1, 0, [("t", 0)]) == {("t", 0): ErrorCode.coordinator_not_available}
         remote.top_error = ErrorCode.cluster_authorization_failed
-        assert (await m.verify("x", 1, 0, [("t", 0)]))[("t", 0)][0] == ErrorCode.invalid_txn_state
+        assert await m.verify("x", 1, 0, [("t", 0)]) == {("t", 0): ErrorCode.invalid_txn_state}
         remote.top_error = ErrorCode.unsupported_version  # a coordinator that cannot verify
         assert await m.verify("x", 1, 0, [("t", 0)]) == {}
         remote.top_error, remote.unreachable = ErrorCode.none, True
-        assert (await m.verify("x", 1, 0, [("t", 0)]))[("t", 0)][0] == ErrorCode.not_enough_replicas
+        assert await m.verify("x", 1, 0, [("t", 0)]) == {("t", 0): ErrorCode.network_exception}
 
     asyncio.run(main())
 
@@ -108,6 +104,6 @@ def test_closing_answers_every_waiting_verification() -> None:
         await asyncio.sleep(0)
         m.close()
         for w in waiting:
-            assert (await w)[("t", 0)][0] == ErrorCode.not_enough_replicas
+            assert await w == {("t", 0): ErrorCode.network_exception}
 
     asyncio.run(main())

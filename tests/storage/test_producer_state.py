@@ -257,9 +257,13 @@ def test_a_batch_that_starts_a_transaction_needs_its_verification(tmp_path: Path
     assert psm.producers[1].has_ongoing_txn and psm.verification_guard(1) is None
     assert psm.maybe_start_verification(1, 1, 0, now_ms=0) is None  # ongoing: nothing to verify
     run(psm, [(header(1, 1, seq=1), None)], guard=None)
-    # Idempotent batches and the coordinator's own appends are not verified.
+    # Idempotent batches are not verified; a coordinator's append is when it asks to be
+    # (the group coordinator's transactional offsets).
     run(psm, [(header(2, 2, txn=False), None)], guard=None)
-    run(psm, [(header(3, 3), None)], COORDINATOR, guard=None)
+    assert error_of(psm, [(header(3, 3, seq=-1), None)], COORDINATOR, guard=None) == "invalid_txn_state"
+    offsets = psm.maybe_start_verification(3, -1, 0, now_ms=0)
+    run(psm, [(header(3, 3, seq=-1), None)], COORDINATOR, guard=offsets)
+    run(psm, [(header(4, 4), None)], COORDINATOR)  # markers and tools: not checked
 
 
 def test_a_marker_voids_a_verification_made_before_it(tmp_path: Path) -> None:

@@ -33,8 +33,8 @@ class MemoryWriter:
         self._changed: asyncio.Event | None = None
         self.leading: set[int] = set()  # partitions metadata says this broker leads
 
-    def append(self, partition: int, records: list[Record],
-               producer: tuple[int, int] | None = None) -> tuple[ErrorCode, int]:
+    def append(self, partition: int, records: list[Record], producer: tuple[int, int] | None = None,
+               verification: object = None) -> tuple[ErrorCode, int]:
         if self.fail_append is not None:
             return self.fail_append, -1
         log = self.logs.setdefault(partition, [])
