@@ -291,7 +291,10 @@ class ReplicaManager:
             results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False)
                        for tp, records in entries.items()}
         else:
-            guards, refused = await self._verify_transactions(self.txn_verifier, entries, transactional_id)
+            guards, refused, wanted = self._start_verification(entries, transactional_id)
+            if wanted is not None:  # only then does the request wait for the coordinator
+                errors = await self.txn_verifier.verify(*wanted)
+                refused.update((tp, _produce_refusal(error)) for tp, error in errors.items())
             results = {tp: refused[tp] if tp in refused else
                        self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False,
                                                 verification=guards.get(tp))
@@ -326,35 +329,43 @@ class ReplicaManager:
                 results[tp] = ProduceResult(error, error_message=message)
         return results
 
-    async def _verify_transactions(self, verifier: TxnVerifier, entries: dict[TopicPartition, bytes | None],
-                                   transactional_id: str | None
-                                   ) -> tuple[dict[TopicPartition, VerificationGuard], dict[TopicPartition, ProduceResult]]:
-        """The guards to append with, and the partitions refused (Kafka's
-        maybeStartTransactionVerificationForPartitions)."""
+    def _start_verification(self, entries: dict[TopicPartition, bytes | None], transactional_id: str | None
+                            ) -> tuple[dict[TopicPartition, VerificationGuard], dict[TopicPartition, ProduceResult],
+                                       tuple[str, int, int, list[TopicPartition]] | None]:
+        """The guards to append with, the partitions refused already, and what to ask the
+        coordinator (None: nothing), as Kafka's maybeStartTransactionVerificationForPartitions."""
         firsts = {tp: info for tp, records in entries.items()
                   if (info := _first_transactional_batch(records)) is not None}
         if not firsts:
-            return {}, {}
+            return {}, {}, None
         producers = {(pid, epoch) for pid, epoch, _ in firsts.values()}
         if len(producers) > 1:
             refused = ProduceResult(ErrorCode.invalid_producer_id_mapping,
                                     error_message="Transactional records contained more than one producer ID")
-            return {}, dict.fromkeys(entries, refused)
+            return {}, dict.fromkeys(entries, refused), None
         if transactional_id is None:
-            return {}, {}  # nothing to verify with: the Log refuses a batch that starts a transaction
+            return {}, {}, None  # nothing to verify with: the Log refuses a batch that starts a transaction
         guards: dict[TopicPartition, VerificationGuard] = {}
+        not_led: dict[TopicPartition, ProduceResult] = {}
         for tp, (pid, epoch, seq) in firsts.items():
             partition = self.partitions.get(tp)
             if partition is None or not partition.is_leader:
-                continue  # the append answers why
+                # Refused now, as Kafka's getPartitionOrException: it may lead by the time
+                # the coordinator answers, and would then be appended without a guard.
+                error, message = self._not_leading(tp, partition)
+                not_led[tp] = ProduceResult(error, error_message=message)
+                continue
             guard = partition.log.maybe_start_transaction_verification(pid, seq, epoch)
             if guard is not None:
                 guards[tp] = guard
-        if not guards:
-            return {}, {}
         (pid, epoch), = producers
-        errors = await verifier.verify(transactional_id, pid, epoch, list(guards))
-        return guards, {tp: _produce_refusal(error) for tp, error in errors.items()}
+        return guards, not_led, (transactional_id, pid, epoch, list(guards)) if guards else None
+
+    def _not_leading(self, tp: TopicPartition, partition: Partition | None) -> tuple[ErrorCode, str]:
+        if partition is None:
+            return self._not_hosted(*tp)
+        return (ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} is not the leader of {tp[0]}-{tp[1]}")
 
     async def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  tp: TopicPartition) -> tuple[VerificationGuard | None, ErrorCode]:
@@ -367,7 +378,7 @@ class ReplicaManager:
             return SKIP_VERIFICATION, ErrorCode.none
         partition = self.partitions.get(tp)
         if partition is None or not partition.is_leader:
-            return None, ErrorCode.none  # the append answers why
+            return None, self._not_leading(tp, partition)[0]
         guard = partition.log.maybe_start_transaction_verification(producer_id, -1, producer_epoch)
         if guard is None:
             return None, ErrorCode.none  # ongoing here: the append needs no guard

@@ -4,9 +4,9 @@ producer's partitions are in its ongoing transaction (KIP-890 verification).
 The ReplicaManager's ``txn_verifier``. A transactional id's coordinator is the leader of
 its ``__transaction_state`` partition: this broker's own coordinator answers directly;
 another broker is sent AddPartitionsToTxn v4 with ``verify_only``. Verifications for one
-broker that arrive while a request to it is out go together in the next one (one entry
-per transactional id in a request; a second entry for the same id waits for the request
-after), as Kafka's AddPartitionsToTxnManager batches them per node.
+broker that arrive while a request to it is out go together in the next one, one entry
+per transactional id (a newer one answers the older: ``_enqueue``), as Kafka's
+AddPartitionsToTxnManager batches them per node.
 
 The coordinator's answers are translated as Kafka's AddPartitionsToTxnManager does: a
 partition not in the transaction (TRANSACTION_ABORTABLE), and a CLUSTER_AUTHORIZATION_FAILED
@@ -64,7 +64,8 @@ class AddPartitionsToTxnManager:
     """``coordinator_of(transactional_id)`` is the broker id leading its
     ``__transaction_state`` partition (None or -1: none now); ``local`` is this broker's
     TransactionCoordinator.verify_partitions. Invariant: at most one request in flight
-    per remote broker (BrokerChannels); ``_queued[b]`` holds what waits for the next."""
+    per remote broker (BrokerChannels); ``_queued[b]`` holds what waits for the next, one
+entry per transactional id."""
 
     def __init__(self, broker_id: int, coordinator_of: Callable[[str], int | None], local: LocalVerify,
                  channels: BrokerChannels) -> None:
@@ -72,7 +73,7 @@ class AddPartitionsToTxnManager:
         self.coordinator_of = coordinator_of
         self.local = local
         self.channels = channels
-        self._queued: dict[int, list[_Waiting]] = {}
+        self._queued: dict[int, dict[str, _Waiting]] = {}  # broker -> transactional id -> waiting
         self._senders: dict[int, asyncio.Task[None]] = {}
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -86,27 +87,35 @@ class AddPartitionsToTxnManager:
         else:
             waiting = _Waiting(transactional_id, producer_id, producer_epoch, partitions,
                                asyncio.get_running_loop().create_future())
-            self._queued.setdefault(broker, []).append(waiting)
+            self._enqueue(broker, waiting)
             if broker not in self._senders:
                 self._senders[broker] = asyncio.create_task(self._send_queued(broker))
             errors = await waiting.answer
         return {tp: _translated(e) for tp, e in errors.items() if e != ErrorCode.none}
 
+    def _enqueue(self, broker: int, waiting: _Waiting) -> None:
+        """One entry per transactional id waits for a broker's next request, as in Kafka's
+        addTxnData: a newer one answers the older (NETWORK_EXCEPTION for the same epoch,
+        which the producer retries, INVALID_PRODUCER_EPOCH for an older epoch); one with an
+        older epoch than what waits is answered INVALID_PRODUCER_EPOCH at once. So a
+        request its client gave up on (and retried) does not cost a round trip of its own."""
+        queued = self._queued.setdefault(broker, {})
+        older = queued.get(waiting.transactional_id)
+        if older is not None:
+            if older.producer_epoch > waiting.producer_epoch:
+                waiting.answer.set_result(dict.fromkeys(waiting.partitions, ErrorCode.invalid_producer_epoch))
+                return
+            if not older.answer.done():
+                error = ErrorCode.invalid_producer_epoch if older.producer_epoch < waiting.producer_epoch \
+                    else ErrorCode.network_exception
+                older.answer.set_result(dict.fromkeys(older.partitions, error))
+        queued[waiting.transactional_id] = waiting
+
     async def _send_queued(self, broker: int) -> None:
         batch: dict[str, _Waiting] = {}
         try:
             while queued := self._queued.pop(broker, None):
-                batch = {}
-                later: list[_Waiting] = []
-                for w in queued:
-                    if w.answer.done():
-                        continue  # its produce request went away
-                    if w.transactional_id in batch:
-                        later.append(w)
-                    else:
-                        batch[w.transactional_id] = w
-                if later:
-                    self._queued[broker] = later + self._queued.get(broker, [])
+                batch = {t: w for t, w in queued.items() if not w.answer.done()}
                 if batch:
                     answers = await self._request(broker, list(batch.values()))
                     for w in batch.values():
@@ -122,7 +131,7 @@ class AddPartitionsToTxnManager:
             self._senders.pop(broker, None)
 
     def _fail(self, broker: int, batch: dict[str, _Waiting]) -> None:
-        for w in [*batch.values(), *self._queued.pop(broker, [])]:
+        for w in [*batch.values(), *self._queued.pop(broker, {}).values()]:
             if not w.answer.done():
                 w.answer.set_result(dict.fromkeys(w.partitions, ErrorCode.network_exception))
 
@@ -166,5 +175,8 @@ class AddPartitionsToTxnManager:
 
     def close(self) -> None:
         for task in list(self._senders.values()):
-            task.cancel()
+            task.cancel()  # answers its request's waiters, if it has started
+        self._senders.clear()
+        for broker in list(self._queued):
+            self._fail(broker, {})
         self.channels.close()

@@ -352,7 +352,10 @@ class ProducerStateManager:
     def _check_verification(self, entry: ProducerEntry, header: BatchHeader,
                             guard: VerificationGuard | None, sequenced: bool) -> None:
         state = self._verifications.get(entry.producer_id)
-        if sequenced and state is not None and header.base_sequence > state.lowest_seq:
+        # (Once an earlier batch of the same append has opened the transaction, the later
+        # ones follow it: the entry goes when the append is applied.)
+        if sequenced and state is not None and entry.current_txn_first_offset < 0 \
+                and header.base_sequence > state.lowest_seq:
             raise InvalidRecordError(
                 "out_of_order_sequence_number",
                 f"producer {entry.producer_id} sent sequence {header.base_sequence} while sequence "

@@ -246,3 +246,28 @@ def test_a_verified_batch_overtaken_by_its_transactions_marker_is_refused(tmp_pa
 
     asyncio.run(main())
     lm.shutdown()
+
+
+def test_a_partition_not_led_when_its_verification_starts_is_refused_as_not_led(tmp_path: Path) -> None:
+    """A partition this broker comes to lead while the request waits for the coordinator
+    would be appended without a guard and refused INVALID_TXN_STATE, which librdkafka
+    takes as fatal; as Kafka, it is NOT_LEADER_OR_FOLLOWER from the start."""
+    lm, rm, coordinator = _verified(tmp_path)
+    coordinator.in_transaction |= {("t", 0), ("t", 2)}
+    rm.become_follower("t", 2, "id", 2, 1, replicas=[1, 2], isr=[1, 2])
+
+    async def main() -> None:
+        coordinator.held = asyncio.Event()
+        produce = asyncio.create_task(rm.append_records({("t", 0): _txn_batch(7, 0), ("t", 2): _txn_batch(7, 0)},
+                                                        1, 5, transactional_id="app"))
+        while not coordinator.calls:
+            await asyncio.sleep(0)
+        assert coordinator.calls == [("app", 7, 0, [("t", 0)])]
+        rm.become_leader("t", 2, "id", 2, replicas=[1, 2], isr=[1])
+        coordinator.held.set()
+        results = await produce
+        assert results[("t", 0)].error == ErrorCode.none
+        assert results[("t", 2)].error == ErrorCode.not_leader_or_follower
+
+    asyncio.run(main())
+    lm.shutdown()

@@ -62,14 +62,39 @@ def test_verifications_that_wait_go_together_in_the_next_request() -> None:
         m = _manager(remote)
         first = asyncio.create_task(m.verify("a", 1, 0, [("t", 0)]))
         await asyncio.sleep(0)
-        queued = [asyncio.create_task(m.verify(t, 1, 0, [("t", 1)])) for t in ("b", "c", "b")]
+        b, c = (asyncio.create_task(m.verify(t, 1, 0, [("t", 1)])) for t in ("b", "c"))
         await asyncio.sleep(0)
         assert remote.requests == [["a"]]
         remote.gate.set()
-        assert await first == {}
-        assert await queued[0] == {} and await queued[2] == {}
-        assert await queued[1] == {("t", 1): ErrorCode.invalid_txn_state}
-        assert remote.requests == [["a"], ["b", "c"], ["b"]]  # one entry per transactional id a request
+        assert await first == {} and await b == {}
+        assert await c == {("t", 1): ErrorCode.invalid_txn_state}
+        assert remote.requests == [["a"], ["b", "c"]]
+
+    asyncio.run(main())
+
+
+def test_a_newer_verification_of_the_same_transactional_id_answers_the_waiting_one() -> None:
+    """Kafka's addTxnData: one entry per transactional id waits; the request a client gave
+    up on and retried is answered (the producer retries NETWORK_EXCEPTION's translation),
+    not sent; an older epoch than what waits is fenced at once."""
+    async def main() -> None:
+        remote = _Coordinators()
+        remote.in_txn = {"a": {("t", 0)}}
+        m = _manager(remote)
+        in_flight = asyncio.create_task(m.verify("x", 1, 0, [("t", 0)]))
+        await asyncio.sleep(0)
+        given_up, retried = (asyncio.create_task(m.verify("a", 1, 3, [("t", 0)])) for _ in range(2))
+        await asyncio.sleep(0)
+        assert await given_up == {("t", 0): ErrorCode.network_exception}
+        zombie = await m.verify("a", 1, 2, [("t", 0)])
+        assert zombie == {("t", 0): ErrorCode.invalid_producer_epoch}
+        bumped = asyncio.create_task(m.verify("a", 1, 4, [("t", 0)]))
+        await asyncio.sleep(0)
+        assert await retried == {("t", 0): ErrorCode.invalid_producer_epoch}
+        remote.gate.set()
+        await in_flight
+        assert await bumped == {}
+        assert remote.requests == [["x"], ["a"]]
 
     asyncio.run(main())
 
@@ -99,11 +124,20 @@ def test_closing_answers_every_waiting_verification() -> None:
     async def main() -> None:
         remote = _Coordinators()
         m = _manager(remote)
-        waiting = [asyncio.create_task(m.verify(t, 1, 0, [("t", 0)])) for t in ("a", "b")]
+        in_flight = [asyncio.create_task(m.verify(t, 1, 0, [("t", 0)])) for t in ("a", "b")]
         await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert remote.requests == [["a", "b"]]
+        queued = asyncio.create_task(m.verify("c", 1, 0, [("t", 0)]))
         await asyncio.sleep(0)
         m.close()
-        for w in waiting:
+        for w in [*in_flight, queued]:
             assert await w == {("t", 0): ErrorCode.network_exception}
+        # Closed before its sender ever ran: answered all the same.
+        other = _manager(_Coordinators())
+        never_sent = asyncio.create_task(other.verify("d", 1, 0, [("t", 0)]))
+        await asyncio.sleep(0)
+        other.close()
+        assert await never_sent == {("t", 0): ErrorCode.network_exception}
 
     asyncio.run(main())

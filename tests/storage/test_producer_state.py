@@ -307,3 +307,13 @@ def test_unverified_entries_expire_with_producers(tmp_path: Path) -> None:
     psm.remove_expired(now_ms=1000, expiration_ms=1000)
     assert psm.verification_guard(1) is None
     assert error_of(psm, [(header(0, 1), None)], guard=stale) == "invalid_txn_state"
+
+
+def test_the_later_batches_of_an_append_that_opens_the_transaction_follow_it(tmp_path: Path) -> None:
+    """Two batches of one producer for one partition in one request (clients send one):
+    the second follows the first, which opened the transaction, and is not held back by
+    the pending verification's lowest sequence."""
+    psm = ProducerStateManager(str(tmp_path))
+    guard = psm.maybe_start_verification(1, 0, 0, now_ms=0)
+    run(psm, [(header(0, 1, n=2), None), (header(2, 1, seq=2), None)], guard=guard)
+    assert psm.producers[1].last_seq == 2 and psm.verification_guard(1) is None
