@@ -182,9 +182,11 @@ S = TypeVar("S", bound=CoordinatorShard)
 def write_error(error: ErrorCode) -> ErrorCode:
     """What a coordinator answers when its records could not be written (Kafka's mapping).
     A transactional append's own refusals (a fenced producer, a transaction that is not
-    open) are the producer's to handle and pass through."""
+    open, a marker from a transaction coordinator that has been replaced) are the
+    producer's or the marker sender's to handle and pass through."""
     if error in (ErrorCode.none, ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
-                 ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state):
+                 ErrorCode.invalid_producer_epoch, ErrorCode.invalid_txn_state,
+                 ErrorCode.transaction_coordinator_fenced):
         return error
     if error in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error,
                  ErrorCode.fenced_leader_epoch):

@@ -506,8 +506,9 @@ class ProducerStateManager:
     # ---------------------------------------------------------- housekeeping
 
     def _clear(self) -> None:
+        # Pending verifications stay (as Kafka's): a truncation or reload does not end the
+        # transactions they wait for; they go when applied or with expired producers.
         self.producers = {}
-        self._verifications = {}
         self._ongoing, self._ongoing_firsts = {}, []
         self._unreplicated, self._unreplicated_firsts = {}, []
 

@@ -317,3 +317,13 @@ def test_the_later_batches_of_an_append_that_opens_the_transaction_follow_it(tmp
     guard = psm.maybe_start_verification(1, 0, 0, now_ms=0)
     run(psm, [(header(0, 1, n=2), None), (header(2, 1, seq=2), None)], guard=guard)
     assert psm.producers[1].last_seq == 2 and psm.verification_guard(1) is None
+
+
+def test_a_reload_keeps_pending_verifications(tmp_path: Path) -> None:
+    """A truncation reloads producer state while a verification waits for the coordinator;
+    the verification still holds (as Kafka's), or the legitimate write it guards would be
+    refused INVALID_TXN_STATE, which clients take as fatal."""
+    psm = ProducerStateManager(str(tmp_path))
+    guard = psm.maybe_start_verification(1, 0, 0, now_ms=0)
+    psm.load_latest_snapshot(0)
+    run(psm, [(header(0, 1), None)], guard=guard)

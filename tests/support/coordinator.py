@@ -18,6 +18,7 @@ from dmq.coordinator.runtime import (
     Record,
     Schedule,
 )
+from dmq.storage.producer_state import SKIP_VERIFICATION, VerificationGuard
 
 
 class MemoryWriter:
@@ -34,7 +35,7 @@ class MemoryWriter:
         self.leading: set[int] = set()  # partitions metadata says this broker leads
 
     def append(self, partition: int, records: list[Record], producer: tuple[int, int] | None = None,
-               verification: object = None) -> tuple[ErrorCode, int]:
+               verification: VerificationGuard | None = SKIP_VERIFICATION) -> tuple[ErrorCode, int]:
         if self.fail_append is not None:
             return self.fail_append, -1
         log = self.logs.setdefault(partition, [])
