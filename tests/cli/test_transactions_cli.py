@@ -32,6 +32,16 @@ from dmq.record.batch import TRANSACTIONAL_MASK
 from dmq.record.records import encode_batch
 
 HOUR_MS = 3_600_000
+# A hanging transaction is made as Kafka's own tests make one: a transactional batch the
+# coordinator never heard of, written with verification (KIP-890) turned off.
+UNVERIFIED = {"transaction.partition.verification.enable": "false"}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker") / "data", overrides=UNVERIFIED).start()
+    yield proc
+    proc.close()
 
 
 def _create(broker: BrokerProcess, topic: str, partitions: int = 1) -> None:
@@ -66,8 +76,8 @@ def open_txn(broker: BrokerProcess) -> Iterator[Callable[[str], Producer]]:
 
 def _hanging(broker: BrokerProcess, topic: str, values: list[bytes], age_ms: int = HOUR_MS) -> tuple[int, int]:
     """A transaction the coordinator never heard of: an idempotent producer id writes a
-    transactional batch without AddPartitionsToTxn (dmq, like Kafka before KIP-890, does not
-    verify). Its records are stamped ``age_ms`` ago. Returns (producer id, first offset)."""
+    transactional batch without AddPartitionsToTxn (the broker does not verify: UNVERIFIED).
+    Its records are stamped ``age_ms`` ago. Returns (producer id, first offset)."""
     with WireClient("127.0.0.1", broker.port) as c:
         init = c.request(make(request_class(22, 4), transactional_id=None, transaction_timeout=timedelta(seconds=60),
                               producer_id=-1, producer_epoch=-1))
@@ -237,7 +247,7 @@ def test_in_a_cluster_followers_describe_producers_and_the_leader_aborts(tmp_pat
     """As Kafka, any replica answers DescribeProducers from its own log (find-hanging
     --broker-id asks that broker); a broker without a replica answers NOT_LEADER_OR_FOLLOWER."""
     topic = "cli-txn-rf2"
-    c = Cluster(tmp_path, size=3).start()
+    c = Cluster(tmp_path, size=3, overrides=UNVERIFIED).start()
     try:
         c.create_topic(topic, partitions=1, rf=2)
         part = c.partition(topic)
