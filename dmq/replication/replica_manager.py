@@ -290,6 +290,12 @@ class ReplicaManager:
         if self.txn_verifier is None:
             results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False)
                        for tp, records in entries.items()}
+        elif transactional_id is None:
+            # Nothing to verify with (as Kafka): a batch that would open a transaction is
+            # refused by the Log; idempotent and plain producers pay nothing more.
+            results = {tp: self.append_to_local_log(tp[0], tp[1], records, required_acks, wake=False,
+                                                    verification=None)
+                       for tp, records in entries.items()}
         else:
             guards, refused, wanted = self._start_verification(entries, transactional_id)
             if wanted is not None:  # only then does the request wait for the coordinator
@@ -334,20 +340,24 @@ class ReplicaManager:
                                        tuple[str, int, int, list[TopicPartition]] | None]:
         """The guards to append with, the partitions refused already, and what to ask the
         coordinator (None: nothing), as Kafka's maybeStartTransactionVerificationForPartitions."""
-        firsts = {tp: info for tp, records in entries.items()
-                  if (info := _first_transactional_batch(records)) is not None}
-        if not firsts:
-            return {}, {}, None
-        producers = {(pid, epoch) for pid, epoch, _ in firsts.values()}
-        if len(producers) > 1:
-            refused = ProduceResult(ErrorCode.invalid_producer_id_mapping,
-                                    error_message="Transactional records contained more than one producer ID")
-            return {}, dict.fromkeys(entries, refused), None
-        if transactional_id is None:
-            return {}, {}, None  # nothing to verify with: the Log refuses a batch that starts a transaction
+        firsts = []
+        producer = None
+        for tp, records in entries.items():
+            info = _first_transactional_batch(records)
+            if info is None:
+                continue
+            if producer is None:
+                producer = info[:2]
+            elif info[:2] != producer:
+                refused = ProduceResult(ErrorCode.invalid_producer_id_mapping,
+                                        error_message="Transactional records contained more than one producer ID")
+                return {}, dict.fromkeys(entries, refused), None
+            firsts.append((tp, info))
+        if producer is None or transactional_id is None:
+            return {}, {}, None  # nothing to verify (with): the Log refuses a batch that starts a transaction
         guards: dict[TopicPartition, VerificationGuard] = {}
         not_led: dict[TopicPartition, ProduceResult] = {}
-        for tp, (pid, epoch, seq) in firsts.items():
+        for tp, (pid, epoch, seq) in firsts:
             partition = self.partitions.get(tp)
             if partition is None or not partition.is_leader:
                 # Refused now, as Kafka's getPartitionOrException: it may lead by the time
@@ -358,8 +368,7 @@ class ReplicaManager:
             guard = partition.log.maybe_start_transaction_verification(pid, seq, epoch)
             if guard is not None:
                 guards[tp] = guard
-        (pid, epoch), = producers
-        return guards, not_led, (transactional_id, pid, epoch, list(guards)) if guards else None
+        return guards, not_led, (transactional_id, producer[0], producer[1], list(guards)) if guards else None
 
     def _not_leading(self, tp: TopicPartition, partition: Partition | None) -> tuple[ErrorCode, str]:
         if partition is None:
