@@ -11,6 +11,10 @@ transactional producer committed.
 
     .venv/bin/python bench/transactions.py --records 200000 --repeats 3
 
+With --unverified, a second broker runs with transaction.partition.verification.enable
+=false and every repeat also runs the transactional phase against it ("transactional
+(unverified)"), in the flipped order: what KIP-890 verification costs, in the same run.
+
 Prints a table and, as the last line, one JSON object. Bounded: each phase stops
 after --timeout seconds; the broker is stopped on every way out (Ctrl-C, SIGTERM).
 """
@@ -101,18 +105,25 @@ def main() -> int:
     ap.add_argument("--commit-ms", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--unverified", action="store_true",
+                    help="also a transactional phase against a broker without transaction verification")
     args = ap.parse_args()
     stop_on_sigterm()
     work = Path(tempfile.mkdtemp(prefix="dmq-bench-txn-"))
     procs = Processes()
     payload = b"x" * args.size
-    runs: dict[str, list[float]] = {"idempotent": [], "transactional": []}
+    kinds = ["idempotent", "transactional"] + (["unverified"] if args.unverified else [])
+    runs: dict[str, list[float]] = {kind: [] for kind in kinds}
     try:
         b = procs.start(broker(work, 0, None, []))
-        bootstrap = f"127.0.0.1:{b.port}"
+        servers = dict.fromkeys(("idempotent", "transactional"), f"127.0.0.1:{b.port}")
+        if args.unverified:
+            u = procs.start(broker(work, 1, None, ["transaction.partition.verification.enable=false"]))
+            servers["unverified"] = f"127.0.0.1:{u.port}"
         # A warm-up of each kind first, then the order flips every repeat, so that neither
         # always runs on a broker the other has just warmed (as bench/compare.py does).
-        for kind in ("idempotent", "transactional"):
+        for kind in kinds:
+            bootstrap = servers[kind]
             create(bootstrap, f"warm-{kind}")
             if kind == "idempotent":
                 idempotent(bootstrap, f"warm-{kind}", min(args.records, 20_000), payload, args.timeout)
@@ -120,8 +131,9 @@ def main() -> int:
                 transactional(bootstrap, f"warm-{kind}", min(args.records, 20_000), payload, args.commit_ms,
                               args.timeout)
         for r in range(args.repeats):
-            order = ("idempotent", "transactional") if r % 2 == 0 else ("transactional", "idempotent")
+            order = kinds if r % 2 == 0 else kinds[::-1]
             for kind in order:
+                bootstrap = servers[kind]
                 topic = f"bench-{kind}-{r}"
                 create(bootstrap, topic)
                 if kind == "idempotent":
@@ -147,11 +159,19 @@ def main() -> int:
     print(f"\n{'producer':<15}{'median rec/s':>14}")
     print(f"{'idempotent':<15}{idem:>14,.0f}")
     print(f"{'transactional':<15}{txn:>14,.0f}")
+    summary = {"records": args.records, "size": args.size, "commit_ms": args.commit_ms,
+               "repeats": args.repeats, "idempotent": runs["idempotent"],
+               "transactional": runs["transactional"], "median_idempotent": idem,
+               "median_transactional": txn, "ratio": txn / idem}
+    if args.unverified:
+        unverified = statistics.median(runs["unverified"])
+        print(f"{'unverified':<15}{unverified:>14,.0f}")
+        summary |= {"unverified": runs["unverified"], "median_unverified": unverified,
+                    "ratio_verified": txn / unverified}
     print(f"ratio transactional / idempotent: {txn / idem:.2f}")
-    print(json.dumps({"records": args.records, "size": args.size, "commit_ms": args.commit_ms,
-                      "repeats": args.repeats, "idempotent": runs["idempotent"],
-                      "transactional": runs["transactional"], "median_idempotent": idem,
-                      "median_transactional": txn, "ratio": txn / idem}))
+    if args.unverified:
+        print(f"ratio transactional verified / unverified: {txn / summary['median_unverified']:.2f}")
+    print(json.dumps(summary))
     return 0
 
 

@@ -7,8 +7,9 @@ to a partition's leader (or to one broker, for ``find-hanging --broker-id``), an
 WriteTxnMarkers(ABORT) to the leader for ``abort``.
 
 A *hanging* transaction (KIP-664) is open on a partition while its coordinator
-does not know it: written by a producer that never registered the partition
-with AddPartitionsToTxn, or left behind when a marker was lost. It holds the
+does not know it: left behind when a marker was lost, or written while the
+brokers did not verify transactions (``transaction.partition.verification.enable``
+off, or before dmq verified them). It holds the
 partition's last stable offset, so ``read_committed`` consumers stop at it for
 ever. ``find-hanging`` takes the open transactions whose producer last wrote
 more than ``--max-transaction-timeout`` minutes ago (no live transaction can be

@@ -37,15 +37,27 @@ def _transactional(records: bytes | None) -> bool:
     return records is not None and len(records) > 22 and records[22] & 0x10 != 0
 
 
+def _without_transactional_id(request: Any, entries: dict[TopicPartition, bytes | None]
+                              ) -> dict[TopicPartition, ProduceResult]:
+    """Transactional records in a request without a transactional id: every partition is
+    refused TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's handleProduceRequest does
+    (with or without an authorizer). Such records belong to no transaction a coordinator
+    could end or verify."""
+    if request.transactional_id is not None or not any(_transactional(r) for r in entries.values()):
+        return {}
+    return dict.fromkeys(entries, ProduceResult(
+        ErrorCode.transactional_id_authorization_failed,
+        error_message="transactional records need the request's transactional id"))
+
+
 def _unauthorized(services: BrokerServices, ctx: RequestContext, request: Any,
                   entries: dict[TopicPartition, bytes | None]) -> dict[TopicPartition, ProduceResult]:
     """The partitions ACLs refuse (Kafka's handleProduceRequest): transactional records
     need WRITE on the request's transactional id (else every partition is refused), and
     every topic WRITE."""
     txn_id = request.transactional_id
-    if any(_transactional(r) for r in entries.values()) and (
-            txn_id is None or not authorize(services, ctx, AclOperation.WRITE,
-                                            ResourceType.TRANSACTIONAL_ID, txn_id)):
+    if txn_id is not None and any(_transactional(r) for r in entries.values()) and \
+            not authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
         return dict.fromkeys(entries, ProduceResult(ErrorCode.transactional_id_authorization_failed))
     refused = ProduceResult(ErrorCode.topic_authorization_failed)
     denied = {topic for topic in {tp[0] for tp in entries}
@@ -72,7 +84,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     entries: dict[TopicPartition, bytes | None] = {
         (t.name, p.index): p.records for t in request.topic_data for p in t.partition_data}
     refused = _refused(request)
-    denied = _unauthorized(services, ctx, request, entries) if services.authorizer is not None else None
+    denied = _without_transactional_id(request, entries) or (
+        _unauthorized(services, ctx, request, entries) if services.authorizer is not None else None)
     internal = _internal(services, ctx, request, entries)
     if internal:
         denied = {**internal, **(denied or {})}

@@ -33,12 +33,18 @@ the first fetch exchange with the other replicas.
 
 Transaction verification (KIP-890, Kafka's handleProduceAppend): with a
 ``txn_verifier`` (``transaction.partition.verification.enable``), a Produce
-whose batch would start its producer's transaction on a partition led here
-first asks the transaction coordinator, through the verifier, whether the
-partition is in that producer's ongoing transaction, and appends with the
-guard its Log gave (``Log.maybe_start_transaction_verification``). A partition
-the coordinator does not confirm is answered with the verifier's error and not
-appended. So a batch that arrives after its transaction was aborted (a retry
+whose first batch on a partition led here would start its producer's
+transaction first asks the transaction coordinator, through the verifier,
+whether the partition is in that producer's ongoing transaction, and appends
+with the guard its Log gave (``Log.maybe_start_transaction_verification``). A
+partition the coordinator does not confirm is not appended: INVALID_TXN_STATE,
+INVALID_PRODUCER_EPOCH, or NOT_ENOUGH_REPLICAS for what the producer should
+retry (the coordinator moving, loading or out of reach). A partition not led
+here when the verification starts is NOT_LEADER_OR_FOLLOWER at once, and a
+request with more than one transactional producer INVALID_PRODUCER_ID_MAPPING.
+A request without a transactional id is not verified: the Log refuses a batch
+of it that would open a transaction (the Produce handler refuses such records
+before). So a batch that arrives after its transaction was aborted (a retry
 the client gave up on) cannot open a transaction no coordinator will end.
 """
 
@@ -335,7 +341,7 @@ class ReplicaManager:
                 results[tp] = ProduceResult(error, error_message=message)
         return results
 
-    def _start_verification(self, entries: dict[TopicPartition, bytes | None], transactional_id: str | None
+    def _start_verification(self, entries: dict[TopicPartition, bytes | None], transactional_id: str
                             ) -> tuple[dict[TopicPartition, VerificationGuard], dict[TopicPartition, ProduceResult],
                                        tuple[str, int, int, list[TopicPartition]] | None]:
         """The guards to append with, the partitions refused already, and what to ask the
@@ -353,8 +359,8 @@ class ReplicaManager:
                                         error_message="Transactional records contained more than one producer ID")
                 return {}, dict.fromkeys(entries, refused), None
             firsts.append((tp, info))
-        if producer is None or transactional_id is None:
-            return {}, {}, None  # nothing to verify (with): the Log refuses a batch that starts a transaction
+        if producer is None:
+            return {}, {}, None  # no transactional batch
         guards: dict[TopicPartition, VerificationGuard] = {}
         not_led: dict[TopicPartition, ProduceResult] = {}
         for tp, (pid, epoch, seq) in firsts:

@@ -42,7 +42,6 @@ REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms for its inter-broker clie
 VERSION = 4
 
 
-
 def _translated(error: ErrorCode) -> ErrorCode:
     if error == ErrorCode.transaction_abortable:
         return ErrorCode.invalid_txn_state
@@ -65,7 +64,7 @@ class AddPartitionsToTxnManager:
     ``__transaction_state`` partition (None or -1: none now); ``local`` is this broker's
     TransactionCoordinator.verify_partitions. Invariant: at most one request in flight
     per remote broker (BrokerChannels); ``_queued[b]`` holds what waits for the next, one
-entry per transactional id."""
+    entry per transactional id."""
 
     def __init__(self, broker_id: int, coordinator_of: Callable[[str], int | None], local: LocalVerify,
                  channels: BrokerChannels) -> None:

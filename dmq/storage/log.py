@@ -444,8 +444,7 @@ class Log:
         """The guard a producer's first transactional batch here must bring back once its
         transaction coordinator has verified the partition (None: its transaction here is
         ongoing already). See ``ProducerStateManager``."""
-        entry = self.producer_state.producers.get(producer_id)
-        if entry is not None and entry.current_txn_first_offset >= 0:
+        if self.producer_state.has_ongoing_transaction(producer_id):
             return None  # the usual case: a later batch of an open transaction (no clock read)
         return self.producer_state.maybe_start_verification(producer_id, seq, epoch, now_ms())
 

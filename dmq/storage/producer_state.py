@@ -247,8 +247,7 @@ class ProducerStateManager:
         """The guard a producer's transactional batch must bring back once its coordinator
         has verified the partition; None when its transaction here is already ongoing
         (nothing to verify)."""
-        entry = self.producers.get(producer_id)
-        if entry is not None and entry.current_txn_first_offset >= 0:
+        if self.has_ongoing_transaction(producer_id):
             return None
         state = self._verifications.get(producer_id)
         if state is None:
@@ -256,6 +255,10 @@ class ProducerStateManager:
         else:
             state.update(seq, epoch)
         return state.guard
+
+    def has_ongoing_transaction(self, producer_id: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0
 
     def verification_guard(self, producer_id: int) -> VerificationGuard | None:
         state = self._verifications.get(producer_id)

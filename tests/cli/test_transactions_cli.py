@@ -39,7 +39,9 @@ UNVERIFIED = {"transaction.partition.verification.enable": "false"}
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    proc = BrokerProcess(tmp_path_factory.mktemp("broker") / "data", overrides=UNVERIFIED).start()
+    """The module's broker (instead of conftest's): it does not verify transactions."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("broker") / "data",
+                         overrides={"group.initial.rebalance.delay.ms": "0", **UNVERIFIED}).start()
     yield proc
     proc.close()
 
@@ -76,7 +78,8 @@ def open_txn(broker: BrokerProcess) -> Iterator[Callable[[str], Producer]]:
 
 def _hanging(broker: BrokerProcess, topic: str, values: list[bytes], age_ms: int = HOUR_MS) -> tuple[int, int]:
     """A transaction the coordinator never heard of: an idempotent producer id writes a
-    transactional batch without AddPartitionsToTxn (the broker does not verify: UNVERIFIED).
+    transactional batch under a transactional id the coordinator does not know, without
+    AddPartitionsToTxn (the broker does not verify: UNVERIFIED).
     Its records are stamped ``age_ms`` ago. Returns (producer id, first offset)."""
     with WireClient("127.0.0.1", broker.port) as c:
         init = c.request(make(request_class(22, 4), transactional_id=None, transaction_timeout=timedelta(seconds=60),
@@ -86,7 +89,7 @@ def _hanging(broker: BrokerProcess, topic: str, values: list[bytes], age_ms: int
                              producer_id=init.producer_id, producer_epoch=init.producer_epoch, base_sequence=0,
                              attributes_extra=TRANSACTIONAL_MASK)
         mod = request_module(0, 9)
-        resp = c.request(make(request_class(0, 9), transactional_id=None, acks=-1, timeout=timedelta(seconds=10),
+        resp = c.request(make(request_class(0, 9), transactional_id="ghost", acks=-1, timeout=timedelta(seconds=10),
                               topic_data=(make(mod.TopicProduceData, name=topic, partition_data=(
                                   make(mod.PartitionProduceData, index=0, records=batch),)),)))
         part = resp.responses[0].partition_responses[0]

@@ -158,8 +158,9 @@ def test_a_late_batch_of_an_aborted_transaction_is_refused(broker: BrokerProcess
         late, producer = abort_then_send_late_batch(c, c, "late-app", "txn-late")
         assert late == ErrorCode.invalid_txn_state
         assert stable_and_end(c, "txn-late") == (2, 2)
-        # Without a transactional id nothing can be verified: refused as well.
-        assert produce_transactional(c, None, "txn-late", *producer, seq=1) == ErrorCode.invalid_txn_state
+        # Transactional records without a transactional id: refused outright, as Kafka.
+        assert produce_transactional(c, None, "txn-late", *producer, seq=1) \
+            == ErrorCode.transactional_id_authorization_failed
     # The producer's next transaction on the partition commits only its own record.
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "late-app", "log_level": 0})
     producer.init_transactions(30)
