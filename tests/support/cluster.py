@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from support.broker import BrokerProcess, free_port
+from support.signals import sigstop
 from support.zookeeper import ZooKeeperProcess
 
 # Short timeouts keep failover tests quick; the defaults are Kafka's.
@@ -119,7 +120,7 @@ class Cluster:
 
     def pause(self, broker_id: int) -> None:
         b = self.brokers[broker_id]
-        os.kill(b.pid(), signal.SIGSTOP)
+        sigstop(b.pid())
         b.paused = True
 
     def resume(self, broker_id: int) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from support.broker import free_port
+from support.signals import sigstop
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 
@@ -111,7 +112,7 @@ class ZooKeeperProcess:
     def pause(self) -> None:
         """SIGSTOP the java process: TCP connections stay open, nothing answers."""
         assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        sigstop(self.proc.pid)
         self.paused = True
 
     def resume(self) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -95,7 +93,7 @@ def test_calls_fail_within_the_timeout_while_zookeeper_is_paused(tmp_path: Path,
         try:
             await client.create("/x", b"1")
             assert zk.proc is not None
-            os.kill(zk.proc.pid, signal.SIGSTOP)
+            zk.pause()
             try:
                 ticks = 0
 
@@ -120,7 +118,7 @@ def test_calls_fail_within_the_timeout_while_zookeeper_is_paused(tmp_path: Path,
                 assert len(warned) == 1, warned  # the second timeout waits for the next interval
                 assert warned[0].startswith("ZooKeeper did not answer get /x within 1.0s"), warned
             finally:
-                os.kill(zk.proc.pid, signal.SIGCONT)
+                zk.resume()
         finally:
             await asyncio.to_thread(client.close, 5)
 
