@@ -53,7 +53,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import struct
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -61,7 +60,13 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from dmq.record.batch import InvalidRecordError, validate_batches
+from dmq.record.batch import (
+    CONTROL_MASK,
+    HEADER_SIZE,
+    InvalidRecordError,
+    parse_header,
+    validate_batches,
+)
 from dmq.replication.partition import Partition, PartitionError, ReadResult
 from dmq.replication.purgatory import DelayedOperationPurgatory
 from dmq.replication.stats import TopicStats
@@ -83,9 +88,6 @@ IsrWriter = Callable[[Partition, int, list[int], int], Awaitable[int | None]]
 # (partition, leader epoch) -> asks the controller to elect another ISR member
 Resigner = Callable[[Partition, int], Awaitable[None]]
 ISR_RETRY_MS = 500  # after a failed ISR write, the next attempt waits this long
-_TXN_BATCH = struct.Struct(">qhi")  # producer id, producer epoch, base sequence: bytes 43-57 of a batch
-_ATTRIBUTES_LOW = 22  # the low byte of a batch's attributes
-_TRANSACTIONAL, _CONTROL = 0x10, 0x20
 
 
 class TxnVerifier(Protocol):
@@ -116,13 +118,13 @@ def _produce_refusal(error: ErrorCode) -> ProduceResult:
 def _first_transactional_batch(records: bytes | None) -> tuple[int, int, int] | None:
     """(producer id, epoch, base sequence) when a partition's first batch is a
     transactional data batch (only such a request's first batch is verified, as Kafka)."""
-    if records is None or len(records) < 61 or records[16] != 2:
+    if records is None or len(records) < HEADER_SIZE:
         return None
-    attributes = records[_ATTRIBUTES_LOW]
-    if attributes & _TRANSACTIONAL == 0 or attributes & _CONTROL:
+    header = parse_header(records)
+    if header.magic != 2 or not header.is_transactional or header.attributes & CONTROL_MASK \
+            or header.producer_id < 0:
         return None
-    pid, epoch, seq = _TXN_BATCH.unpack_from(records, 43)
-    return (pid, epoch, seq) if pid >= 0 else None
+    return header.producer_id, header.producer_epoch, header.base_sequence
 
 
 @dataclass(slots=True)

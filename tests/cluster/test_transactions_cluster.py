@@ -4,6 +4,7 @@ EndTxn and its markers (the next coordinator finishes the commit)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -34,10 +35,18 @@ def transaction_coordinator(cluster: Cluster, txn_id: str, via: int) -> int:
     raise AssertionError(f"no transaction coordinator for {txn_id}")
 
 
-def read_committed(bootstrap: str, topic: str, expect: int, seconds: float = 40) -> list[str]:
+def transaction_state_partitions(cluster: Cluster, via: int) -> Any:
+    """``__transaction_state``'s partitions (created through broker ``via``) once each has a leader."""
+    transaction_coordinator(cluster, "probe", via=via)  # creates __transaction_state
+    cluster.wait_for(lambda: all(p.leader >= 0 for p in cluster.metadata("__transaction_state").topics[
+        "__transaction_state"].partitions.values()), "__transaction_state led")
+    return cluster.metadata("__transaction_state").topics["__transaction_state"].partitions
+
+
+def read_committed(bootstrap: str, topic: str, expect: int, seconds: float = 40, partitions: int = 1) -> list[str]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rc-{topic}", "isolation.level": "read_committed",
                          "enable.auto.commit": False, "log_level": 0})
-    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    consumer.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(partitions)])
     got: list[str] = []
     deadline = time.monotonic() + seconds
     while len(got) < expect and time.monotonic() < deadline:
@@ -52,10 +61,7 @@ def test_a_commit_survives_its_coordinator_dying_before_the_markers(cluster: Clu
     topic = "txc"
     cluster.create_topic(topic, partitions=1, rf=3)
     leader = cluster.partition(topic).leader
-    transaction_coordinator(cluster, "probe", via=leader)  # creates __transaction_state
-    cluster.wait_for(lambda: all(p.leader >= 0 for p in cluster.metadata("__transaction_state").topics[
-        "__transaction_state"].partitions.values()), "__transaction_state led")
-    state = cluster.metadata("__transaction_state").topics["__transaction_state"].partitions
+    state = transaction_state_partitions(cluster, via=leader)
     # A transactional id whose coordinator's partition has no replica on the data leader.
     txn_id = next(t for t in (f"cluster-txn-{i}" for i in range(200))
                   if leader not in state[partition_for(t, 3)].replicas)
@@ -106,10 +112,7 @@ def test_a_late_batch_is_refused_by_a_leader_that_asks_another_brokers_coordinat
     topic = "txc-late"
     cluster.create_topic(topic, partitions=1, rf=3)
     leader = cluster.partition(topic).leader
-    transaction_coordinator(cluster, "probe", via=leader)  # creates __transaction_state
-    cluster.wait_for(lambda: all(p.leader >= 0 for p in cluster.metadata("__transaction_state").topics[
-        "__transaction_state"].partitions.values()), "__transaction_state led")
-    state = cluster.metadata("__transaction_state").topics["__transaction_state"].partitions
+    state = transaction_state_partitions(cluster, via=leader)
     txn_id = next(t for t in (f"late-txn-{i}" for i in range(200))
                   if state[partition_for(t, 3)].leader not in (leader, -1))
     coordinator = transaction_coordinator(cluster, txn_id, via=leader)
@@ -130,14 +133,5 @@ def test_a_late_batch_is_refused_by_a_leader_that_asks_another_brokers_coordinat
     for i in range(60):
         producer.produce(spread, f"v{i}".encode(), partition=i % 6)
     producer.commit_transaction(60)
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "spread-rc",
-                         "isolation.level": "read_committed", "log_level": 0})
-    consumer.assign([TopicPartition(spread, i, OFFSET_BEGINNING) for i in range(6)])
-    got: list[str] = []
-    deadline = time.monotonic() + 40
-    while len(got) < 60 and time.monotonic() < deadline:
-        msg = consumer.poll(0.3)
-        if msg is not None and not msg.error():
-            got.append(msg.value().decode())
-    consumer.close()
+    got = read_committed(cluster.bootstrap, spread, 60, partitions=6)
     assert sorted(got) == sorted(f"v{i}" for i in range(60))
