@@ -472,7 +472,10 @@ class Log:
                                   "compact" in self.config.cleanup_policy)
             if split is not None:
                 records, batches, made_here = split.records, split.batches, split.control_positions
-        if "compact" in self.config.cleanup_policy:
+        if "compact" in self.config.cleanup_policy and origin != AppendOrigin.DELAYED:
+            # A delivery brings back records the log took earlier, perhaps before the topic
+            # turned compact: kept like keyless records written then (the cleaner drops them),
+            # rather than refused at every tick, holding back the records due after them.
             self._require_keys(records, batches)
         log_append = self.config.log_append_time
         next_offset = self.log_end_offset

@@ -196,3 +196,25 @@ def test_a_record_for_a_long_delay_waits_and_topics_describe_counts_it(
              for line in out.splitlines() if "│" in line or "┃" in line]
     assert cells[0] == ["partition", "leader", "replicas", "isr", "delayed", "size"], out
     assert cells[1][:5] == ["0", "0", "0", "0", "3"] and cells[1][5].endswith(" B"), out
+
+
+def test_keyless_records_pending_when_the_topic_turns_compact_are_delivered(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Accepted while the topic took keyless records, they are delivered after it turns
+    compact (as keyless records already in its log stay until the cleaner drops them),
+    and do not hold back the keyed ones due after them."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    create(broker.bootstrap, topic_name)
+    watcher = Watcher(broker.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    at = now_ms() + 2000
+    p.produce(topic_name, value=b"keyless", headers=[("dmq-deliver-at", str(at).encode())])
+    p.produce(topic_name, key=b"k", value=b"keyed", headers=[("dmq-deliver-at", str(at + 200).encode())])
+    assert p.flush(10) == 0
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    resource = ConfigResource(ResourceType.TOPIC, topic_name, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(15)
+    got = watcher.collect(2, 10)
+    assert [(v, k) for _, v, k, _ in got] == [(b"keyless", None), (b"keyed", b"k")]
