@@ -65,7 +65,6 @@ from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager, TopicPartition
 from dmq.storage.cleaner import LogCleaner
-from dmq.storage.leader_epoch import EpochPlan, write_plans
 from dmq.storage.log import Log
 from dmq.storage.log_manager import LogManager
 
@@ -124,9 +123,6 @@ class ClusterBackend:
         self._scheduled = False
         self._creating: asyncio.Task[None] | None = None
         self._create_after = 0.0  # monotonic: no new log is created before (after a failure)
-        self._writing_epochs: asyncio.Task[None] | None = None
-        # A thread could not write their entries: make_leader writes them (or fails) itself.
-        self._epochs_by_make_leader: set[TopicPartition] = set()
 
     def attach(self, replica_manager: ReplicaManager, fetchers: ReplicaFetcherManager | None,
                on_internal_leadership: Callable[[str, dict[int, int]], None],
@@ -197,7 +193,6 @@ class ClusterBackend:
             return  # not started, or the cache is stale until the session is back
         wanted: set[TopicPartition] = set()
         missing: list[NewLog] = []
-        epoch_writes: list[tuple[TopicPartition, EpochPlan]] = []
         internal_led: dict[str, dict[int, int]] = {name: {} for name in INTERNAL_TOPICS}
         topics = self.store.topics()
         ids = {name: meta.topic_id for name, meta in topics.items()}
@@ -232,10 +227,6 @@ class ClusterBackend:
                 if state.leader == self.broker_id:
                     if self.fetchers is not None:
                         self.fetchers.remove_partition(tp)
-                    plan = self._epoch_plan(tp, held, state.leader_epoch)
-                    if plan is not None:
-                        epoch_writes.append((tp, plan))
-                        continue  # it leads once its epoch's entry is on disk
                     rm.become_leader(topic.name, index, topic.topic_id, state.leader_epoch,
                                      state.replicas, state.isr, state.version)
                     if topic.name in internal_led:
@@ -267,9 +258,6 @@ class ClusterBackend:
         self.log_manager.take_removals()  # once for this reconcile's deletes, before any creation
         for name, led in sorted(internal_led.items()):
             self.on_internal_leadership(name, led)
-        if epoch_writes and self._writing_epochs is None:
-            # One write at a time; the one running reconciles when it ends.
-            self._writing_epochs = asyncio.get_running_loop().create_task(self._write_epochs(epoch_writes))
         if missing and self._creating is None and time.monotonic() >= self._create_after:
             # One creation at a time; the one running reconciles when it ends, and that
             # finds whatever went missing meanwhile.
@@ -279,7 +267,7 @@ class ClusterBackend:
         """Reconcile and wait until the partitions that needed new logs have them and their
         roles (a topic created on a single broker is usable once CreateTopics answers)."""
         self.reconcile()
-        while (task := self._creating or self._writing_epochs) is not None:
+        while (task := self._creating) is not None:
             await asyncio.wait({task})
 
     async def _create_logs(self, missing: list[NewLog]) -> None:
@@ -300,32 +288,6 @@ class ClusterBackend:
         if failed:  # disk full, permissions: logged; tried again in a while, not in a loop
             self._create_after = time.monotonic() + CREATE_RETRY_S
             asyncio.get_running_loop().call_later(CREATE_RETRY_S, self.schedule)
-        self.reconcile()
-
-    def _epoch_plan(self, tp: TopicPartition, held: Partition | None, leader_epoch: int) -> EpochPlan | None:
-        """The leader-epoch entry a replica about to lead must have on disk first (KIP-101:
-        before any batch of the epoch), for a worker thread to write; None when there is
-        none to write or ``make_leader`` writes it (a leader's own new epoch, rare; or
-        after a thread's write failed)."""
-        if held is not None and held.is_leader:
-            return None
-        if tp in self._epochs_by_make_leader:
-            self._epochs_by_make_leader.discard(tp)
-            return None
-        lg = held.log if held is not None else self.log_manager.get(*tp)
-        if lg is None:
-            return None
-        plan = lg.leader_epochs.plan([(leader_epoch, lg.log_end_offset)])
-        return None if plan is None else (lg.leader_epochs, *plan)
-
-    async def _write_epochs(self, writes: list[tuple[TopicPartition, EpochPlan]]) -> None:
-        """Write new leaders' epoch entries on a worker thread (one fsync each, not on the
-        event loop), then reconcile: each leads once its entry is written."""
-        try:
-            written = await asyncio.to_thread(write_plans, [plan for _, plan in writes])
-        finally:
-            self._writing_epochs = None
-        self._epochs_by_make_leader.update(tp for (tp, _), ok in zip(writes, written, strict=True) if not ok)
         self.reconcile()
 
     def _hosts(self, new: NewLog) -> bool:

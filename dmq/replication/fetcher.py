@@ -37,11 +37,10 @@ from dmq.client.wire import AsyncWireClient
 from dmq.config import LONG_MAX, BrokerConfig
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.protocol.fast import encode_follower_fetch
-from dmq.record.batch import BatchHeader, InvalidRecordError, iter_headers
+from dmq.record.batch import InvalidRecordError
 from dmq.replication.fetch_session import FetchSessionHandler, PartitionRequest
 from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager, TopicPartition
-from dmq.storage.leader_epoch import EpochPlan, write_plans
 
 log = logging.getLogger("dmq.fetcher")
 
@@ -229,7 +228,6 @@ class ReplicaFetcherManager:
             make(mod.OffsetForLeaderTopic, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()))
         assert fetcher.client is not None
         response = await fetcher.client.request(request, self.socket_timeout)
-        flushes: list[EpochPlan] = []
         for t in response.topics:
             for r in t.partitions:
                 tp = (t.topic, r.partition)
@@ -273,14 +271,8 @@ class ReplicaFetcherManager:
                 else:
                     # Also when nothing is cut: an epoch entry at the log end (a leadership here
                     # that wrote nothing) must go before the leader's records come (Kafka's truncateTo).
-                    p.truncate_to(target, flush_epochs=False)
-                    if p.log.leader_epochs.dirty:
-                        flushes.append((p.log.leader_epochs, *p.log.leader_epochs.planned_flush()))
+                    p.truncate_to(target)
                 state.needs_truncation = not done
-        if flushes:
-            # The truncated epoch entries reach the file on a worker thread before this
-            # fetcher fetches again (an append finding the file behind would write it itself).
-            await asyncio.to_thread(write_plans, flushes)
 
     def _back_off(self, tp: TopicPartition, state: FetchState, error: ErrorCode) -> None:
         delay = 0.05 if error == ErrorCode.unknown_leader_epoch else self.backoff
@@ -350,24 +342,6 @@ class ReplicaFetcherManager:
             log.debug("fetch session with broker %d: %s; starting a new one",
                       fetcher.leader_id, response.error_code.name)
             return
-        headers: dict[TopicPartition, list[tuple[int, BatchHeader]]] = {}
-        plans: list[EpochPlan] = []
-        for t in response.responses:
-            for r in t.partitions:
-                if r.error_code != ErrorCode.none or not r.records:
-                    continue
-                tp = (t.topic, r.partition_index)
-                found = self._answered(fetcher, states, tp)
-                if found is not None:
-                    headers[tp] = batches = iter_headers(r.records)
-                    plan = found[1].log.plan_follower_epochs(batches)
-                    if plan is not None:
-                        plans.append((found[1].log.leader_epochs, *plan))
-        if plans:
-            # A new epoch's entry goes on disk before its first batch (KIP-101), written on a
-            # worker thread rather than on the event loop; the answer applies after that
-            # only to partitions that still follow as asked.
-            await asyncio.to_thread(write_plans, plans)
         ignored = False
         for t in response.responses:
             for r in t.partitions:
@@ -376,14 +350,13 @@ class ReplicaFetcherManager:
                 if found is None:
                     ignored = True
                 else:
-                    self._handle_partition(tp, *found, r, headers.get(tp))
+                    self._handle_partition(tp, *found, r)
         if ignored:
             # The leader now believes it told this replica something it did not take (the
             # partition changed while the fetch was out): a full fetch sets that right.
             session.reset()
 
-    def _handle_partition(self, tp: TopicPartition, state: FetchState, p: Partition, r: Any,
-                          found: list[tuple[int, BatchHeader]] | None = None) -> None:
+    def _handle_partition(self, tp: TopicPartition, state: FetchState, p: Partition, r: Any) -> None:
         error = r.error_code
         if error == ErrorCode.offset_out_of_range:
             if r.log_start_offset > p.log.log_end_offset:
@@ -398,7 +371,7 @@ class ReplicaFetcherManager:
             return
         records = bytes(r.records) if r.records else b""
         try:
-            appended = p.append_as_follower(records, r.high_watermark, found)
+            appended = p.append_as_follower(records, r.high_watermark)
         except InvalidRecordError as e:
             log.error("%s-%d: refusing data from the leader: %s", tp[0], tp[1], e)
             self._back_off(tp, state, ErrorCode.corrupt_message)

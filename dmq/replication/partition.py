@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from dmq.record.batch import HEADER_SIZE, BatchHeader, ValidatedBatches, parse_header
+from dmq.record.batch import HEADER_SIZE, ValidatedBatches, parse_header
 from dmq.replication.stats import TopicStats
 from dmq.storage.log import AppendResult, Log, OffsetOutOfRangeError
 from dmq.storage.producer_state import SKIP_VERIFICATION, AppendOrigin, VerificationGuard
@@ -150,8 +150,6 @@ class Partition:
         outcome: the store's ISR holds it or not.
         """
         new_epoch = not self.is_leader or leader_epoch != self.leader_epoch
-        if new_epoch:
-            self.log.leader_epochs.fence()  # appends as leader from now on
         self.leader_id = self.broker_id
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)
@@ -185,8 +183,6 @@ class Partition:
                       isr: list[int], version: int = -1) -> bool:
         """Follow ``leader_id``; returns True when the leader or the epoch changed."""
         changed = leader_id != self.leader_id or leader_epoch != self.leader_epoch
-        if changed:
-            self.log.leader_epochs.fence()  # another fetcher may append from now on
         self.leader_id = leader_id
         self.leader_epoch = leader_epoch
         self.replicas = list(replicas)
@@ -436,9 +432,7 @@ class Partition:
 
     # --------------------------------------------------------------- follower
 
-    def append_as_follower(self, records: bytes, leader_high_watermark: int,
-                           found: list[tuple[int, BatchHeader]] | None = None) -> int:
-        """``found``: ``iter_headers(records)`` if the caller has it."""
+    def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
         if records and self.log.log_end_offset == self.log.log_start_offset:
             # An empty log restarted at the leader's log start, which DeleteRecords may have
             # put inside a batch: the leader sends that whole batch. Start the log at the
@@ -449,7 +443,7 @@ class Partition:
                 log.info("%s-%d: the leader's first batch starts at %d, below this empty log's start %d; "
                          "restarting the log there", self.topic, self.index, first, self.log.log_end_offset)
                 self.truncate_fully_and_start_at(first)
-        appended = self.log.append_as_follower(records, found) if records else 0
+        appended = self.log.append_as_follower(records) if records else 0
         if appended:
             self.stats.replication_bytes_in += appended
             self._track_append(appended)
@@ -461,8 +455,8 @@ class Partition:
         if target > self.high_watermark:
             self._set_high_watermark(target)
 
-    def truncate_to(self, offset: int, flush_epochs: bool = True) -> None:
-        self.log.truncate_to(offset, flush_epochs)
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
         self._marks.clear()
 

@@ -90,7 +90,7 @@ from dmq.record.control import (
 from dmq.record.delayed import split as split_delayed
 from dmq.storage.delayed import DelayedRecords
 from dmq.storage.key_index import SUFFIX as KEY_INDEX_SUFFIX
-from dmq.storage.leader_epoch import LeaderEpochFileCache, Plan
+from dmq.storage.leader_epoch import LeaderEpochFileCache
 from dmq.storage.producer_state import (
     SKIP_VERIFICATION,
     AppendOrigin,
@@ -558,29 +558,14 @@ class Log:
         return self.append_as_leader(records, validate_batches(records, len(records)), leader_epoch,
                                      timestamp=now, origin=AppendOrigin.COORDINATOR)
 
-    def plan_follower_epochs(self, found: list[tuple[int, BatchHeader]]) -> Plan | None:
-        """What ``append_as_follower`` of batches ``found`` (``iter_headers``) would write to
-        the leader-epoch file before appending them (``LeaderEpochFileCache.plan``), for a
-        worker thread to write first; None when there is nothing to write."""
-        cache = self.leader_epochs
-        latest = cache.latest_epoch
-        if not cache.dirty and all(h.partition_leader_epoch <= latest for _, h in found):
-            return None  # the usual fetch: no batch of a new epoch
-        return cache.plan([(h.partition_leader_epoch, h.base_offset) for _, h in found])
-
-    def append_as_follower(self, records: bytes | bytearray | memoryview,
-                           found: list[tuple[int, BatchHeader]] | None = None) -> int:
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> int:
         """Append batches copied from the leader, keeping their offsets and epochs.
 
         Only whole batches at the log end offset are taken (a fetch may end in a
         partial batch); returns the bytes appended. Raises InvalidRecordError on
         a CRC mismatch or an offset gap, so nothing corrupt reaches the log.
-        ``found``: ``iter_headers(records)`` if the caller has it. A batch of a new
-        epoch is appended after its entry is in the leader-epoch file (written here,
-        unless ``plan_follower_epochs`` had it written already).
         """
-        if found is None:
-            found = iter_headers(records)
+        found = iter_headers(records)
         if not found:
             return 0
         end = found[-1][0] + found[-1][1].size
@@ -603,11 +588,11 @@ class Log:
         if segment.size > 0 and (segment.size + len(buf) > self.config.segment_bytes
                                  or now_ms() - segment.created_ms >= self.config.segment_ms):
             segment = self.roll()
-        epochs = self.leader_epochs
-        latest = epochs.latest_epoch
-        if epochs.dirty or any(h.partition_leader_epoch > latest for h in headers):
-            # Before the batches: KIP-101's order, as Kafka's append.
-            epochs.assign_all([(h.partition_leader_epoch, h.base_offset) for h in headers])
+        latest = self.leader_epochs.latest_epoch
+        if any(h.partition_leader_epoch > latest for h in headers):
+            # The entries before the batches (KIP-101's order, as Kafka's append): written
+            # after them, a crash between the two left the batches under an older epoch.
+            self.leader_epochs.assign_all([(h.partition_leader_epoch, h.base_offset) for h in headers])
         segment.append(buf, headers, [p for p, _ in found])
         self.log_end_offset = expected
         for (pos, header), marker in zip(found, markers, strict=True):
@@ -901,15 +886,13 @@ class Log:
         oldest = self.delayed.min_offset()
         return oldest is None or segment.next_offset <= oldest
 
-    def truncate_to(self, offset: int, flush_epochs: bool = True) -> None:
+    def truncate_to(self, offset: int) -> None:
         """Remove every record at or above ``offset`` (a follower diverged). At or past the
         log end nothing is cut, but leader-epoch entries starting at or past the log end
         go (Kafka's truncateTo: a leadership here that wrote nothing left an entry that
-        would otherwise label the leader's records about to be fetched). With
-        ``flush_epochs`` False the leader-epoch file may be left behind for the caller to
-        write on a thread (``LeaderEpochFileCache.dirty``)."""
+        would otherwise label the leader's records about to be fetched)."""
         if offset >= self.log_end_offset:
-            self.leader_epochs.truncate_from_end(self.log_end_offset, flush_epochs)
+            self.leader_epochs.truncate_from_end(self.log_end_offset)
             return
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()
@@ -932,7 +915,7 @@ class Log:
         self.producer_state.restore_unreplicated(unreplicated)
         if self._high_watermark is not None:
             self.producer_state.on_high_watermark_updated(self._high_watermark)
-        self.leader_epochs.truncate_from_end(offset, flush_epochs)
+        self.leader_epochs.truncate_from_end(offset)
         self._load_delayed()
 
     # --------------------------------------------------------------- flushing

@@ -17,7 +17,6 @@ from dmq.record.batch import validate_batches
 from dmq.record.records import encode_batch
 from dmq.replication.replica_manager import ReplicaManager
 from dmq.storage.cleaner import LogCleaner
-from dmq.storage.leader_epoch import LeaderEpochFileCache
 from dmq.storage.log_manager import LOG_START_FILE, read_checkpoint
 
 
@@ -254,78 +253,4 @@ def test_a_topic_created_again_before_a_reconcile_gets_a_new_log(tmp_path: Path)
     now = rm.partitions[("t", 0)]
     assert now.topic_id == new_id and now.log is not old.log
     assert now.log.log_end_offset == 0 and now.is_leader
-    rm.log_manager.shutdown()
-
-
-class _SlowEpochFile:
-    """Wraps one log's leader-epoch file writes: each waits until the test releases it (a
-    disk that takes its time), or fails while ``fail`` is set; records the writing thread."""
-
-    def __init__(self, cache: Any) -> None:
-        self.real = cache._write
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.fail = False
-        self.threads: list[int] = []
-        cache._write = self
-
-    def __call__(self, *entries: Any) -> None:  # (before: none, the file held the entries)
-        self.threads.append(threading.get_ident())
-        self.entered.set()
-        if self.fail:
-            self.fail = False
-            raise OSError(5, "Input/output error")
-        if not self.release.wait(10):
-            raise AssertionError("never released: the write blocked the event loop")
-        self.real(*entries)
-
-
-def _follower_then_published_leader(backend: ClusterBackend, store: EmbeddedMetadataStore,
-                                    rm: ReplicaManager) -> Any:
-    """t-0 followed from broker 2 (epoch 1), then published as led here in epoch 2."""
-    run(store.create_topic("t", 1, 1, {}))
-    store.topics()["t"].partitions[0] = PartitionState([1, 2], 2, 1, [1, 2], 3)
-    run(backend.reconcile_now())
-    partition = rm.partitions[("t", 0)]
-    assert not partition.is_leader
-    store.topics()["t"].partitions[0] = PartitionState([1, 2], 1, 2, [1, 2], 4)
-    return partition
-
-
-def test_a_new_leaders_epoch_entry_is_written_off_the_event_loop_before_it_leads(tmp_path: Path) -> None:
-    """KIP-101: the entry is on disk before any batch of the epoch. Written by make_leader on
-    the event loop, it held every connection of the broker for an fsync per partition at
-    each leadership change."""
-    backend, store, rm, _led = _backend(tmp_path)
-    partition = _follower_then_published_leader(backend, store, rm)
-    slow = _SlowEpochFile(partition.log.leader_epochs)
-    loop_thread = threading.get_ident()
-
-    async def scenario() -> None:
-        reconciling = asyncio.create_task(backend.reconcile_now())
-        await asyncio.to_thread(slow.entered.wait, 10)
-        for _ in range(5):  # the loop runs on while the write waits
-            await asyncio.sleep(0.01)
-        assert not reconciling.done() and not partition.is_leader  # it leads only once written
-        slow.release.set()
-        await asyncio.wait_for(reconciling, 10)
-
-    run(scenario())
-    assert partition.is_leader and partition.leader_epoch == 2
-    assert partition.log.leader_epochs.entries == [(2, 0)]
-    assert LeaderEpochFileCache(partition.log.directory).entries == [(2, 0)]
-    assert len(slow.threads) == 1 and slow.threads[0] != loop_thread  # one write, not on the loop
-    rm.log_manager.shutdown()
-
-
-def test_a_new_leaders_epoch_entry_the_thread_could_not_write_is_written_by_make_leader(tmp_path: Path) -> None:
-    backend, store, rm, _led = _backend(tmp_path)
-    partition = _follower_then_published_leader(backend, store, rm)
-    slow = _SlowEpochFile(partition.log.leader_epochs)
-    slow.fail = True
-    slow.release.set()
-    run(backend.reconcile_now())
-    assert partition.is_leader and partition.leader_epoch == 2
-    assert LeaderEpochFileCache(partition.log.directory).entries == [(2, 0)]
-    assert len(slow.threads) == 2  # the thread's failed write, then make_leader's
     rm.log_manager.shutdown()

@@ -4,7 +4,6 @@ what it appends next: on real logs, the leader's answers read from a real leader
 from __future__ import annotations
 
 import asyncio
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -17,7 +16,6 @@ from dmq.record.batch import validate_batches
 from dmq.replication.fetcher import FetchState, ReplicaFetcher, ReplicaFetcherManager
 from dmq.replication.partition import Partition
 from dmq.replication.replica_manager import ReplicaManager
-from dmq.storage.leader_epoch import LeaderEpochFileCache
 
 TP = ("t", 0)
 
@@ -169,85 +167,3 @@ def test_a_divergence_below_the_followers_log_start_restarts_its_log(tmp_path: P
     _truncate_until_done(rm, a, 4)
     assert (b.log.log_start_offset, b.log.log_end_offset) == (8, 8)
     assert b.log.leader_epochs.entries == []
-
-
-class _EpochWrites:
-    """Records the thread of each write of a partition's leader-epoch file."""
-
-    def __init__(self, p: Partition) -> None:
-        cache = p.log.leader_epochs
-        self.real = cache._write
-        self.threads: list[int] = []
-        cache._write = self  # type: ignore[method-assign]
-
-    def __call__(self, *entries: Any) -> None:  # (before: none, the file held the entries)
-        self.threads.append(threading.get_ident())
-        self.real(*entries)
-
-
-def test_the_epoch_entries_a_truncation_drops_are_written_off_the_event_loop(tmp_path: Path) -> None:
-    b = Partition("t", 0, "id", open_log_manager(tmp_path / "b").get_or_create("t", 0, "id"), 2)
-    _append(b.log, 5, 0)
-    b.make_leader(2, [2, 3], [2])
-    lm = open_log_manager(tmp_path / "c")
-    _append(lm.get_or_create("t", 0, "id"), 5, 0)
-    rm = ReplicaManager(3, lm)
-    c = rm.become_leader(*TP, "id", 1, [2, 3], [2, 3])  # elected; writes nothing
-    assert c.log.leader_epochs.entries == [(0, 0), (1, 5)]
-    c = rm.become_follower(*TP, "id", 2, 2, [2, 3], [2, 3])[0]
-    writes = _EpochWrites(c)
-    _truncate_until_done(rm, b, 2)
-    assert c.log.leader_epochs.entries == LeaderEpochFileCache(c.log.directory).entries == [(0, 0)]
-    assert len(writes.threads) == 1 and writes.threads[0] != threading.get_ident()
-
-
-class _FetchLeader:
-    """Answers a follower's fetch from a leader partition's log, from the follower's end."""
-
-    client_id = "dmq-replica-2"
-
-    def __init__(self, leader: Partition, follower: Partition) -> None:
-        self.leader, self.follower = leader, follower
-
-    async def request_frame(self, encode: Any, response_class: Any, timeout: float) -> Any:
-        start = self.follower.log.log_end_offset
-        data = self.leader.log.read(start, 1 << 20, self.leader.log.log_end_offset)
-        part = SimpleNamespace(partition_index=0, error_code=ErrorCode.none, high_watermark=start,
-                               log_start_offset=0, records=data.read() if data else b"",
-                               aborted_transactions=None)
-        return SimpleNamespace(error_code=ErrorCode.none, session_id=0,
-                               responses=[SimpleNamespace(topic="t", partitions=[part])])
-
-
-def test_a_new_epochs_entry_is_on_disk_before_its_first_fetched_batch_written_off_the_loop(
-        tmp_path: Path) -> None:
-    """KIP-101's order, with the fsync on a worker thread rather than on the event loop
-    (where it held every connection of the broker, for each partition, after each
-    leadership change)."""
-    a = Partition("t", 0, "id", open_log_manager(tmp_path / "a").get_or_create("t", 0, "id"), 1)
-    a.make_leader(0, [1, 2], [1, 2])
-    _append(a.log, 3, 0)
-    a.make_follower(2, 1, [1, 2], [1, 2])
-    a.make_leader(2, [1, 2], [1, 2])
-    _append(a.log, 4, 2)
-    rm = ReplicaManager(2, open_log_manager(tmp_path / "b"))
-    b = rm.become_follower(*TP, "id", 1, 2, [1, 2], [1, 2])[0]
-    writes = _EpochWrites(b)
-    seen: list[list[tuple[int, int]]] = []
-    segment = b.log.active_segment
-    real = segment.append
-    segment.append = lambda *x, **k: (seen.append(LeaderEpochFileCache(b.log.directory).entries),  # type: ignore[method-assign]
-                                      real(*x, **k))[1]
-
-    async def fetch() -> None:
-        manager = ReplicaFetcherManager(rm.broker_id, rm, BrokerConfig(), lambda i: None)
-        fetcher = ReplicaFetcher(1)
-        state = FetchState(2, needs_truncation=False)
-        fetcher.partitions[TP] = state
-        fetcher.client = _FetchLeader(a, b)  # type: ignore[assignment]
-        await manager._fetch(fetcher, {TP: state})
-
-    asyncio.run(fetch())
-    assert b.log.log_end_offset == 7
-    assert seen == [[(0, 0), (2, 3)]]  # the whole answer's entries, before its batches
-    assert len(writes.threads) == 1 and writes.threads[0] != threading.get_ident()

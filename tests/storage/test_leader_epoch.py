@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -9,7 +8,7 @@ from hypothesis import strategies as st
 from test_log import append, make_log, read_offsets
 
 from dmq.record.batch import InvalidRecordError
-from dmq.storage.leader_epoch import UNDEFINED, LeaderEpochFileCache, write_plans
+from dmq.storage.leader_epoch import UNDEFINED, LeaderEpochFileCache
 
 
 def brute_end_offset(entries: list[tuple[int, int]], requested: int, leo: int) -> tuple[int, int]:
@@ -112,150 +111,32 @@ def test_log_without_checkpoint_rebuilds_epochs(tmp_path: Path) -> None:
     assert make_log(tmp_path).leader_epochs.entries == [(0, 0), (3, 2)]
 
 
-class _Writes:
-    """Records each write of a cache's file: the thread it ran on and the entries."""
-
-    def __init__(self, cache: LeaderEpochFileCache) -> None:
-        self.real = cache._write
-        self.done: list[tuple[int, tuple[tuple[int, int], ...]]] = []
-        cache._write = self  # type: ignore[method-assign]
-
-    def __call__(self, entries: tuple[tuple[int, int], ...]) -> None:
-        self.real(entries)
-        self.done.append((threading.get_ident(), entries))
-
-
-def _on_disk(cache: LeaderEpochFileCache) -> list[tuple[int, int]]:
-    return LeaderEpochFileCache(cache.path.rsplit("/", 1)[0]).entries
-
-
-def test_a_planned_write_on_a_thread_leaves_the_assign_nothing_to_write(tmp_path: Path) -> None:
-    cache = LeaderEpochFileCache(str(tmp_path))
-    cache.assign(0, 0)
-    writes = _Writes(cache)
-    plan = cache.plan([(3, 10)])
-    assert plan == (((0, 0),), ((0, 0), (3, 10)), 0)
-    worker = threading.Thread(target=lambda: write_plans([(cache, *plan)]))
-    worker.start()
-    worker.join()
-    assert _on_disk(cache) == [(0, 0), (3, 10)] and cache.entries == [(0, 0)]  # the file first
-    cache.assign(3, 10)
-    assert cache.entries == [(0, 0), (3, 10)] and not cache.dirty
-    assert [entries for _, entries in writes.done] == [((0, 0), (3, 10))]
-    assert writes.done[0][0] != threading.get_ident()
-    assert cache.plan([(3, 10)]) is None  # nothing left to write
-
-
-def test_a_late_planned_write_never_puts_back_older_entries(tmp_path: Path) -> None:
-    cache = LeaderEpochFileCache(str(tmp_path))
-    cache.assign(0, 0)
-    plan = cache.plan([(3, 10)])
-    assert plan is not None
-    cache.assign(5, 12)  # the owner moved on (and wrote) before the thread ran
-    assert not cache.write_planned(*plan)
-    assert _on_disk(cache) == cache.entries == [(0, 0), (5, 12)]
-    # A fence (a new leadership, another leader to follow) voids a plan made before it,
-    # even when the entries did not change: appends may follow it at once.
-    plan = cache.plan([(7, 20)])
-    assert plan is not None
-    cache.fence()
-    assert not cache.write_planned(*plan) and _on_disk(cache) == [(0, 0), (5, 12)]
-    assert write_plans([(cache, *plan)]) == [True]  # not written, and no error either
-
-
-def test_a_truncation_left_unwritten_is_written_before_the_next_append(tmp_path: Path) -> None:
-    cache = LeaderEpochFileCache(str(tmp_path))
-    cache.assign(0, 0)
-    cache.assign(2, 10)
-    cache.truncate_from_end(10, flush=False)
-    assert cache.dirty and _on_disk(cache) == [(0, 0), (2, 10)]
-    cache.assign(0, 12)  # an append in a known epoch: the file is brought up to date first
-    assert not cache.dirty and _on_disk(cache) == [(0, 0)]
-    cache.assign(4, 12)
-    cache.truncate_from_end(12, flush=False)
-    write_plans([(cache, *cache.planned_flush())])
-    assert not cache.dirty and _on_disk(cache) == [(0, 0)]
-
-
-@settings(max_examples=300, deadline=None)
-@given(steps=st.lists(st.tuples(st.sampled_from(["append", "plan", "planned_append", "late_write",
-                                                 "truncate", "flush", "fence"]),
-                                st.integers(0, 2), st.integers(0, 6)), max_size=30))
-def test_the_file_never_mislabels_an_appended_batch(tmp_path_factory, steps) -> None:  # noqa: ANN001
-    """A model of the cache's callers: appends (``assign`` then the batch), plans whose own
-    caller appends only after writing them, others that append after a ``fence()``,
-    truncations left to a thread, and plans written late. After every step, what a restart
-    would load (the file, cut at the log end) equals the entries below the log end: no batch
-    ever sits under another epoch's entry on disk, whenever the process dies."""
-    cache = LeaderEpochFileCache(str(tmp_path_factory.mktemp("epochs")))
-    log_end = 0  # offsets [0, log_end) hold batches
-
-    def latest() -> int:
-        return max(cache.latest_epoch, 0)
-
-    def append(epoch: int) -> None:
-        nonlocal log_end
-        cache.assign(epoch, log_end)  # Log.append_*: the entry, then the batch
-        assert _on_disk(cache) == cache.entries
-        log_end += 1
-
-    plans: list[tuple[tuple[int, int], tuple[object, ...]]] = []
-    for op, de, n in steps:
-        if op == "append":
-            cache.fence()  # another appender: a new leadership, or another leader to follow
-            for _ in range(n):
-                append(latest() + de)
-        elif op == "plan":
-            assign = (latest() + 1 + de, log_end)
-            plan = cache.plan([assign])
-            if plan is not None:
-                plans.append((assign, plan))
-        elif op == "planned_append" and plans:
-            assign, plan = plans.pop()
-            base, _planned, generation = plan  # type: ignore[misc]
-            if cache.write_planned(*plan):  # type: ignore[arg-type]
-                # Its caller appends only if nothing changed meanwhile (the fetcher's recheck).
-                if base == tuple(cache.entries) and generation == cache.generation and assign[1] == log_end:
-                    append(assign[0])
-        elif op == "late_write" and plans:
-            write_plans([(cache, *plans.pop(0)[1])])  # type: ignore[list-item]
-        elif op == "truncate":
-            cache.fence()
-            log_end = max(0, log_end - n)
-            cache.truncate_from_end(log_end, flush=False)
-        elif op == "flush":
-            write_plans([(cache, *cache.planned_flush())])
-        elif op == "fence":
-            cache.fence()
-        on_disk = [(e, s) for e, s in _on_disk(cache) if s < log_end]
-        assert on_disk == [(e, s) for e, s in cache.entries if s < log_end], (op, on_disk, cache.entries)
-
-
 def test_a_follower_writes_a_new_epochs_entry_before_its_first_batch(tmp_path: Path) -> None:
-    """KIP-101's order (Kafka's append too): were the batch written first, a crash between
-    the two would leave it under the previous epoch's entry on disk."""
-    from dmq.record.batch import iter_headers
-
+    """KIP-101's order (Kafka's append too): with the batch written first, a crash between
+    the two left it under the previous epoch's entry on disk. The entries of an answer
+    bringing several epochs are written once."""
     leader = make_log(tmp_path / "leader")
     append(leader, 2)
     leader.append_as_leader(*_batch(2), leader_epoch=3)
+    leader.append_as_leader(*_batch(1), leader_epoch=5)
     data = leader.read(0, 10**9, leader.log_end_offset)
     assert data is not None
-    raw = data.read()
     follower = make_log(tmp_path / "follower")
+    cache = follower.leader_epochs
     seen: list[list[tuple[int, int]]] = []
-    segment = follower.active_segment
-    real = segment.append
-    segment.append = lambda *a, **k: (seen.append(_on_disk(follower.leader_epochs)), real(*a, **k))[1]  # type: ignore[method-assign]
-    follower.append_as_follower(raw)
-    assert seen == [[(0, 0), (3, 2)]]
-    # With the entries written first (on a worker thread: plan_follower_epochs), the
-    # append finds nothing to write.
-    again = make_log(tmp_path / "again")
-    found = iter_headers(raw)
-    plan = again.plan_follower_epochs(found)
-    assert plan is not None and write_plans([(again.leader_epochs, *plan)]) == [True]
-    writes = _Writes(again.leader_epochs)
-    again.append_as_follower(raw, found)
-    assert writes.done == [] and again.leader_epochs.entries == _on_disk(again.leader_epochs) == [(0, 0), (3, 2)]
-    assert again.plan_follower_epochs(found) is None
+    writes: list[list[tuple[int, int]]] = []
+    segment, real_append, real_write = follower.active_segment, follower.active_segment.append, cache._write
+
+    def append_seeing_the_file(*args: object, **kwargs: object) -> None:
+        seen.append(LeaderEpochFileCache(str(tmp_path / "follower")).entries)
+        real_append(*args, **kwargs)  # type: ignore[arg-type]
+
+    def write_counted() -> None:
+        writes.append(list(cache.entries))
+        real_write()
+
+    segment.append = append_seeing_the_file  # type: ignore[method-assign]
+    cache._write = write_counted  # type: ignore[method-assign]
+    follower.append_as_follower(data.read())
+    assert seen == [[(0, 0), (3, 2), (5, 4)]]
+    assert writes == [[(0, 0), (3, 2), (5, 4)]]
