@@ -212,8 +212,8 @@ class Log:
         self.on_roll: Callable[[Log, int], None] | None = None
         self._high_watermark: int | None = None  # None: not told, the log end offset stands in
         started = time.monotonic()
-        self._load(clean_shutdown)
-        self._load_leader_epochs()
+        recovered_from = self._load(clean_shutdown)
+        self._load_leader_epochs(recovered_from)
         self._load_delayed()
         self.load_seconds = time.monotonic() - started
 
@@ -227,7 +227,9 @@ class Log:
                 f.write(f"version: 0\ntopic_id: {topic_id}\n")
             os.replace(tmp, path)
 
-    def _load(self, clean_shutdown: bool) -> None:
+    def _load(self, clean_shutdown: bool) -> int | None:
+        """Open the segments, recovering those an unclean shutdown may have left torn; the
+        first offset recovery read again (None: none was)."""
         bases = []
         key_indexes = []
         for name in os.listdir(self.directory):
@@ -309,6 +311,7 @@ class Log:
             rebuild_from = self.bases[recover_from]
             self.recovery_point = min(self.recovery_point, rebuild_from)
         self._load_producer_state(rebuild_from)
+        return rebuild_from
 
     def _load_producer_state(self, rebuild_txn_indexes_from: int | None = None) -> None:
         """Load the newest snapshot and replay the batches after it up to the log end.
@@ -399,9 +402,17 @@ class Log:
         if self._high_watermark is None:
             self.producer_state.on_high_watermark_updated(self.log_end_offset)
 
-    def _load_leader_epochs(self) -> None:
+    def _load_leader_epochs(self, recovered_from: int | None) -> None:
         if self.leader_epochs.exists:
             self.leader_epochs.truncate_from_end(self.log_end_offset)
+            if recovered_from is not None:
+                # Kafka's LogSegment.recover: the epochs of the batches recovery read again.
+                # The file may lack one: a truncation that lost power before its bytes were
+                # cut on disk, while the file it had written without them was fsynced.
+                self.leader_epochs.assign_all([
+                    (header.partition_leader_epoch, header.base_offset)
+                    for segment in self.segments if segment.next_offset > recovered_from
+                    for _pos, header in segment.batches() if header.base_offset >= recovered_from])
             return
         # A log written before epochs were checkpointed: rebuild from batch headers.
         self.leader_epochs.assign_all([(header.partition_leader_epoch, header.base_offset)

@@ -140,3 +140,25 @@ def test_a_follower_writes_a_new_epochs_entry_before_its_first_batch(tmp_path: P
     follower.append_as_follower(data.read())
     assert seen == [[(0, 0), (3, 2), (5, 4)]]
     assert writes == [[(0, 0), (3, 2), (5, 4)]]
+
+
+def test_recovery_puts_back_the_epochs_of_the_batches_it_reads_again(tmp_path: Path) -> None:
+    """Kafka's LogSegment.recover. A follower's truncation cuts the log file without an
+    fsync but writes the shorter epoch file with one: power lost in between brings the
+    batches back without their epoch's entry. An unclean start reads them again anyway."""
+    from dmq.config import BrokerConfig, LogConfig
+    from dmq.storage.log import Log
+
+    log = make_log(tmp_path)
+    append(log, 2)
+    log.append_as_leader(*_batch(2), leader_epoch=3)
+    log.close()
+    cache = LeaderEpochFileCache(str(tmp_path))
+    cache.truncate_from_end(2)  # the file as the truncation left it
+    assert LeaderEpochFileCache(str(tmp_path)).entries == [(0, 0)]
+    assert make_log(tmp_path).leader_epochs.entries == [(0, 0)]  # a clean start trusts the file
+    unclean = Log(str(tmp_path), "t", 0, LogConfig(BrokerConfig(), {}), recovery_point=0)
+    assert unclean.leader_epochs.entries == [(0, 0), (3, 2)]
+    assert unclean.leader_epochs.epoch_for(3) == 3
+    unclean.close()
+    assert LeaderEpochFileCache(str(tmp_path)).entries == [(0, 0), (3, 2)]
