@@ -165,4 +165,11 @@ def abort_then_send_late_batch(coordinator: WireClient, leader: WireClient, txn_
     while stable_and_end(leader, topic) != (2, 2) and time.monotonic() < deadline:
         time.sleep(0.05)  # the ABORT marker is written just after EndTxn's answer
     assert stable_and_end(leader, topic) == (2, 2)
-    return produce_transactional(leader, txn_id, topic, pid, epoch, 1), (pid, epoch)
+    # The coordinator writes the transaction's completion after the markers; until then it
+    # answers the leader's verification CONCURRENT_TRANSACTIONS, and the produce gets the
+    # retriable NOT_ENOUGH_REPLICAS, which a client retries (as here).
+    deadline = time.monotonic() + 10
+    while (late := produce_transactional(leader, txn_id, topic, pid, epoch, 1)) == ErrorCode.not_enough_replicas \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return late, (pid, epoch)
