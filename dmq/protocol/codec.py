@@ -24,6 +24,7 @@ from kio.serial._introspect import is_optional
 from kio.static.constants import EntityType
 
 from dmq.protocol import fast
+from dmq.protocol.bounds import BoundsError, check_request
 from dmq.protocol.extensions import EXTENSIONS
 from dmq.protocol.splice import ByteSource, SpliceRecords
 
@@ -113,6 +114,10 @@ def decode_request_with_kio(frame: bytes, api_key: int, api_version: int) -> tup
 def _decode_request(frame: bytes, api_key: int, api_version: int,
                     quick_null_check: bool) -> tuple[RequestHeader, Any]:
     cls, read_header, read_body, no_nulls = _request_readers(api_key, api_version)
+    try:
+        check_request(cls.__header_schema__, cls, frame)  # before kio: see dmq.protocol.bounds
+    except BoundsError as e:
+        raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
     try:
         header, size = read_header(frame, 0)
         body, _ = read_body(frame, size)

@@ -18,6 +18,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from support.batches import with_records
 from support.broker import BrokerProcess
+from support.huge_counts import HUGE
 from test_durability import consume_values
 
 from dmq.client.wire import WireClient
@@ -83,6 +84,19 @@ def test_malformed_frames_close_the_connection(small_broker: BrokerProcess, fram
     with client(small_broker) as c:
         c.send_raw(struct.pack(">i", len(frame)) + frame)
         assert_closed(c)
+
+
+def test_a_request_counting_billions_of_items_closes_the_connection_only(small_broker: BrokerProcess) -> None:
+    """A 27-byte Produce v9 whose topic count is 2^32-2 (and the like for Fetch, Metadata and
+    the legacy versions): kio's native reader reserved room for them all, the allocation
+    failed and Rust aborted the broker, before any authentication."""
+    for name, (_api_key, _version, frame) in sorted(HUGE.items()):
+        with client(small_broker) as c:
+            c.send_raw(struct.pack(">i", len(frame)) + frame)
+            assert_closed(c)
+        assert small_broker.alive(), f"the broker died of {name}"
+    with client(small_broker) as c:
+        assert c.request(ApiVersionsRequest(client_software_name="t", client_software_version="1")).error_code == 0
 
 
 def test_oversize_and_negative_request_sizes_close(small_broker: BrokerProcess) -> None:
