@@ -23,6 +23,7 @@ from kio.serial import entity_reader, entity_writer
 
 from dmq.client.security import AuthenticationError, ClientSecurity, SaslClient
 from dmq.protocol import fast
+from dmq.protocol.bounds import plan_of, walk_plan
 from dmq.protocol.codec import API_VERSIONS_KEY, response_class
 from dmq.protocol.framing import FrameReader, FrameSizeError
 from dmq.protocol.lenient import READERS as LENIENT_READERS
@@ -146,6 +147,9 @@ def decode_response(request_cls: Any, correlation_id: int, data: bytes) -> Any:
     resp_cls = response_class(api_key, int(request_cls.__version__))
     if resp_cls.__flexible__ and api_key != API_VERSIONS_KEY:
         offset += 1  # empty tagged fields of response header v1
+    # Counts the bytes cannot hold are refused first: kio's reader would reserve room for
+    # them and abort the process (dmq.protocol.bounds); a ValueError, as for bad bytes.
+    walk_plan(plan_of(resp_cls), data, offset)
     reader = LENIENT_READERS.get((api_key, int(request_cls.__version__))) or entity_reader(resp_cls)
     response, _ = reader(data, offset)
     return response
