@@ -216,5 +216,8 @@ def _step(op: int, arg: Any, buf: Any, pos: int, end: int) -> int:
 
 try:
     from dmq.protocol._bounds import walk_plan  # type: ignore[import-not-found]
+
+    IMPLEMENTATION = "c"
 except ImportError:  # the C extension is optional (setup.py): the same walk in Python
     walk_plan = walk_plan_py
+    IMPLEMENTATION = "python"

@@ -68,6 +68,7 @@ from dmq.handlers.context import BrokerServices, CloseConnection, RequestContext
 from dmq.metrics import heap
 from dmq.metrics.http import MetricsServer
 from dmq.metrics.requests import RequestStats
+from dmq.protocol import bounds as request_bounds
 from dmq.protocol.codec import (
     FrameError,
     decode_request,
@@ -445,9 +446,9 @@ class Broker:
         self._spawn(self._every(DELAYED_TICK_MS, self._deliver_delayed))
         for key in self.config.unknown:
             log.warning("ignoring unknown broker config %s", key)
-        if record_check.IMPLEMENTATION != "c":
-            log.info("checking produced records in Python (dmq's C extension was not built: "
-                     "with gcc and python3-dev installed, reinstall dmq for a faster check)")
+        if record_check.IMPLEMENTATION != "c" or request_bounds.IMPLEMENTATION != "c":
+            log.info("checking produced records and request frames in Python (dmq's C extensions "
+                     "were not built: with gcc and python3-dev installed, reinstall dmq for faster checks)")
         log.info("loaded %d logs in %.2fs (%s shutdown); started in %.2fs",
                  len(self.log_manager.logs), load_s,
                  "clean" if self.log_manager.clean_shutdown else "unclean",
