@@ -84,6 +84,7 @@ def _compile(entity: type[Any]) -> tuple[Step, ...]:
     steps: list[Step] = []
     tagged: dict[int, Step] = {}
     for f in fields(entity):
+        tag = get_field_tag(f)
         if header and f.name == "client_id":
             step: Step = (LEGACY_STRING, None)  # legacy in every header version, as in Kafka
         else:
@@ -94,13 +95,11 @@ def _compile(entity: type[Any]) -> tuple[Step, ...]:
                 step = (COMPACT_ARRAY if flexible else LEGACY_ARRAY, _primitive(get_schema_field_type(f), flexible))
             elif isinstance(kind, EntityField):
                 assert is_dataclass(kind.type_)
-                tag = get_field_tag(f)
-                nullable = tag is None and is_optional(f)
+                nullable = tag is None and is_optional(f)  # a tagged field is absent, not null
                 step = (NULLABLE_ENTITY if nullable else ENTITY, plan_of(kind.type_))
             else:
                 assert isinstance(kind, EntityTupleField)
                 step = (COMPACT_ARRAY if flexible else LEGACY_ARRAY, (ENTITY, plan_of(kind.type_)))
-        tag = get_field_tag(f)
         if tag is not None:
             tagged[int(tag)] = step
         else:
