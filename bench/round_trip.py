@@ -33,14 +33,27 @@ from procs import Processes, bootstrap_of, start_cluster, stop_on_sigterm  # noq
 
 def create_offsets_topic(bootstrap: str) -> int:
     """Commit one offset with a consumer group; returns __consumer_offsets' partition count."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     admin.create_topics([NewTopic("rt-commit", 1, 3)])["rt-commit"].result(30)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rt", "log_level": 0})
     try:
-        consumer.commit(offsets=[TopicPartition("rt-commit", 0, 0)], asynchronous=False)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition("rt-commit", 0, 0)], asynchronous=False)
+                break
+            except KafkaException as e:
+                # The new __consumer_offsets partition may still be loading
+                # (COORDINATOR_LOAD_IN_PROGRESS): retriable, as a client's own commits retry.
+                err = e.args[0]
+                loading = err.code() in (KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                         KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR)
+                if not (loading or err.retriable()) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
     deadline = time.monotonic() + 30
