@@ -102,6 +102,7 @@ from dmq.storage.cleaner import LogCleaner
 from dmq.storage.key_indexer import KeyIndexer
 from dmq.storage.log_manager import LogManager
 from dmq.storage.producer_state import VerificationGuard
+from dmq.storage.segment import close_deferred
 from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from dmq.transaction.markers import TransactionMarkerSender
 from dmq.transaction.shard import TransactionConfig
@@ -731,6 +732,7 @@ class Broker:
             log.info("retention deleted %d segments", deleted)
 
     async def _flush_rolled(self) -> None:
+        close_deferred()  # descriptors of deleted or replaced segments past FD_CLOSE_DELAY_S
         await asyncio.to_thread(self.log_manager.flush_pending)
         if any(lg.config.flush_ms < LONG_MAX for lg in self.log_manager.logs.values()):
             self.log_manager.flush_dirty()
@@ -738,8 +740,9 @@ class Broker:
     async def _clean_logs(self) -> None:
         plan = self.cleaner.plan(list(self.log_manager.logs.values()))
         if plan is not None:
-            result = await asyncio.to_thread(self.cleaner.clean, plan)
-            self.cleaner.swap(result)
+            result = await asyncio.to_thread(self.cleaner.run, plan)
+            if result is not None:
+                self.cleaner.swap(result)
 
     async def _index_keys(self) -> None:
         """The key indexer (message query) in slices of KEY_INDEX_SLICE_S on the event loop,

@@ -338,22 +338,41 @@ class KafkaConnection(asyncio.Protocol):
                 continue
             if result is not None and self.transport is not None:
                 if isinstance(result, list):
-                    if sum(len(p) if isinstance(p, bytes | bytearray) else p.length
-                           for p in result) <= SPLICE_MIN_BYTES:
+                    size = sum(len(p) if isinstance(p, bytes | bytearray) else p.length for p in result)
+                    if size <= SPLICE_MIN_BYTES:
                         # Small: one write (one syscall, one segment) beats bytes + sendfile + bytes.
-                        self.transport.write(b"".join(
-                            p if isinstance(p, bytes | bytearray) else p.read() for p in result))
-                    else:
-                        self._write_parts(result)
+                        try:
+                            frame = b"".join(p if isinstance(p, bytes | bytearray) else p.read() for p in result)
+                        except OSError:
+                            frame = b""
+                        if len(frame) != size:
+                            self._cut_short()
+                            continue
+                        self.transport.write(frame)
+                    elif not self._write_parts(result):
+                        self._cut_short()
                 else:
                     self.transport.write(result)  # type: ignore[arg-type]
 
-    def _write_parts(self, parts: list[Any]) -> None:
+    def _cut_short(self) -> None:
+        """A file range of an answer came back shorter than the frame's size says: the
+        segment was truncated since the answer was made (this broker became a follower
+        and cut its log). The frame cannot be finished, so the connection is aborted, as
+        Kafka's FileRecords.writeTo fails a send truncated during the write; the client
+        reconnects and asks again."""
+        log.warning("a fetch answer to %s lost bytes its log truncated meanwhile; closing the connection",
+                    self.peer)
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _write_parts(self, parts: list[Any]) -> bool:
         """Write a spliced frame: bytes through the transport, file ranges by sendfile.
 
         sendfile goes straight to the socket, so it is used only while the
         transport has nothing buffered (order is kept); otherwise, and for
         whatever sendfile leaves, the range is read and written normally.
+        False when a file range could not be read whole (see ``_cut_short``).
         """
         transport = self.transport
         assert transport is not None
@@ -383,7 +402,14 @@ class KafkaConnection(asyncio.Protocol):
                     offset += sent
                     remaining -= sent
             if remaining > 0:
-                transport.write(os.pread(fd, remaining, offset))
+                try:
+                    rest = os.pread(fd, remaining, offset)
+                except OSError:
+                    return False
+                if len(rest) != remaining:
+                    return False  # truncated meanwhile: the frame cannot be finished
+                transport.write(rest)
+        return True
 
     def close(self) -> None:
         self.closed = True

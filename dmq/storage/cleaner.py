@@ -13,10 +13,15 @@ A pass over one log:
 3. ``clean()`` (background thread) reads those files by path, builds
    key -> latest offset over them (records of aborted transactions excluded),
    and writes ``<base>.log.cleaned`` files that keep, per key, only its latest
-   record; a tombstone (null value) is dropped once it is older than
-   ``delete.retention.ms``. Kept records are copied as raw bytes inside their
-   original batch header, so offsets, timestamps and producer fields do not
-   change;
+   record. A tombstone (null value) is kept by the first pass that sees it,
+   which stamps its batch with a delete horizon (KIP-534: attribute bit 6, base
+   timestamp = now + ``delete.retention.ms``), and dropped by the first pass
+   after that horizon: a consumer that read the key's older value has
+   ``delete.retention.ms`` from the cleaning to see the delete, whatever the
+   tombstone's own timestamp (an event-time producer's may be days old). Kept
+   records are copied as raw bytes inside their original batch header (a
+   stamped batch's re-encoded with deltas from the horizon), so offsets,
+   timestamps and producer fields do not change;
 4. ``swap()`` (event-loop thread) replaces each still-present segment by its
    cleaned file (and its transaction index by the cleaned index) and rebuilds
    its other indexes, then records the cleaned offset in
@@ -38,20 +43,22 @@ Transactions follow Kafka's LogCleaner (CleanedTransactionMetadata) exactly:
   is its last entry, is kept even with no record left (an empty batch), so
   producer state rebuilt from the log keeps its sequence and epoch.
 
-Tombstones keep dmq's rule above (the record's timestamp), not KIP-534's
-horizon. A log is planned again with no new data once a kept tombstone or
-marker reaches its horizon, or right after a pass that removed a whole batch
-of a transaction (its marker may then get its horizon).
+A log is planned again with no new data once a kept tombstone or marker
+reaches its horizon, or right after a pass that removed a whole batch of a
+transaction (its marker may then get its horizon).
 
 Invariants: the latest committed or non-transactional record of every key
 below the cleaned offset survives; offsets are never reassigned; a
 read_committed consumer never sees an aborted record, before, during or after
-cleaning; a segment deleted or truncated while cleaning ran is left alone
-(its cleaned files are discarded).
+cleaning; a cleaned copy replaces only the very segment object it was made
+from, and nothing is replaced in a log truncated or closed (deleted, shut down)
+while cleaning ran (its cleaned files are discarded). A replaced segment's
+descriptor stays open FD_CLOSE_DELAY_S for fetch answers holding slices of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
@@ -81,6 +88,11 @@ class CleanPlan:
     aborted: list[AbortedTxn] = field(default_factory=list)  # aborted transactions overlapping them
     last_records: dict[int, LastRecord] = field(default_factory=dict)  # of active producers
     txn_indexes: dict[int, list[AbortedTxn]] = field(default_factory=dict)  # base -> entries now
+    # The planned segments themselves and the log's truncation count: swap() installs a
+    # cleaned copy only over the very segment it was made from, in a log neither truncated
+    # nor closed since (a truncation can cut a segment and refill it to the same size).
+    segment_objects: list[LogSegment] = field(default_factory=list)
+    truncations: int = 0
 
 
 @dataclass(slots=True)
@@ -95,15 +107,30 @@ class CleanResult:
     bytes_after: int = 0
 
 
+class SegmentChangedError(Exception):
+    """A planned segment is gone or shorter than planned: deleted or truncated meanwhile
+    (not cleaned now)."""
+
+
+class CorruptSegmentError(Exception):
+    """A planned segment's bytes are not whole batches: the log is not cleaned again
+    (Kafka's uncleanable partitions) rather than cleaned into a copy without the rest."""
+
+
 def _batches(path: str, size: int) -> list[bytes]:
-    with open(path, "rb") as f:
-        data = f.read(size)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(size)
+    except FileNotFoundError:
+        raise SegmentChangedError(f"{path} was deleted") from None
+    if len(data) < size:
+        raise SegmentChangedError(f"{path} has {len(data)} bytes, {size} were planned")
     out = []
     pos = 0
-    while pos + HEADER_SIZE <= len(data):
-        header = parse_header(data, pos)
-        if pos + header.size > len(data) or header.batch_length < HEADER_SIZE - 12:
-            break
+    while pos < len(data):
+        header = parse_header(data, pos) if pos + HEADER_SIZE <= len(data) else None
+        if header is None or pos + header.size > len(data) or header.batch_length < HEADER_SIZE - 12:
+            raise CorruptSegmentError(f"{path}: no whole record batch at position {pos} of {size}")
         out.append(data[pos : pos + header.size])
         pos += header.size
     return out
@@ -189,6 +216,8 @@ class LogCleaner:
         # or a marker that may go: such a log is cleanable even with no new data.
         # Unknown after a restart: 0.
         self.tombstone_due: dict[tuple[str, int], int] = {}
+        # Logs a pass found damaged (CorruptSegmentError): not planned again until restart.
+        self.uncleanable: set[tuple[str, int]] = set()
 
     @staticmethod
     def cleanable_segments(lg: Log) -> list[LogSegment]:
@@ -210,7 +239,8 @@ class LogCleaner:
         now = now_ms() if now is None else now
         best: tuple[float, Log] | None = None
         for lg in logs:
-            if "compact" not in lg.config.cleanup_policy or len(lg.segments) < 2:
+            if "compact" not in lg.config.cleanup_policy or len(lg.segments) < 2 \
+                    or (lg.topic, lg.partition) in self.uncleanable:
                 continue
             if not self.cleanable_segments(lg):
                 continue
@@ -230,6 +260,7 @@ class LogCleaner:
             aborted=lg.aborted_transactions(cleanable[0].base_offset, end_offset),
             last_records=lg.producer_state.last_records(),
             txn_indexes={s.base_offset: list(s.txn_index.entries) for s in cleanable},
+            segment_objects=list(cleanable), truncations=lg.truncations,
         )
 
     def clean(self, plan: CleanPlan) -> CleanResult:
@@ -248,7 +279,6 @@ class LogCleaner:
                 for r in raw_records(batch)[1]:
                     if r.key is not None:
                         latest[r.key] = r.offset
-        horizon = plan.now - plan.delete_retention_ms
         walk = _TxnWalk(plan.aborted)
         due: list[int] = []
         for base, path, size in plan.segments:
@@ -266,24 +296,28 @@ class LogCleaner:
                     kept = [] if discard_records else records
                 else:
                     can_discard = walk.on_data(header)
+                    # A tombstone goes once its batch's delete horizon has passed (KIP-534).
+                    expired = header.delete_horizon_ms is not None and header.delete_horizon_ms <= plan.now
                     kept = [] if can_discard else [
                         r for r in records
                         if r.key is not None and latest.get(r.key) == r.offset
-                        and not (r.value is None and r.timestamp < horizon)
+                        and not (r.value is None and expired)
                     ]
                 result.records_kept += len(kept)
                 if kept:
-                    if header.is_control and can_discard and header.delete_horizon_ms is None:
-                        marker_horizon = plan.now + plan.delete_retention_ms
-                        out += rebuild_batch(batch, kept, marker_horizon)
-                        due.append(marker_horizon)
+                    if header.delete_horizon_ms is None and (
+                            (header.is_control and can_discard)
+                            or (not header.is_control and any(r.value is None for r in kept))):
+                        # The first pass that keeps a tombstone, or a marker whose
+                        # transaction is gone, stamps its batch with the delete horizon.
+                        horizon = plan.now + plan.delete_retention_ms
+                        out += rebuild_batch(batch, kept, horizon)
+                        due.append(horizon)
                         changed = True
                         continue
-                    if header.is_control and header.delete_horizon_ms is not None:
+                    if header.delete_horizon_ms is not None and (
+                            header.is_control or any(r.value is None for r in kept)):
                         due.append(header.delete_horizon_ms)
-                    for r in kept:
-                        if r.value is None and not header.is_control:
-                            due.append(r.timestamp + plan.delete_retention_ms + 1)
                     if len(kept) == len(records):
                         out += batch
                     else:
@@ -322,33 +356,51 @@ class LogCleaner:
 
     def swap(self, result: CleanResult) -> int:
         """Install cleaned segments (event-loop thread); returns how many were replaced."""
-        lg = result.plan.log
+        plan = result.plan
+        lg = plan.log
+        stale = lg.closed or lg.truncations != plan.truncations
+        planned = {s.base_offset: s for s in plan.segment_objects}
         replaced = 0
         for base, cleaned, original_size, cleaned_index in result.cleaned:
-            idx = next((i for i, s in enumerate(lg.segments[:-1]) if s.base_offset == base), None)
-            if idx is None or lg.segments[idx].size != original_size:
-                # Deleted or changed meanwhile: leave it alone.
+            segment = planned.get(base)
+            idx = next((i for i, s in enumerate(lg.segments[:-1]) if s is segment), None)
+            if stale or idx is None or lg.segments[idx].size != original_size:
+                # Deleted, truncated or changed meanwhile: leave it alone.
                 for path in (cleaned, cleaned_index):
                     if path is not None:
-                        os.unlink(path)
+                        with contextlib.suppress(FileNotFoundError):  # a deleted log's directory
+                            os.unlink(path)
                 continue
             old = lg.segments[idx]
-            old.close()
-            old.key_index.delete()  # it describes the old file: the key indexer builds one for the new
-            # The index first: an entry is only dropped once its records are gone from
-            # the old file too, so the old log with the new index is consistent.
-            if cleaned_index is not None:
-                os.replace(cleaned_index, old.txn_index.path)
-            else:
-                old.txn_index.delete()
-            os.replace(cleaned, old.log_path)
-            fresh = LogSegment(lg.directory, base, lg.config.index_interval_bytes)
-            fresh.recover()
-            fresh.load_txn_index()
-            fresh.flush()
-            lg.segments[idx] = fresh
-            replaced += 1
-        self.cleaned_to[(lg.topic, lg.partition)] = result.plan.end_offset
+            # At once, before the fresh segment rebuilds the same index files; the log
+            # file's descriptor later, as fetch answers may hold slices of the old file.
+            old.close(defer=True)
+            try:
+                old.key_index.delete()  # it describes the old file: the key indexer builds one for the new
+                # The index first: an entry is only dropped once its records are gone from
+                # the old file too, so the old log with the new index is consistent.
+                if cleaned_index is not None:
+                    os.replace(cleaned_index, old.txn_index.path)
+                else:
+                    old.txn_index.delete()
+                # The original's modification time, as Kafka's cleaner keeps it: an emptied
+                # segment's is what time retention counts its age by.
+                modified = os.stat(old.log_path).st_mtime_ns
+                os.utime(cleaned, ns=(modified, modified))
+                os.replace(cleaned, old.log_path)
+                replaced += 1
+            finally:
+                # The file at the path is whole either way (old or cleaned; replace is atomic).
+                fresh = LogSegment(lg.directory, base, lg.config.index_interval_bytes)
+                fresh.recover()
+                fresh.load_txn_index()
+                fresh.flush()
+                lg.segments[idx] = fresh
+        if stale:
+            log.info("cleaning %s discarded: the log was %s meanwhile", lg.name,
+                     "closed" if lg.closed else "truncated")
+            return 0
+        self.cleaned_to[(lg.topic, lg.partition)] = plan.end_offset
         self.tombstone_due[(lg.topic, lg.partition)] = (
             result.tombstone_due if result.tombstone_due is not None else 2**62)
         self.checkpoint()
@@ -357,9 +409,29 @@ class LogCleaner:
                  result.bytes_after)
         return replaced
 
+    def run(self, plan: CleanPlan) -> CleanResult | None:
+        """``clean(plan)`` (background thread), or None when a planned segment changed
+        meanwhile (planned again later) or the pass failed, say on a damaged segment
+        (CorruptSegmentError, records that do not parse): then the log is marked uncleanable,
+        as Kafka's cleaner marks a partition whose cleaning threw, and its cleaned files so
+        far are removed."""
+        try:
+            return self.clean(plan)
+        except SegmentChangedError:
+            return None
+        except Exception as e:  # noqa: BLE001 - as Kafka's cleaner: any failure marks the log
+            log.error("%s is not compacted any more (until the broker restarts): %s", plan.log.name, e)
+            self.uncleanable.add((plan.log.topic, plan.log.partition))
+            for _base, path, _size in plan.segments:
+                for leftover in (path + CLEANED_SUFFIX, path[: -len(".log")] + ".txnindex" + CLEANED_SUFFIX):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(leftover)
+            return None
+
     def forget(self, topic: str, partition: int) -> None:
         self.cleaned_to.pop((topic, partition), None)
         self.tombstone_due.pop((topic, partition), None)
+        self.uncleanable.discard((topic, partition))
 
     def checkpoint(self) -> None:
         write_checkpoint(self.path, self.cleaned_to)

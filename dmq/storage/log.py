@@ -206,6 +206,7 @@ class Log:
         # flush on a background thread that saw fewer when it began does not raise the
         # recovery point over bytes a truncation replaced meanwhile (not fsynced).
         self._truncations = 0
+        self.closed = False  # closed (shut down or deleted): the cleaner leaves it alone
         self._recovery_lock = threading.Lock()
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
@@ -871,9 +872,12 @@ class Log:
                 self._delete_first_segment()
                 deleted += 1
             active = self.active_segment
-            if active.size > 0 and now - active.largest_timestamp > retention_ms \
+            if len(self.segments) == 1 and active.size > 0 and now - active.largest_timestamp > retention_ms \
                     and self.log_end_offset <= hw and self._outside_delayed(active):
-                # Every record is expired: roll so the old active segment can go.
+                # Every segment before it went and its records are expired too: roll so the
+                # old active segment can go. (Only then, as Kafka's deletableSegments walks
+                # in order and stops at the first segment it keeps: with timestamps out of
+                # order, say backfilled records, an older segment may not have expired.)
                 self.roll()
                 self._delete_first_segment()
                 deleted += 1
@@ -975,9 +979,11 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
 
-    def close(self) -> None:
+    def close(self, defer: bool = False) -> None:
+        """Close every segment (``defer``: a deleted log, see ``LogSegment.close``)."""
+        self.closed = True
         for segment in self.segments:
-            segment.close()
+            segment.close(defer)
 
     def delete_files(self) -> None:
         for segment in self.segments:

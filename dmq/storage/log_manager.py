@@ -271,7 +271,7 @@ class LogManager:
             return
         with self._lock:
             self._pending_flush.pop((topic, partition), None)
-        lg.close()
+        lg.close(defer=True)  # fetch answers may still hold slices of its files
         self._schedule_delete(lg.directory)
         self._removals_due = True
 

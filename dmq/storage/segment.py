@@ -26,6 +26,7 @@ Plain synchronous file code; only the owning Log calls it.
 from __future__ import annotations
 
 import bisect
+import collections
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,39 @@ _SCAN_CHUNK = 1 << 20
 IOV_MAX = 1024  # buffers per pwritev (Linux's UIO_MAXIOV)
 Bytes = bytes | bytearray | memoryview
 RECENT_BATCHES = 256  # batch positions kept in memory per segment (between 256 and 512)
+
+
+# Kafka's file.delete.delay.ms: how long the file descriptor of a deleted or replaced
+# segment stays open. A fetch answer holds a FileSlice (descriptor, position, length) until
+# its connection writes it, which can be after earlier answers on that connection; closing
+# at once would let the number be reused by another file, and the answer would then carry
+# that file's bytes. Past DEFERRED_CLOSES_MAX open ones, the oldest are closed early.
+FD_CLOSE_DELAY_S = 60.0
+DEFERRED_CLOSES_MAX = 1024
+_deferred_closes: collections.deque[tuple[float, int]] = collections.deque()
+
+
+def close_later(fd: int, now: float | None = None) -> None:
+    """Close ``fd`` once FD_CLOSE_DELAY_S have passed (event-loop thread; the file may be
+    unlinked or replaced meanwhile: its bytes stay readable through the descriptor)."""
+    now = time.monotonic() if now is None else now
+    _deferred_closes.append((now + FD_CLOSE_DELAY_S, fd))
+    close_deferred(now)
+
+
+def close_deferred(now: float | None = None, *, everything: bool = False) -> int:
+    """Close the deferred descriptors that are due (all with ``everything``); how many."""
+    now = time.monotonic() if now is None else now
+    closed = 0
+    while _deferred_closes and (everything or _deferred_closes[0][0] <= now
+                                or len(_deferred_closes) > DEFERRED_CLOSES_MAX):
+        _, fd = _deferred_closes.popleft()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        closed += 1
+    return closed
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -337,19 +371,28 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
-    def close(self) -> None:
+    def close(self, defer: bool = False) -> None:
+        """Close the segment's files, once (a second call does nothing). With ``defer`` the
+        log file's descriptor is closed only FD_CLOSE_DELAY_S later (``close_later``): for a
+        segment deleted or replaced while fetch answers may still hold slices of it."""
+        fd, self.fd = self.fd, -1
+        if fd < 0:
+            return
         self.offset_index.flush(fsync=False)
         self.time_index.flush(fsync=False)
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
+        if defer:
+            close_later(fd)
+            return
         try:
-            os.close(self.fd)
+            os.close(fd)
         except OSError:
             pass
 
     def delete(self) -> None:
-        self.close()
+        self.close(defer=True)
         self.key_index.delete()
         for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:

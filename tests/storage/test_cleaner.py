@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.control import ControlRecordType, EndTxnMarker, read_end_txn_marker
 from dmq.record.records import decode_batch, encode_batch
 from dmq.storage.cleaner import LogCleaner
-from dmq.storage.log import Log
+from dmq.storage.log import Log, now_ms
+from dmq.storage.segment import close_deferred
 from tests.support.transactions import end_txn, read_committed
 from tests.support.transactions import make_log as make_txn_log
 from tests.support.transactions import send as txn_send
@@ -52,25 +55,42 @@ def test_keeps_latest_value_per_key_and_offsets(tmp_path: Path, codec: int) -> N
             key = b"k%d" % k
             value = b"v%d-%d" % (k, rnd)
             written[key] = (put(log, key, value, ts=10_000 + rnd, codec=codec), value)
-    written[b"k3"] = (put(log, b"k3", None, ts=10_000, codec=codec), None)      # old tombstone
-    written[b"k4"] = (put(log, b"k4", None, ts=1_000_000, codec=codec), None)   # recent tombstone
+    written[b"k3"] = (put(log, b"k3", None, ts=10_000, codec=codec), None)      # an old timestamp
+    written[b"k4"] = (put(log, b"k4", None, ts=1_000_000, codec=codec), None)   # a recent one
     for _ in range(8):  # move everything above out of the active segment
         put(log, b"filler", b"x" * 200, ts=1_000_000)
     before = log.size_in_bytes
     end = log.log_end_offset
-    assert run_cleaner(log, tmp_path, now=1_000_500) > 0
+
+    def latest_by_key() -> dict[bytes, list[tuple[int, bytes | None]]]:
+        records = everything(log)
+        offsets = [o for o, _, _ in records]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        by_key: dict[bytes, list[tuple[int, bytes | None]]] = {}
+        for o, k, v in records:
+            assert k is not None
+            by_key.setdefault(k, []).append((o, v))
+        return by_key
+
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=1_000_500)
+    assert plan is not None and cleaner.swap(cleaner.clean(plan)) > 0
     assert log.size_in_bytes < before
     assert log.log_end_offset == end
-    records = everything(log)
-    offsets = [o for o, _, _ in records]
-    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
-    by_key: dict[bytes, list[tuple[int, bytes | None]]] = {}
-    for o, k, v in records:
-        assert k is not None
-        by_key.setdefault(k, []).append((o, v))
+    # Both tombstones stay delete.retention.ms from this pass, whatever their timestamps
+    # (KIP-534): before, the one stamped long ago went in the same pass as the value it
+    # deletes, and a consumer that had read that value never saw the delete.
+    by_key = latest_by_key()
     for key, (offset, value) in written.items():
-        if key == b"k3":
-            assert key not in by_key  # its tombstone is older than delete.retention.ms
+        assert by_key[key] == [(offset, value)], key
+    assert cleaner.tombstone_due[("c", 0)] == 1_001_500
+    assert cleaner.plan([log], now=1_001_499) is None  # nothing to do before the horizon
+    plan = cleaner.plan([log], now=1_001_500)
+    assert plan is not None and cleaner.swap(cleaner.clean(plan)) > 0
+    by_key = latest_by_key()
+    for key, (offset, value) in written.items():
+        if value is None:
+            assert key not in by_key  # past the horizon: the tombstones went
         else:
             assert by_key[key] == [(offset, value)], key
     # reading still works from any offset, including ones removed by cleaning
@@ -129,9 +149,15 @@ def test_compact_and_delete_policies_together(tmp_path: Path) -> None:
     log = compacted_log(tmp_path / "c-0", **{"cleanup.policy": "compact,delete", "retention.ms": "1000"})
     for i in range(30):
         put(log, b"k%d" % (i % 3), b"v%d" % i, ts=1000 + i)
+    an_hour_ago = time.time() - 3600
+    for segment in log.segments[:-1]:
+        os.utime(segment.log_path, (an_hour_ago, an_hour_ago))  # written an hour ago
     run_cleaner(log, tmp_path, now=2000)
     assert {k for _, k, _ in everything(log)} == {b"k0", b"k1", b"k2"}
-    assert log.delete_old_segments(now=10_000) > 0  # retention.ms applies as well
+    assert log.segments[0].size == 0  # emptied by the cleaner
+    # retention.ms applies as well, in order: a segment the cleaner emptied is as old as
+    # its file was before cleaning (Kafka keeps the file's modification time)
+    assert log.delete_old_segments(now=now_ms()) > 0
     assert log.log_start_offset > 0
 
 
@@ -332,3 +358,117 @@ def test_property_cleaning_keeps_the_read_committed_view(tmp_path_factory, ops, 
         assert not aborted_values & {v for _o, v in view}
         assert latest(view) == expected
         assert [o for o, _v in view] == sorted(o for o, _v in view)
+
+
+def test_a_clean_is_discarded_when_the_log_is_truncated_meanwhile(tmp_path: Path) -> None:
+    """A follower truncation while the cleaner thread worked: here it cuts the second
+    planned segment and the new leader's records refill it to the very same size. The
+    cleaned copy describes the cut records: it must not replace the segment (before, swap
+    matched base offset and size only, and brought the cut records back)."""
+    log = compacted_log(tmp_path / "c-0")
+    for i in range(40):
+        put(log, b"k%d" % (i % 4), b"old%02d" % i, ts=1000)
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None and len(plan.segments) >= 2
+    result = cleaner.clean(plan)
+    cut = plan.segments[1][0] + 2
+    log.truncate_to(cut)
+    for i in range(cut, 40):
+        put(log, b"k%d" % (i % 4), b"new%02d" % i, ts=1000)
+    assert log.segments[1].size == plan.segments[1][2]  # refilled to the planned size
+    before = everything(log)
+    assert cleaner.swap(result) == 0
+    assert everything(log) == before
+    assert not [p for p in (tmp_path / "c-0").iterdir() if p.name.endswith(".cleaned")]
+
+
+def test_a_clean_of_a_closed_log_closes_no_other_files_descriptor(tmp_path: Path) -> None:
+    """The log was closed (its topic deleted, the broker stopping) while the cleaner thread
+    worked: swap replaces nothing, and closes nothing (before, it closed the old segment's
+    descriptor number again, which by then belonged to another open file)."""
+    log = compacted_log(tmp_path / "c-0")
+    for i in range(40):
+        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None
+    result = cleaner.clean(plan)
+    log.close()
+    others = [os.open(tmp_path / f"other-{i}", os.O_RDWR | os.O_CREAT) for i in range(len(log.segments) * 5)]
+    try:
+        assert cleaner.swap(result) == 0
+        for fd in others:
+            os.fstat(fd)  # still open
+    finally:
+        for fd in others:
+            os.close(fd)
+
+
+def test_a_fetch_slice_of_a_replaced_segment_still_reads_its_bytes(tmp_path: Path) -> None:
+    """A fetch answer holds a FileSlice until its connection writes it: the cleaner's swap
+    keeps the old file's descriptor open (FD_CLOSE_DELAY_S) so the slice reads what it was
+    made from, not another file that took the descriptor's number."""
+    log = compacted_log(tmp_path / "c-0")
+    for i in range(40):
+        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    data = log.read(0, 10**6, log.log_end_offset)
+    assert data is not None
+    expected = data.read()
+    assert run_cleaner(log, tmp_path, now=2000) > 0
+    others = [os.open(tmp_path / f"other-{i}", os.O_RDWR | os.O_CREAT) for i in range(8)]
+    try:
+        assert data.read() == expected
+    finally:
+        for fd in others:
+            os.close(fd)
+    assert close_deferred(everything=True) > 0
+
+
+def test_a_damaged_segment_makes_the_log_uncleanable_not_shorter(tmp_path: Path) -> None:
+    """Bytes that are not a whole batch inside a planned segment: the pass stops and the log
+    is not planned again, as Kafka marks it uncleanable. Before, the cleaned copy simply
+    ended at the damage, and every record after it in the segment was gone."""
+    log = compacted_log(tmp_path / "c-0")
+    put(log, b"a", b"v0", ts=1000)
+    put(log, b"a", b"v1", ts=1000)  # the first segment is rewritten: its first record goes
+    for i in range(40):
+        put(log, b"k%d" % i, b"v%02d" % i, ts=1000)  # and every later one is the latest of its key
+    first = log.segments[0]
+    third_batch = [pos for _s, pos, _h in log.batches_from(0)][2]
+    with open(first.log_path, "r+b") as f:
+        f.seek(third_batch + 8)
+        f.write(b"\x00\x00\x00\x01")  # a batch length too small to be a batch
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None
+    assert cleaner.run(plan) is None
+    assert ("c", 0) in cleaner.uncleanable and cleaner.plan([log], now=2000) is None
+    assert not [p for p in (tmp_path / "c-0").iterdir() if p.name.endswith(".cleaned")]
+    assert os.path.getsize(first.log_path) == first.size
+
+
+def test_a_segment_deleted_before_the_pass_reads_it_is_no_damage(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path / "c-0", **{"cleanup.policy": "compact,delete"})
+    for i in range(40):
+        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None
+    log.delete_records_before(log.segments[1].base_offset)  # the first planned segment goes
+    assert cleaner.run(plan) is None
+    assert not cleaner.uncleanable and cleaner.plan([log], now=2000) is not None
+
+
+def test_records_that_do_not_parse_make_the_log_uncleanable(tmp_path: Path) -> None:
+    log = compacted_log(tmp_path / "c-0")
+    for i in range(40):
+        put(log, b"k%d" % i, b"v%02d" % i, ts=1000)
+    first = log.segments[0]
+    with open(first.log_path, "r+b") as f:
+        f.seek(61)  # the first record's length varint
+        f.write(b"\x7f")
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None and cleaner.run(plan) is None
+    assert ("c", 0) in cleaner.uncleanable

@@ -77,6 +77,43 @@ def test_retention_by_bytes_and_time(tmp_path: Path) -> None:
     assert append(log2, 1, ts=10**9) == 40
 
 
+def test_time_retention_keeps_a_young_segment_before_an_expired_active_one(tmp_path: Path) -> None:
+    """Records backfilled with old timestamps into the active segment: retention walks the
+    segments in order and stops at the first young one, as Kafka's deletableSegments. Before,
+    the expired active segment was rolled and then the first segment was deleted in its
+    place: the young records went, the expired ones stayed."""
+    log = make_log(tmp_path / "t-0", **{"retention.ms": "60000"})
+    now = 10**12
+    append(log, 3, ts=now)
+    log.roll()
+    append(log, 2, ts=now - 3_600_000)  # an hour old on arrival
+    assert log.delete_old_segments(now=now + 1000) == 0
+    assert log.log_start_offset == 0 and read_offsets(log, 0) == list(range(5))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=6))
+def test_time_retention_deletes_the_expired_segments_up_to_the_first_young_one(
+        tmp_path_factory: pytest.TempPathFactory, ages: list[int]) -> None:
+    """Each segment's records are ``age`` seconds old, retention.ms is 1500: the segments go
+    in order up to the first that has not expired (all of them, the active one rolled away,
+    when every one has)."""
+    log = make_log(tmp_path_factory.mktemp("ret") / "t-0", **{"retention.ms": "1500"})
+    now = 10**12
+    bases = []
+    for i, age in enumerate(ages):
+        if i:
+            log.roll()
+        bases.append(log.log_end_offset)
+        append(log, 1, ts=now - age * 1000)
+    expired = [age * 1000 > 1500 for age in ages]
+    kept_from = next((i for i, e in enumerate(expired) if not e), len(ages))
+    log.delete_old_segments(now=now)
+    expected_start = bases[kept_from] if kept_from < len(ages) else len(ages)
+    assert log.log_start_offset == expected_start
+    assert read_offsets(log, expected_start) == list(range(expected_start, len(ages)))
+
+
 def test_delete_records_moves_start_and_drops_segments(tmp_path: Path) -> None:
     log = make_log(tmp_path / "t-0", **{"segment.bytes": "1000"})
     for _ in range(20):
