@@ -115,10 +115,20 @@ class PlainServer(SaslServer):
         return user, password
 
 
+_MADE_UP_SALT_KEY = secrets.token_bytes(32)
+
+
+def _made_up_salt(mechanism: str, user: str) -> bytes:
+    return hmac.new(_MADE_UP_SALT_KEY, f"{mechanism}\0{user}".encode(), "sha256").digest()
+
+
 class ScramServer(SaslServer):
     """RFC 5802 server (Kafka's ScramSaslServer): client-first -> server-first,
-    client-final -> server-final. An unknown user is answered with a made-up salt and
-    fails at the proof, so the exchange does not tell which users exist."""
+    client-final -> server-final. An unknown user is answered with a made-up salt, the
+    same for the same name every time (an HMAC of it under this process's secret), and
+    fails at the proof, so the exchange does not tell which users exist (a fresh random
+    salt per attempt would: a real user's stays the same). Credentials below Kafka's
+    minimum of 4096 iterations are refused, as Kafka's ScramSaslServer refuses them."""
 
     def __init__(self, mechanism: str, lookup: Callable[[str], scram.ScramCredential | None]) -> None:
         super().__init__()
@@ -148,9 +158,12 @@ class ScramServer(SaslServer):
             raise scram.ScramError("delegation tokens are not supported")
         self._user = first.user
         self._credential = self._lookup(first.user)
+        if self._credential is not None and self._credential.iterations < scram.MIN_ITERATIONS:
+            raise scram.ScramError(f"iterations {self._credential.iterations} is less than the minimum "
+                                   f"{scram.MIN_ITERATIONS} for {self.mechanism}")
         salt, iterations = ((self._credential.salt, self._credential.iterations)
                             if self._credential is not None
-                            else (secrets.token_bytes(32), scram.DEFAULT_ITERATIONS))
+                            else (_made_up_salt(self.mechanism, first.user), scram.DEFAULT_ITERATIONS))
         self._nonce = first.nonce + scram.new_nonce()
         self._client_first_bare = first.bare
         self._server_first = scram.server_first(self._nonce, salt, iterations)

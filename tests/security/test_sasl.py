@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,14 @@ from dmq.cluster.metadata import EmbeddedMetadataStore
 from dmq.config import BrokerConfig
 from dmq.protocol import scram
 from dmq.security.credentials import ScramCredentials
-from dmq.security.sasl import Authenticator, ConnectionAuth, SaslSettings, sasl_settings
+from dmq.security.sasl import (
+    AuthenticationFailed,
+    Authenticator,
+    ConnectionAuth,
+    SaslSettings,
+    ScramServer,
+    sasl_settings,
+)
 
 METADATA, PRODUCE = 3, 0
 
@@ -174,3 +182,29 @@ def test_credentials_in_the_embedded_store_survive_a_restart(tmp_path: Path) -> 
         assert creds.users() == []
 
     asyncio.run(run())
+
+
+def server_first_of(server: ScramServer, user: str) -> dict[str, str]:
+    return scram.parse_attributes(server.evaluate(f"n,,n={user},r=client-nonce".encode()).decode())
+
+
+def test_an_unknown_user_gets_the_same_made_up_salt_every_time() -> None:
+    """A fresh random salt per attempt for unknown users (and the stored one, always the
+    same, for real users) told which users exist: two client-first messages were enough."""
+    bob = scram.new_credential("SCRAM-SHA-256", "pw")
+
+    def lookup(user: str) -> scram.ScramCredential | None:
+        return bob if user == "bob" else None
+
+    def salt(user: str) -> str:
+        return server_first_of(ScramServer("SCRAM-SHA-256", lookup), user)["s"]
+
+    assert salt("mallory") == salt("mallory") != salt("eve")
+    assert salt("bob") == salt("bob")
+    assert server_first_of(ScramServer("SCRAM-SHA-256", lookup), "mallory")["i"] == str(bob.iterations)
+
+
+def test_credentials_below_the_minimum_iterations_are_refused() -> None:
+    weak = scram.new_credential("SCRAM-SHA-256", "pw", iterations=1000)  # written past AlterUserScramCredentials
+    with pytest.raises(AuthenticationFailed, match="less than the minimum"):
+        server_first_of(ScramServer("SCRAM-SHA-256", lambda _user: weak), "bob")
