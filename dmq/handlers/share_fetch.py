@@ -14,6 +14,7 @@ broker answers UNSUPPORTED_VERSION, as Kafka does with share groups disabled.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -68,6 +69,25 @@ def authorized_entries(services: BrokerServices, ctx: RequestContext, group_id: 
             {(e.topic_id, e.partition): refused for e in entries if e.topic_id in unreadable})
 
 
+def readable_partitions(services: BrokerServices, ctx: RequestContext
+                        ) -> Callable[[tuple[uuid.UUID, int]], bool] | None:
+    """Whether this request's principal may READ a session partition's topic now (None
+    without an authorizer). A topic that no longer exists is left to the fetch, which
+    answers it UNKNOWN_TOPIC_ID."""
+    if services.authorizer is None:
+        return None
+    known: dict[uuid.UUID, bool] = {}
+
+    def readable(tp: tuple[uuid.UUID, int]) -> bool:
+        allowed = known.get(tp[0])
+        if allowed is None:
+            meta = services.metadata.topic_by_id(tp[0])
+            allowed = known[tp[0]] = meta is None or authorize(
+                services, ctx, AclOperation.READ, ResourceType.TOPIC, meta.name)
+        return allowed
+    return readable
+
+
 def current_leader(services: BrokerServices, topic_id: uuid.UUID, partition: int,
                    error: ErrorCode) -> tuple[int, int]:
     """(leader id, leader epoch) to tell a client whose partition moved; -1/-1 otherwise."""
@@ -105,7 +125,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             request.group_id, request.member_id, request.share_session_epoch, entries,
             forgotten, ctx.connection_id, max_wait_ms=int(request.max_wait.total_seconds() * 1000),
             max_bytes=request.max_bytes, max_records=request.max_records, batch_size=request.batch_size,
-            waiting=ctx.dispatched)
+            waiting=ctx.dispatched, readable=readable_partitions(services, ctx))
         if refused:
             outcome = ShareOutcome(outcome.error, {**outcome.partitions, **refused})
     by_topic: dict[uuid.UUID, list[Any]] = {}

@@ -81,7 +81,12 @@ class ShareService:
     async def share_fetch(self, group_id: str | None, member_id: str | None, epoch: int,
                           entries: Sequence[PartitionEntry], forgotten: Iterable[TopicIdPartition],
                           connection: int, *, max_wait_ms: int, max_bytes: int, max_records: int,
-                          batch_size: int, waiting: Callable[[], None] | None = None) -> ShareOutcome:
+                          batch_size: int, waiting: Callable[[], None] | None = None,
+                          readable: Callable[[TopicIdPartition], bool] | None = None) -> ShareOutcome:
+        """``readable`` (None: all) says which of the session's partitions the requester may
+        read now: the others are answered TOPIC_AUTHORIZATION_FAILED and neither fetched nor
+        acquired, as Kafka authorises the session's partitions on every ShareFetch (an ACL
+        taken away, or another principal fetching in this member's session)."""
         if not group_id or not member_id:
             return ShareOutcome(ErrorCode.invalid_request)
         req = self.sessions.share_fetch(group_id, member_id, epoch, entries, forgotten, connection)
@@ -97,7 +102,8 @@ class ShareService:
         if req.final:
             await self._close(req.session)
             return ShareOutcome(partitions={tp: PartitionOutcome(ack_error=e) for tp, e in ack_errors.items()})
-        order = list(req.fetch)
+        refused = frozenset(tp for tp in req.fetch if not readable(tp)) if readable is not None else frozenset()
+        order = [tp for tp in req.fetch if tp not in refused] if refused else list(req.fetch)
         if order:
             k = req.session.epoch % len(order)  # rotate, so that no partition always comes last
             order = order[k:] + order[:k]
@@ -111,6 +117,9 @@ class ShareService:
                                                  [tp for tp, f in fetched.items() if f.acquired])
         out: dict[TopicIdPartition, PartitionOutcome] = {}
         for tp in req.fetch:
+            if tp in refused:
+                out[tp] = PartitionOutcome(ErrorCode.topic_authorization_failed, ack_errors.get(tp))
+                continue
             f = fetched[tp]
             if req.full or f.acquired or f.error is not ErrorCode.none or tp in ack_errors:
                 out[tp] = PartitionOutcome(f.error, ack_errors.get(tp), f.records, f.acquired)

@@ -8,14 +8,13 @@ scans every ACL for each question.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.acls import store_with
 
-from dmq.cluster.acls import encode_embedded
 from dmq.cluster.metadata import EmbeddedMetadataStore
 from dmq.security.acl import (
     OPERATIONS,
@@ -70,18 +69,6 @@ def model(acls: list[AclBinding], super_users: set[str], allow_everyone: bool, p
     if op == AclOperation.DESCRIBE_CONFIGS:
         allowing.add(AclOperation.ALTER_CONFIGS)
     return any(e.permission == ALLOW and e.operation in allowing for e in mine)
-
-
-def store_with(path: Path, acls: list[AclBinding]) -> EmbeddedMetadataStore:
-    """A store loaded from a metadata file holding ``acls`` (what a restart reads)."""
-    path.mkdir(parents=True, exist_ok=True)
-    stored: dict = {}
-    for b in acls:
-        resource, ace = b.stored()
-        stored[resource] = stored.get(resource, frozenset()) | {ace}
-    (path / EmbeddedMetadataStore.FILE).write_text(json.dumps(
-        {"version": 1, "cluster_id": "acl-test", "topics": [], "acls": encode_embedded(stored)}))
-    return EmbeddedMetadataStore(str(path), 0)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from support.acls import acl, store_with
 from support.share import TID, ShareEnv, run_share_env
 
 from dmq.client.wire import decode_response, encode_request
@@ -27,6 +28,8 @@ from dmq.protocol.codec import (
     response_module,
 )
 from dmq.record.batch import iter_headers
+from dmq.security.acl import AclOperation, AclPermissionType, ResourceType
+from dmq.security.authorizer import AclAuthorizer
 from dmq.share.service import ShareService
 from dmq.share.session import ShareSessionCache
 
@@ -73,13 +76,13 @@ def ack_request(epoch: int, partition: int, acks: list[tuple[int, int, int]], me
                              acknowledge_types=(t,)) for f, last, t in acks)),)),))
 
 
-async def call(svc: Any, request: Any, connection: int = 1) -> Any:
+async def call(svc: Any, request: Any, connection: int = 1, principal: str = "User:ANONYMOUS") -> Any:
     """Through the wire both ways: decode the request, handle, encode and read back."""
     api_key = type(request).__api_key__
     frame = encode_request(request, 5, "test")[4:]
     _, decoded = decode_request(frame, api_key, 1)
     ctx = RequestContext(api_key, 1, 5, "test", "127.0.0.1", response_module(api_key, 1),
-                         connection_id=connection)
+                         connection_id=connection, principal=principal)
     response = await HANDLERS[api_key].handle(svc, ctx, decoded)
     encoded = encode_response(5, api_key, response)
     assert isinstance(encoded, bytes)
@@ -236,4 +239,28 @@ def test_records_acquired_after_the_session_went_are_released(tmp_path: Path) ->
         r = await call(svc, fetch_request(0, [(TID, [(0, [])])], member="other"))
         assert [(a.first_offset, a.last_offset, a.delivery_count)
                 for a in parts(r)[(TID, 0)].acquired_records] == [(0, 1, 2)]
+    run_share_env(tmp_path, scenario)
+
+
+def test_the_sessions_partitions_are_authorised_on_every_fetch(tmp_path: Path) -> None:
+    """Kafka authorises READ on every partition a ShareFetch will read, the session's as
+    well as the request's: a principal who may read the group but not the topic gets
+    TOPIC_AUTHORIZATION_FAILED through another member's session (whose member id
+    ShareGroupDescribe shows it) and acquires nothing; the member itself keeps reading."""
+    async def scenario(env: ShareEnv) -> None:
+        await env.init_state()
+        svc = services(env)
+        svc.authorizer = AclAuthorizer(store_with(tmp_path / "acls", [
+            acl(ResourceType.GROUP, "g", "User:*", AclOperation.READ, AclPermissionType.ALLOW),
+            acl(ResourceType.TOPIC, "t", "User:alice", AclOperation.READ, AclPermissionType.ALLOW)]))
+        r = await call(svc, fetch_request(0, [(TID, [(0, [])])]), principal="User:alice")
+        assert parts(r)[(TID, 0)].error_code == ErrorCode.none
+        env.produce(3)
+        r = await call(svc, fetch_request(1, []), principal="User:mallory")  # alice's session, no topics
+        assert r.error_code == ErrorCode.none
+        refused = parts(r)[(TID, 0)]
+        assert refused.error_code == ErrorCode.topic_authorization_failed
+        assert refused.acquired_records == () and bytes(refused.records) == b""
+        r = await call(svc, fetch_request(2, []), principal="User:alice")
+        assert [(a.first_offset, a.last_offset) for a in parts(r)[(TID, 0)].acquired_records] == [(0, 2)]
     run_share_env(tmp_path, scenario)
