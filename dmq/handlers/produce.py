@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,31 @@ def _refused(request: Any) -> ProduceResult | None:
         return ProduceResult(ErrorCode.invalid_required_acks,
                              error_message=f"acks={request.acks} is not 0, 1 or -1")
     return None
+
+
+_BATCH_LENGTH = struct.Struct(">i")
+
+
+def _not_one_batch(services: BrokerServices, version: int, entries: dict[TopicPartition, bytes | None]
+                   ) -> dict[TopicPartition, ProduceResult]:
+    """The partitions whose records hold more than one batch: refused INVALID_RECORD, as
+    Kafka's ProduceRequest.validateRecords refuses them from v3 on. The checks on
+    transactional records read the first batch only, so a second batch must not reach the
+    log: a producer with WRITE on the topic could otherwise slip a batch into another
+    producer's transaction. (A partition of an unknown topic is left to the append, which
+    answers UNKNOWN_TOPIC_OR_PARTITION as Kafka does before it validates.)"""
+    bad: dict[TopicPartition, ProduceResult] | None = None
+    for tp, r in entries.items():
+        # batchLength (bytes 8-12) counts the bytes after it; a shorter set is left to the
+        # append's validation, which answers CORRUPT_MESSAGE for it.
+        if r is not None and len(r) > 12 and _BATCH_LENGTH.unpack_from(r, 8)[0] + 12 < len(r) \
+                and services.metadata.topic(tp[0]) is not None:
+            if bad is None:
+                bad = {}
+            bad[tp] = ProduceResult(ErrorCode.invalid_record, error_message=(
+                f"Produce requests with version {version} are only allowed to contain exactly one "
+                "record batch per partition"))
+    return bad or {}
 
 
 def _transactional(records: bytes | None) -> bool:
@@ -94,6 +120,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     internal = _internal(services, ctx, request, entries)
     if internal:
         denied = {**internal, **(denied or {})}
+    invalid = _not_one_batch(services, ctx.api_version, entries)
+    if invalid:
+        denied = {**invalid, **(denied or {})}  # an ACL's refusal comes first, as in Kafka
     if refused is not None:
         results = dict.fromkeys(entries, refused)
     elif denied:

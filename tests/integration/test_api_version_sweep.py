@@ -15,6 +15,7 @@ from kio.index import load_entity_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 from support.broker import BrokerProcess
+from support.transactions import init_transactional_id
 
 from dmq.client.wire import WireClient
 from dmq.handlers import HANDLERS, supported_apis
@@ -377,18 +378,6 @@ def txn_session(c: WireClient, api_key: int, version: int, topic: str) -> Any:
     resp = c.request(make(R, transactional_ids=(txn_id,)))
     assert resp.transaction_states[0].transaction_state == "Ongoing"
     return resp
-
-
-def init_transactional_id(c: WireClient, txn_id: str) -> tuple[int, int]:
-    find = request_class(10, 4)
-    for _ in range(50):
-        found = c.request(make(find, key_type=1, coordinator_keys=(txn_id,)))
-        if found.coordinators[0].error_code == ErrorCode.none:
-            break
-    init = c.request(make(request_class(22, 4), transactional_id=txn_id, transaction_timeout=timedelta(seconds=60),
-                          producer_id=-1, producer_epoch=-1))
-    assert init.error_code == ErrorCode.none, init
-    return init.producer_id, init.producer_epoch
 
 
 # The ACL APIs answer SECURITY_DISABLED on this broker (no authorizer): every version of them

@@ -9,6 +9,7 @@ and the error reaches the application as Kafka's clients report it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -25,9 +26,18 @@ from confluent_kafka import (
 from confluent_kafka.admin import AclOperation, AdminClient
 from kio.schema.errors import ErrorCode
 from support.broker import BrokerProcess
+from support.transactions import (
+    end_transaction,
+    open_transaction,
+    produce_records,
+    produce_transactional,
+    stable_and_end,
+    transactional_batch,
+)
 
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
+from dmq.record.records import encode_batch
 
 CLIENT = ("User:ANONYMOUS", "127.0.0.1")  # how the broker sees this test's clients
 ADMIN_HOST = "127.0.0.2"  # the admin connects from here (see test_acl_sweep)
@@ -199,3 +209,62 @@ def test_a_transactional_producer_with_write_on_its_transactional_id(broker: Bro
     with pytest.raises(KafkaException) as refused:
         other.init_transactions(15)
     assert refused.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+
+def test_a_second_batch_cannot_slip_into_another_producers_transaction(broker: BrokerProcess) -> None:
+    """A Produce partition holding two batches is INVALID_RECORD (Kafka's validateRecords,
+    v3 on). The transactional-id check reads the first batch only: before, a principal with
+    Write on the topic but on no transactional id put a plain batch first and another
+    producer's transactional batch second, and that batch joined the open transaction
+    (whose next batch then failed OUT_OF_ORDER_SEQUENCE)."""
+    topic = "ledger-shared"
+    with admin(broker) as a, WireClient(broker.host, broker.port) as c:
+        mod = request_module(19, 7)
+        created = a.request(make(request_class(19, 7), timeout=timedelta(seconds=10), validate_only=False,
+                                 topics=(make(mod.CreatableTopic, name=topic, num_partitions=1, replication_factor=1,
+                                              assignments=(), configs=()),)))
+        assert created.topics[0].error_code == ErrorCode.none, created
+        grant(a, 2, topic, 4, *CLIENT)  # this client: Write on the topic, on no transactional id
+        pid, epoch = open_transaction(a, a, "payroll-app", topic)
+        smuggled = encode_batch([(None, b"plain", [])]) + transactional_batch(pid, epoch, 1, b"smuggled")
+        assert produce_records(c, None, topic, smuggled) == ErrorCode.invalid_record
+        assert produce_records(c, None, topic, encode_batch([(None, b"a", [])]) + encode_batch(
+            [(None, b"b", [])])) == ErrorCode.invalid_record  # two plain batches: refused as well
+        assert produce_transactional(a, "payroll-app", topic, pid, epoch, 1, b"second") == ErrorCode.none
+        end_transaction(a, "payroll-app", pid, epoch, commit=True)
+        deadline = time.monotonic() + 10
+        while stable_and_end(c, topic) != (3, 3) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the COMMIT marker is written just after EndTxn's answer
+        assert stable_and_end(c, topic) == (3, 3)  # two records and the marker: nothing else appended
+
+
+def test_a_refused_offset_commit_of_no_topics_does_not_keep_a_member_alive(broker: BrokerProcess) -> None:
+    """OffsetCommit refused for its group answers without asking the coordinator, as Kafka
+    does, also when it names no topic. Before, such a commit from a principal without Read
+    on the group reached the coordinator and counted as the member's heartbeat: anyone
+    could keep another group's stopped member (and its partitions) from expiring."""
+    group = "payroll-stopped"
+    jmod, smod = request_module(11, 9), request_module(14, 5)
+    with admin(broker) as a, WireClient(broker.host, broker.port, source_host="127.0.0.3") as intruder:
+        joined = a.request(make(request_class(11, 9), group_id=group, session_timeout=timedelta(seconds=6),
+                                rebalance_timeout=timedelta(seconds=6), member_id="", group_instance_id="m-1",
+                                protocol_type="consumer", reason=None, protocols=(make(
+                                    jmod.JoinGroupRequestProtocol, name="range", metadata=b"\x00" * 6),)))
+        assert joined.error_code == ErrorCode.none, joined
+        member, generation = joined.member_id, joined.generation_id
+        synced = a.request(make(request_class(14, 5), group_id=group, generation_id=generation, member_id=member,
+                                group_instance_id="m-1", protocol_type="consumer", protocol_name="range",
+                                assignments=(make(smod.SyncGroupRequestAssignment, member_id=member,
+                                                  assignment=b""),)))
+        assert synced.error_code == ErrorCode.none, synced
+        # The member stops; another principal (no ACL for this host) commits nothing in its name.
+        deadline = time.monotonic() + 9  # past the 6 s session
+        while time.monotonic() < deadline:
+            answer = intruder.request(make(request_class(8, 9), group_id=group,
+                                           generation_id_or_member_epoch=generation, member_id=member,
+                                           group_instance_id="m-1", topics=()))
+            assert answer.topics == ()
+            time.sleep(0.5)
+        described = a.request(make(request_class(15, 5), groups=(group,), include_authorized_operations=False))
+        assert described.groups[0].error_code == ErrorCode.none
+        assert described.groups[0].members == (), "the stopped member was kept alive"

@@ -115,20 +115,71 @@ def read_committed(log: Log, start: int | None = None, max_bytes: int = 10**9) -
     return out
 
 
+_COORDINATOR_NOT_READY = (ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
+                          ErrorCode.not_coordinator)
+
+
 def _request(c: WireClient, api_key: int, version: int, **values: Any) -> Any:
     return c.request(make(request_class(api_key, version), **values))
+
+
+def transactional_batch(pid: int, epoch: int, seq: int, value: bytes) -> bytes:
+    return encode_batch([(None, value, [])], timestamp=int(time.time() * 1000), producer_id=pid,
+                        producer_epoch=epoch, base_sequence=seq, attributes_extra=TRANSACTIONAL_MASK)
+
+
+def produce_records(c: WireClient, txn_id: str | None, topic: str, records: bytes) -> ErrorCode:
+    """``records`` as partition 0's record set of a Produce v9, acks=all: its error."""
+    pmod = load_entity_module("produce", 9, EntityType.request)
+    r = _request(c, 0, 9, transactional_id=txn_id, acks=-1, timeout=timedelta(seconds=10), topic_data=(make(
+        pmod.TopicProduceData, name=topic, partition_data=(make(pmod.PartitionProduceData, index=0,
+                                                                records=records),)),))
+    return ErrorCode(r.responses[0].partition_responses[0].error_code)
 
 
 def produce_transactional(c: WireClient, txn_id: str | None, topic: str, pid: int, epoch: int,
                           seq: int, value: bytes = b"late") -> ErrorCode:
     """One transactional record to partition 0, acks=all, as a client's Produce v9."""
-    batch = encode_batch([(None, value, [])], timestamp=int(time.time() * 1000), producer_id=pid,
-                         producer_epoch=epoch, base_sequence=seq, attributes_extra=TRANSACTIONAL_MASK)
-    pmod = load_entity_module("produce", 9, EntityType.request)
-    r = _request(c, 0, 9, transactional_id=txn_id, acks=-1, timeout=timedelta(seconds=10), topic_data=(make(
-        pmod.TopicProduceData, name=topic, partition_data=(make(pmod.PartitionProduceData, index=0,
-                                                                records=batch),)),))
-    return ErrorCode(r.responses[0].partition_responses[0].error_code)
+    return produce_records(c, txn_id, topic, transactional_batch(pid, epoch, seq, value))
+
+
+def init_transactional_id(c: WireClient, txn_id: str) -> tuple[int, int]:
+    """FindCoordinator (which creates __transaction_state on a fresh broker) until the
+    broker answers for ``txn_id``, then InitProducerId: (producer id, epoch)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = _request(c, 10, 4, key_type=1, coordinator_keys=(txn_id,))
+        if found.coordinators[0].error_code == ErrorCode.none or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    while True:  # the coordinator may still be loading the partition
+        init = _request(c, 22, 4, transactional_id=txn_id, transaction_timeout=timedelta(seconds=60),
+                        producer_id=-1, producer_epoch=-1)
+        if init.error_code not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert init.error_code == ErrorCode.none, init
+    return init.producer_id, init.producer_epoch
+
+
+def open_transaction(coordinator: WireClient, leader: WireClient, txn_id: str, topic: str,
+                     value: bytes = b"first") -> tuple[int, int]:
+    """A transaction with one record (sequence 0) on partition 0 of ``topic``, left open:
+    (producer id, epoch)."""
+    pid, epoch = init_transactional_id(coordinator, txn_id)
+    amod = load_entity_module("add_partitions_to_txn", 3, EntityType.request)
+    added = _request(coordinator, 24, 3, v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
+                     v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
+                         make(amod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),))
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    assert produce_transactional(leader, txn_id, topic, pid, epoch, 0, value) == ErrorCode.none
+    return pid, epoch
+
+
+def end_transaction(coordinator: WireClient, txn_id: str, pid: int, epoch: int, commit: bool) -> None:
+    end = _request(coordinator, 26, 3, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
+                   committed=commit)
+    assert end.error_code == ErrorCode.none
 
 
 def stable_and_end(c: WireClient, topic: str) -> tuple[int, int]:
@@ -148,19 +199,8 @@ def abort_then_send_late_batch(coordinator: WireClient, leader: WireClient, txn_
     """A transaction writes one record to partition 0 of an empty ``topic`` and is aborted
     (its ABORT marker written); then a batch the client had given up on arrives at the
     leader, with the next sequence. The late batch's error, and (producer id, epoch)."""
-    init = _request(coordinator, 22, 4, transactional_id=txn_id, transaction_timeout=timedelta(seconds=60),
-                    producer_id=-1, producer_epoch=-1)
-    assert init.error_code == ErrorCode.none
-    pid, epoch = init.producer_id, init.producer_epoch
-    amod = load_entity_module("add_partitions_to_txn", 3, EntityType.request)
-    added = _request(coordinator, 24, 3, v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=pid,
-                     v3_and_below_producer_epoch=epoch, v3_and_below_topics=(
-                         make(amod.AddPartitionsToTxnTopic, name=topic, partitions=(0,)),))
-    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
-    assert produce_transactional(leader, txn_id, topic, pid, epoch, 0, b"aborted") == ErrorCode.none
-    end = _request(coordinator, 26, 3, transactional_id=txn_id, producer_id=pid, producer_epoch=epoch,
-                   committed=False)
-    assert end.error_code == ErrorCode.none
+    pid, epoch = open_transaction(coordinator, leader, txn_id, topic, b"aborted")
+    end_transaction(coordinator, txn_id, pid, epoch, commit=False)
     deadline = time.monotonic() + 30
     while stable_and_end(leader, topic) != (2, 2) and time.monotonic() < deadline:
         time.sleep(0.05)  # the ABORT marker is written just after EndTxn's answer
