@@ -17,8 +17,11 @@ MAX_VERSION = 9
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    # Kafka: READ on the group (else every partition is refused), READ on each topic.
-    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+    # Kafka: READ on the group (else every partition is refused and the coordinator is not
+    # asked at all: a commit of no offsets still counts as the member's heartbeat), READ on
+    # each topic.
+    group_allowed = authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id)
+    if not group_allowed:
         refused = {t.name: ErrorCode.group_authorization_failed for t in request.topics}
     else:
         refused = {t.name: ErrorCode.topic_authorization_failed for t in request.topics
@@ -32,7 +35,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if generation is None:
         generation = request.generation_id
     results: list[Any] = []
-    if entries or not refused:
+    if group_allowed and (entries or not refused):
         await services.coordinators.ensure_offsets_topic()  # group writes go to its log
         # Answered once the commit is on every in-sync replica of the group's partition.
         results = await services.coordinators.group.commit_offsets(

@@ -18,18 +18,20 @@ MAX_VERSION = 3
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     # Kafka: WRITE on the transactional id, READ on the group (either refused: every
-    # partition), READ on each topic.
+    # partition, and the coordinator is not asked at all), READ on each topic.
+    allowed = False
     if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         refused = dict.fromkeys((t.name for t in request.topics), ErrorCode.transactional_id_authorization_failed)
     elif not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
         refused = dict.fromkeys((t.name for t in request.topics), ErrorCode.group_authorization_failed)
     else:
+        allowed = True
         refused = {t.name: ErrorCode.topic_authorization_failed for t in request.topics
                    if not authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, t.name)}
     entries = [(t.name, p.partition_index, p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                 p.committed_metadata) for t in request.topics if t.name not in refused for p in t.partitions]
     results: list[ErrorCode] = []
-    if entries or not refused:
+    if allowed and (entries or not refused):
         await services.coordinators.ensure_offsets_topic()
         results = await services.coordinators.group.txn_offset_commit(
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch,
