@@ -491,6 +491,11 @@ class Partition:
         """Move the log start offset (DeleteRecords); -1 means 'the high watermark'."""
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower)
+        if "delete" not in self.log.config.cleanup_policy:
+            # Kafka's deleteRecordsOnLeader: a compact-only topic keeps every key's latest
+            # value (a Connect config topic, a Streams changelog), whatever the offset asked.
+            raise PartitionError(ErrorCode.policy_violation, f"Records of partition {self.topic}-{self.index} "
+                                 "can not be deleted due to the configured policy")
         target = self.high_watermark if offset == -1 else offset
         if target < 0 or target > self.high_watermark:
             raise PartitionError(

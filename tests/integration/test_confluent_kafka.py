@@ -312,6 +312,25 @@ def test_delete_records(broker: BrokerProcess, topic_name: str) -> None:
     assert exc.value.args[0].code() == KafkaError.OFFSET_OUT_OF_RANGE
 
 
+def test_delete_records_on_a_compact_only_topic_is_a_policy_violation(broker: BrokerProcess, topic_name: str) -> None:
+    """As Kafka's deleteRecordsOnLeader: a topic without the delete policy keeps its records
+    (the latest value of every key is the topic's state); compact,delete may."""
+    create_topic(broker, topic_name, config={"cleanup.policy": "compact"})
+    produce(broker, topic_name, [{"key": b"k%d" % i, "value": b"%d" % i} for i in range(10)])
+    a = admin(broker)
+    tp = TopicPartition(topic_name, 0, 5)
+    with pytest.raises(KafkaException) as exc:
+        a.delete_records([tp])[tp].result(10)
+    assert exc.value.args[0].code() == KafkaError.POLICY_VIOLATION
+    earliest = a.list_offsets({TopicPartition(topic_name, 0): OffsetSpec.earliest()})
+    assert earliest[TopicPartition(topic_name, 0)].result(10).offset == 0
+    both = topic_name + "-both"
+    create_topic(broker, both, config={"cleanup.policy": "compact,delete"})
+    produce(broker, both, [{"key": b"k%d" % i, "value": b"%d" % i} for i in range(10)])
+    tp = TopicPartition(both, 0, 5)
+    assert a.delete_records([tp])[tp].result(10).low_watermark == 5
+
+
 def test_consume_from_offset_and_out_of_range(broker: BrokerProcess, topic_name: str) -> None:
     create_topic(broker, topic_name)
     produce(broker, topic_name, [{"value": b"%d" % i} for i in range(30)])
