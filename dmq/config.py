@@ -163,6 +163,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact")),
     ConfigDef("log.cleaner.enable", ConfigType.BOOLEAN, "true", "Run the log cleaner for compacted topics."),
     ConfigDef("log.cleaner.backoff.ms", ConfigType.LONG, "15000", "Pause between cleaner passes.", _at_least(0)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", ConfigType.LONG, "134217728",
+              "Bytes the cleaner's offset map of one pass may hold (each key: its length plus 120); "
+              "a pass cleans up to where the map reached.", _at_least(1)),
     ConfigDef("log.cleaner.delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0)),
     ConfigDef("log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5", "Dirty ratio that triggers cleaning.", _ratio),
     ConfigDef("log.key.index.enable", ConfigType.BOOLEAN, "true", "Build key indexes for message query in the background (dmq's own)."),

@@ -10,10 +10,15 @@ A pass over one log:
    active segment is never cleaned, nor anything an open or unreplicated
    transaction could still change), with the aborted transactions overlapping
    them (from the transaction indexes) and each active producer's last record;
-3. ``clean()`` (background thread) reads those files by path, builds
-   key -> latest offset over them (records of aborted transactions excluded),
-   and writes ``<base>.log.cleaned`` files that keep, per key, only its latest
-   record. A tombstone (null value) is kept by the first pass that sees it,
+3. ``clean()`` (background thread) reads those files by path, a batch at a
+   time, and builds key -> latest offset over the dirty part (from the offset
+   the last pass reached; records of aborted transactions excluded) until the
+   map holds ``log.cleaner.dedupe.buffer.size`` (Kafka's buildOffsetMap). It
+   writes ``<base>.log.cleaned`` files for the segments below where the map
+   reached, only for segments that change, keeping a record unless the map
+   holds a later offset of its key: a key the map lacks was deduplicated by an
+   earlier pass or comes after the map's reach. The next pass starts there.
+   A tombstone (null value) is kept by the first pass that sees it,
    which stamps its batch with a delete horizon (KIP-534: attribute bit 6, base
    timestamp = now + ``delete.retention.ms``), and dropped by the first pass
    after that horizon: a consumer that read the key's older value has
@@ -61,7 +66,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 from dmq.record.batch import HEADER_SIZE, BatchHeader, InvalidRecordError, parse_header
 from dmq.record.control import ControlRecordType, parse_control_type
@@ -76,6 +83,11 @@ log = logging.getLogger("dmq.cleaner")
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEANED_SUFFIX = ".cleaned"
+READ_BUFFER = 1 << 20
+# Kafka's log.cleaner.dedupe.buffer.size default, and what one key of the offset map is
+# counted as besides its bytes (a dict slot, the key's bytes object and its offset's int).
+DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024
+MAP_ENTRY_BYTES = 120
 
 
 @dataclass(slots=True)
@@ -93,6 +105,7 @@ class CleanPlan:
     # nor closed since (a truncation can cut a segment and refill it to the same size).
     segment_objects: list[LogSegment] = field(default_factory=list)
     truncations: int = 0
+    first_dirty: int = 0  # offsets below this were deduplicated by earlier passes
 
 
 @dataclass(slots=True)
@@ -101,6 +114,7 @@ class CleanResult:
     # (base, cleaned log path, original size, cleaned transaction index path or None: no entry)
     cleaned: list[tuple[int, str, int, str | None]] = field(default_factory=list)
     tombstone_due: int | None = None  # when the next kept tombstone or marker may be dropped
+    end_offset: int = 0  # offsets below this were deduplicated (the offset map's reach)
     records_read: int = 0
     records_kept: int = 0
     bytes_before: int = 0
@@ -117,23 +131,80 @@ class CorruptSegmentError(Exception):
     (Kafka's uncleanable partitions) rather than cleaned into a copy without the rest."""
 
 
-def _batches(path: str, size: int) -> list[bytes]:
+def _batches(path: str, size: int) -> Iterator[tuple[int, bytes]]:
+    """(position, bytes) of each batch in the first ``size`` bytes of the segment file at
+    ``path``, read a batch at a time (segments may be as large as ``segment.bytes``)."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(size)
+        f = open(path, "rb", buffering=READ_BUFFER)  # noqa: SIM115 - closed below, a generator
     except FileNotFoundError:
         raise SegmentChangedError(f"{path} was deleted") from None
-    if len(data) < size:
-        raise SegmentChangedError(f"{path} has {len(data)} bytes, {size} were planned")
-    out = []
-    pos = 0
-    while pos < len(data):
-        header = parse_header(data, pos) if pos + HEADER_SIZE <= len(data) else None
-        if header is None or pos + header.size > len(data) or header.batch_length < HEADER_SIZE - 12:
-            raise CorruptSegmentError(f"{path}: no whole record batch at position {pos} of {size}")
-        out.append(data[pos : pos + header.size])
-        pos += header.size
-    return out
+    with f:
+        pos = 0
+        while pos < size:
+            head = f.read(min(HEADER_SIZE, size - pos))
+            if len(head) < min(HEADER_SIZE, size - pos):
+                raise SegmentChangedError(f"{path} ends at {pos + len(head)}, {size} bytes were planned")
+            header = parse_header(head) if len(head) == HEADER_SIZE else None
+            if header is None or header.batch_length < HEADER_SIZE - 12 or pos + header.size > size:
+                raise CorruptSegmentError(f"{path}: no whole record batch at position {pos} of {size}")
+            rest = f.read(header.size - HEADER_SIZE)
+            if len(rest) < header.size - HEADER_SIZE:
+                raise SegmentChangedError(f"{path} ends inside the batch at {pos}, {size} bytes were planned")
+            yield pos, head + rest
+            pos += header.size
+
+
+class _CleanedFile:
+    """The cleaned copy of one segment, written only once it differs from the original:
+    until the first change the output is the original's prefix, copied in when it comes."""
+
+    def __init__(self, source: str, path: str) -> None:
+        self.source, self.path = source, path
+        self.file: BinaryIO | None = None
+        self.prefix = 0  # bytes of the original that the output begins with, unwritten
+        self.size = 0
+
+    def same(self, batch: bytes) -> None:
+        """The original's next batch, as it was."""
+        if self.file is None:
+            self.prefix += len(batch)
+            self.size += len(batch)
+        else:
+            self.write(batch)
+
+    def write(self, data: bytes) -> None:
+        if self.file is None:
+            self.file = open(self.path, "wb")  # noqa: SIM115 - closed in finish() or discard()
+            with open(self.source, "rb") as src:
+                left = self.prefix
+                while left:
+                    chunk = src.read(min(left, READ_BUFFER))
+                    if not chunk:
+                        raise SegmentChangedError(f"{self.source} is shorter than its planned prefix")
+                    self.file.write(chunk)
+                    left -= len(chunk)
+        self.file.write(data)
+        self.size += len(data)
+
+    @property
+    def changed(self) -> bool:
+        return self.file is not None
+
+    def finish(self) -> None:
+        """Write out a copy even if nothing changed (the transaction index did), fsync."""
+        if self.file is None:
+            self.write(b"")
+        assert self.file is not None
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+    def discard(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+
 
 
 def _control_type(records: list[RawRecord]) -> ControlRecordType | None:
@@ -208,8 +279,9 @@ def _is_last_of_producer(header: BatchHeader, last_records: dict[int, LastRecord
 
 
 class LogCleaner:
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES) -> None:
         self.data_dir = data_dir
+        self.dedupe_buffer_bytes = dedupe_buffer_bytes
         self.path = os.path.join(data_dir, CLEANER_CHECKPOINT)
         self.cleaned_to: dict[tuple[str, int], int] = read_checkpoint(self.path)
         # When a cleaned log next holds a tombstone past delete.retention.ms (KIP-534)
@@ -218,6 +290,8 @@ class LogCleaner:
         self.tombstone_due: dict[tuple[str, int], int] = {}
         # Logs a pass found damaged (CorruptSegmentError): not planned again until restart.
         self.uncleanable: set[tuple[str, int]] = set()
+        # Each log's truncation count at its last pass (see _first_dirty).
+        self._truncations_seen: dict[tuple[str, int], int] = {}
 
     @staticmethod
     def cleanable_segments(lg: Log) -> list[LogSegment]:
@@ -261,98 +335,143 @@ class LogCleaner:
             last_records=lg.producer_state.last_records(),
             txn_indexes={s.base_offset: list(s.txn_index.entries) for s in cleanable},
             segment_objects=list(cleanable), truncations=lg.truncations,
+            first_dirty=self._first_dirty(lg, cleanable[0].base_offset),
         )
 
-    def clean(self, plan: CleanPlan) -> CleanResult:
-        """Write cleaned copies of the planned segments (safe on a background thread)."""
-        result = CleanResult(plan)
+    def _first_dirty(self, lg: Log, first: int) -> int:
+        """Where the dirty part of ``lg`` starts. A log truncated since the last pass is
+        dirty again from its first segment: records below the recorded offset may have
+        been cut and written anew (a follower truncation), never deduplicated."""
+        key = (lg.topic, lg.partition)
+        if self._truncations_seen.get(key, lg.truncations) != lg.truncations:
+            self.cleaned_to.pop(key, None)
+        return max(self.cleaned_to.get(key, 0), first)
+
+    def _offset_map(self, plan: CleanPlan) -> tuple[dict[bytes, int], int]:
+        """Key -> latest offset over the dirty segments (from ``plan.first_dirty``), records
+        of aborted transactions excluded, and the offset the map reaches: it holds at most
+        ``dedupe_buffer_bytes`` (each key counted as its length plus MAP_ENTRY_BYTES), and
+        stops before the batch that would pass that (Kafka's buildOffsetMap with its
+        log.cleaner.dedupe.buffer.size). At least one batch is mapped, so passes advance."""
         latest: dict[bytes, int] = {}
-        walk = _TxnWalk(plan.aborted)
-        for _base, path, size in plan.segments:
-            for batch in _batches(path, size):
+        used = 0
+        ends = [b for b, _p, _s in plan.segments[1:]] + [plan.end_offset]
+        dirty = [(seg, end) for seg, end in zip(plan.segments, ends, strict=True) if end > plan.first_dirty]
+        if not dirty:
+            return latest, plan.end_offset
+        # Aborted transactions whose marker comes before the dirty part ended there.
+        walk = _TxnWalk([t for t in plan.aborted if t.last_offset >= plan.first_dirty])
+        for (_base, path, size), _end in dirty:
+            for _pos, batch in _batches(path, size):
                 header = parse_header(batch)
+                if header.last_offset < plan.first_dirty:
+                    continue  # deduplicated by an earlier pass
                 if header.is_control:
                     walk.on_control(header, _control_type(raw_records(batch)[1]))
                     continue
                 if walk.on_data(header):
                     continue  # aborted: its keys do not count
-                for r in raw_records(batch)[1]:
+                records = raw_records(batch)[1]
+                cost = sum(len(r.key) + MAP_ENTRY_BYTES for r in records
+                           if r.key is not None and r.key not in latest)
+                if latest and used + cost > self.dedupe_buffer_bytes:
+                    return latest, header.base_offset
+                used += cost
+                for r in records:
                     if r.key is not None:
                         latest[r.key] = r.offset
+        return latest, plan.end_offset
+
+    def clean(self, plan: CleanPlan) -> CleanResult:
+        """Write cleaned copies of the planned segments the offset map reaches (safe on a
+        background thread; one batch in memory at a time)."""
+        result = CleanResult(plan)
+        latest, reach = self._offset_map(plan)
+        result.end_offset = reach
         walk = _TxnWalk(plan.aborted)
         due: list[int] = []
         for base, path, size in plan.segments:
+            if base >= reach:
+                break  # past the map: next pass
             walk.index = []
-            out = bytearray()
-            changed = False
-            for batch in _batches(path, size):
-                header, records = raw_records(batch)
-                result.records_read += len(records)
-                if header.is_control:
-                    can_discard = walk.on_control(header, _control_type(records))
-                    delete_horizon = header.delete_horizon_ms
-                    discard_records = can_discard and delete_horizon is not None \
-                        and delete_horizon <= plan.now
-                    kept = [] if discard_records else records
-                else:
-                    can_discard = walk.on_data(header)
-                    # A tombstone goes once its batch's delete horizon has passed (KIP-534).
-                    expired = header.delete_horizon_ms is not None and header.delete_horizon_ms <= plan.now
-                    kept = [] if can_discard else [
-                        r for r in records
-                        if r.key is not None and latest.get(r.key) == r.offset
-                        and not (r.value is None and expired)
-                    ]
-                result.records_kept += len(kept)
-                if kept:
-                    if header.delete_horizon_ms is None and (
-                            (header.is_control and can_discard)
-                            or (not header.is_control and any(r.value is None for r in kept))):
-                        # The first pass that keeps a tombstone, or a marker whose
-                        # transaction is gone, stamps its batch with the delete horizon.
-                        horizon = plan.now + plan.delete_retention_ms
-                        out += rebuild_batch(batch, kept, horizon)
-                        due.append(horizon)
-                        changed = True
-                        continue
-                    if header.delete_horizon_ms is not None and (
-                            header.is_control or any(r.value is None for r in kept)):
-                        due.append(header.delete_horizon_ms)
-                    if len(kept) == len(records):
-                        out += batch
-                    else:
-                        out += rebuild_batch(batch, kept)
-                        changed = True
-                elif _is_last_of_producer(header, plan.last_records):
-                    # Kept empty: the producer's sequence and epoch stay in the log.
-                    if records:
-                        out += rebuild_batch(batch, [])
-                        changed = True
-                    else:
-                        out += batch
-                else:
-                    changed = True
-                    if header.is_transactional and not header.is_control:
-                        walk.removed_txn_batch = True
-            if walk.index != plan.txn_indexes.get(base, []):
-                changed = True
-            result.bytes_before += size
-            result.bytes_after += len(out) if changed else size
-            if changed:
-                cleaned = path + CLEANED_SUFFIX
-                with open(cleaned, "wb") as f:
-                    f.write(out)
-                    f.flush()
-                    os.fsync(f.fileno())
-                cleaned_index = None
-                if walk.index:
-                    cleaned_index = path[: -len(".log")] + ".txnindex" + CLEANED_SUFFIX
-                    write_entries(cleaned_index, walk.index)
-                result.cleaned.append((base, cleaned, size, cleaned_index))
+            out = _CleanedFile(path, path + CLEANED_SUFFIX)
+            try:
+                self._clean_segment(plan, path, size, latest, walk, out, due, result)
+                if walk.index != plan.txn_indexes.get(base, []) and not out.changed:
+                    out.write(b"")  # the log as it was, with the transaction index that changed
+                result.bytes_before += size
+                result.bytes_after += out.size
+                if out.changed:
+                    out.finish()
+                    cleaned_index = None
+                    if walk.index:
+                        cleaned_index = path[: -len(".log")] + ".txnindex" + CLEANED_SUFFIX
+                        write_entries(cleaned_index, walk.index)
+                    result.cleaned.append((base, out.path, size, cleaned_index))
+            except BaseException:
+                out.discard()
+                for _b, cleaned, _s, cleaned_index in result.cleaned:
+                    for leftover in (cleaned, cleaned_index):
+                        if leftover is not None:
+                            with contextlib.suppress(FileNotFoundError):
+                                os.unlink(leftover)
+                raise
         if walk.removed_txn_batch:
             due.append(plan.now)  # its marker may get a delete horizon in the next pass
         result.tombstone_due = min(due) if due else None
         return result
+
+    @staticmethod
+    def _clean_segment(plan: CleanPlan, path: str, size: int, latest: dict[bytes, int], walk: _TxnWalk,
+                       out: _CleanedFile, due: list[int], result: CleanResult) -> None:
+        for _pos, batch in _batches(path, size):
+            header, records = raw_records(batch)
+            result.records_read += len(records)
+            if header.is_control:
+                can_discard = walk.on_control(header, _control_type(records))
+                delete_horizon = header.delete_horizon_ms
+                discard_records = can_discard and delete_horizon is not None and delete_horizon <= plan.now
+                kept = [] if discard_records else records
+            else:
+                can_discard = walk.on_data(header)
+                # A record stays unless the map holds a later one of its key (a key the
+                # map does not hold was deduplicated by an earlier pass, or comes after
+                # the map's reach); a tombstone goes once its batch's delete horizon has
+                # passed (KIP-534).
+                expired = header.delete_horizon_ms is not None and header.delete_horizon_ms <= plan.now
+                kept = [] if can_discard else [
+                    r for r in records
+                    if r.key is not None and r.offset >= latest.get(r.key, -1)
+                    and not (r.value is None and expired)
+                ]
+            result.records_kept += len(kept)
+            if kept:
+                if header.delete_horizon_ms is None and (
+                        (header.is_control and can_discard)
+                        or (not header.is_control and any(r.value is None for r in kept))):
+                    # The first pass that keeps a tombstone, or a marker whose
+                    # transaction is gone, stamps its batch with the delete horizon.
+                    horizon = plan.now + plan.delete_retention_ms
+                    out.write(rebuild_batch(batch, kept, horizon))
+                    due.append(horizon)
+                    continue
+                if header.delete_horizon_ms is not None and (
+                        header.is_control or any(r.value is None for r in kept)):
+                    due.append(header.delete_horizon_ms)
+                if len(kept) == len(records):
+                    out.same(batch)
+                else:
+                    out.write(rebuild_batch(batch, kept))
+            elif _is_last_of_producer(header, plan.last_records):
+                # Kept empty: the producer's sequence and epoch stay in the log.
+                if records:
+                    out.write(rebuild_batch(batch, []))
+                else:
+                    out.same(batch)
+            else:
+                out.write(b"")  # the batch goes: from here on the copy differs
+                if header.is_transactional and not header.is_control:
+                    walk.removed_txn_batch = True
 
     def swap(self, result: CleanResult) -> int:
         """Install cleaned segments (event-loop thread); returns how many were replaced."""
@@ -400,7 +519,8 @@ class LogCleaner:
             log.info("cleaning %s discarded: the log was %s meanwhile", lg.name,
                      "closed" if lg.closed else "truncated")
             return 0
-        self.cleaned_to[(lg.topic, lg.partition)] = plan.end_offset
+        self.cleaned_to[(lg.topic, lg.partition)] = result.end_offset
+        self._truncations_seen[(lg.topic, lg.partition)] = plan.truncations
         self.tombstone_due[(lg.topic, lg.partition)] = (
             result.tombstone_due if result.tombstone_due is not None else 2**62)
         self.checkpoint()
@@ -430,6 +550,7 @@ class LogCleaner:
 
     def forget(self, topic: str, partition: int) -> None:
         self.cleaned_to.pop((topic, partition), None)
+        self._truncations_seen.pop((topic, partition), None)
         self.tombstone_due.pop((topic, partition), None)
         self.uncleanable.discard((topic, partition))
 

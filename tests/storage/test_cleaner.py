@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.control import ControlRecordType, EndTxnMarker, read_end_txn_marker
 from dmq.record.records import decode_batch, encode_batch
-from dmq.storage.cleaner import LogCleaner
+from dmq.storage.cleaner import DEDUPE_BUFFER_BYTES, MAP_ENTRY_BYTES, LogCleaner
 from dmq.storage.log import Log, now_ms
 from dmq.storage.segment import close_deferred
 from tests.support.transactions import end_txn, read_committed
@@ -320,9 +321,11 @@ def test_cleaned_segments_keep_their_index_over_a_restart(tmp_path: Path) -> Non
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["put", "txn", "commit", "abort"]), st.integers(0, 2),
                           st.integers(0, 3)), min_size=5, max_size=60),
-       st.lists(st.integers(0, 3000), min_size=1, max_size=4))
-def test_property_cleaning_keeps_the_read_committed_view(tmp_path_factory, ops, passes) -> None:  # noqa: ANN001
-    """Whatever the interleaving and however many passes: no aborted record becomes visible,
+       st.lists(st.integers(0, 3000), min_size=1, max_size=4),
+       st.sampled_from([DEDUPE_BUFFER_BYTES, MAP_ENTRY_BYTES + 2, 3 * (MAP_ENTRY_BYTES + 2)]))
+def test_property_cleaning_keeps_the_read_committed_view(tmp_path_factory, ops, passes, dedupe) -> None:  # noqa: ANN001
+    """Whatever the interleaving, however many passes and however few keys the offset map
+    may hold (one, three, or Kafka's default buffer): no aborted record becomes visible,
     and the latest committed value of every key is what a read_committed consumer last sees."""
     tmp = tmp_path_factory.mktemp("txnclean")
     log = txn_log(tmp / "c-0", **{"segment.bytes": "250"})
@@ -350,7 +353,7 @@ def test_property_cleaning_keeps_the_read_committed_view(tmp_path_factory, ops, 
     expected = latest(read_committed(log))
     aborted_values = {v for _o, _k, v in everything(log)} - {v for _o, v in read_committed(log)}
     for now in sorted(passes):
-        cleaner = LogCleaner(str(tmp))
+        cleaner = LogCleaner(str(tmp), dedupe)
         plan = cleaner.plan([log], now=2000 + now)
         if plan is not None:
             cleaner.swap(cleaner.clean(plan))
@@ -472,3 +475,65 @@ def test_records_that_do_not_parse_make_the_log_uncleanable(tmp_path: Path) -> N
     plan = cleaner.plan([log], now=2000)
     assert plan is not None and cleaner.run(plan) is None
     assert ("c", 0) in cleaner.uncleanable
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.booleans()), min_size=5, max_size=80),
+       st.integers(1, 4))
+def test_property_a_small_offset_map_converges_to_one_pass_of_a_large_one(
+        tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[int, bool]], keys_per_map: int) -> None:
+    """An offset map of a few keys (log.cleaner.dedupe.buffer.size) cleans in several
+    passes, each up to where its map reached; once they are done the log holds what one
+    pass with room for every key leaves, and no pass ever loses a key's latest record."""
+    logs = []
+    for name in ("small", "large"):
+        tmp = tmp_path_factory.mktemp(name)
+        log = compacted_log(tmp / "c-0", **{"delete.retention.ms": "100000000"})
+        for i, (k, tomb) in enumerate(ops):
+            put(log, b"k%d" % k, None if tomb else b"v%d" % i, ts=1000)
+        for _ in range(4):
+            put(log, b"pad-%d" % log.log_end_offset, b"p" * 300, ts=1000)
+        logs.append((tmp, log))
+    latest = {k: o for o, k, _v in everything(logs[0][1])}
+    (small_dir, small), (large_dir, large) = logs
+    large_cleaner = LogCleaner(str(large_dir))
+    plan = large_cleaner.plan([large], now=2000)
+    if plan is not None:
+        large_cleaner.swap(large_cleaner.clean(plan))
+    small_cleaner = LogCleaner(str(small_dir), keys_per_map * (MAP_ENTRY_BYTES + len(b"k0")))
+    reaches = []
+    for _ in range(100):
+        plan = small_cleaner.plan([small], now=2000)
+        if plan is None:
+            break
+        result = small_cleaner.clean(plan)
+        reaches.append(result.end_offset)
+        small_cleaner.swap(result)
+        held = {k: o for o, k, _v in everything(small)}
+        assert all(latest[k] in {o for o, kk, _v in everything(small) if kk == k} for k in held)
+    assert reaches == sorted(reaches)
+    assert everything(small) == everything(large)
+
+
+def test_a_pass_holds_one_batch_at_a_time_not_whole_segments(tmp_path: Path) -> None:
+    """Segments may be as large as segment.bytes (1 GiB by default): a pass reads and
+    writes them a batch at a time. Before, it read each whole segment into memory twice and
+    built each cleaned copy in memory."""
+    log = compacted_log(tmp_path / "c-0", **{"segment.bytes": str(64 << 20)})
+    value = b"v" * 10_000
+    for i in range(2_000):  # 20 MB in the first segment
+        put(log, b"k%d" % (i % 50), value, ts=1000)
+    log.roll()
+    put(log, b"k0", b"newest", ts=1000)
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None and plan.segments[0][2] > 20_000_000
+    tracemalloc.start()
+    try:
+        result = cleaner.clean(plan)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert cleaner.swap(result) == 1
+    assert len(everything(log)) == 51
+    assert peak < 4_000_000, f"a pass over a 20 MB segment held {peak:,} bytes at its peak"
