@@ -102,7 +102,7 @@ from dmq.storage.cleaner import LogCleaner
 from dmq.storage.key_indexer import KeyIndexer
 from dmq.storage.log_manager import LogManager
 from dmq.storage.producer_state import VerificationGuard
-from dmq.storage.segment import close_deferred
+from dmq.storage.segment import close_fds, take_due_closes
 from dmq.transaction.coordinator import TRANSACTION_STATE_TOPIC, TransactionCoordinator
 from dmq.transaction.markers import TransactionMarkerSender
 from dmq.transaction.shard import TransactionConfig
@@ -732,7 +732,9 @@ class Broker:
             log.info("retention deleted %d segments", deleted)
 
     async def _flush_rolled(self) -> None:
-        close_deferred()  # descriptors of deleted or replaced segments past FD_CLOSE_DELAY_S
+        due = take_due_closes()  # descriptors of deleted or replaced segments past FD_CLOSE_DELAY_S
+        if due:
+            await asyncio.to_thread(close_fds, due)
         await asyncio.to_thread(self.log_manager.flush_pending)
         if any(lg.config.flush_ms < LONG_MAX for lg in self.log_manager.logs.values()):
             self.log_manager.flush_dirty()

@@ -66,7 +66,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -131,7 +131,7 @@ class CorruptSegmentError(Exception):
     (Kafka's uncleanable partitions) rather than cleaned into a copy without the rest."""
 
 
-def _batches(path: str, size: int) -> Iterator[tuple[int, bytes]]:
+def _batches(path: str, size: int) -> Generator[tuple[int, bytes], None, None]:
     """(position, bytes) of each batch in the first ``size`` bytes of the segment file at
     ``path``, read a batch at a time (segments may be as large as ``segment.bytes``)."""
     try:
@@ -174,15 +174,18 @@ class _CleanedFile:
 
     def write(self, data: bytes) -> None:
         if self.file is None:
-            self.file = open(self.path, "wb")  # noqa: SIM115 - closed in finish() or discard()
-            with open(self.source, "rb") as src:
-                left = self.prefix
-                while left:
-                    chunk = src.read(min(left, READ_BUFFER))
-                    if not chunk:
-                        raise SegmentChangedError(f"{self.source} is shorter than its planned prefix")
-                    self.file.write(chunk)
-                    left -= len(chunk)
+            try:
+                self.file = open(self.path, "wb")  # noqa: SIM115 - closed in finish() or discard()
+                with open(self.source, "rb") as src:
+                    left = self.prefix
+                    while left:
+                        chunk = src.read(min(left, READ_BUFFER))
+                        if not chunk:
+                            raise SegmentChangedError(f"{self.source} is shorter than its planned prefix")
+                        self.file.write(chunk)
+                        left -= len(chunk)
+            except FileNotFoundError:  # the segment (or the log's directory) was deleted
+                raise SegmentChangedError(f"{self.source} was deleted") from None
         self.file.write(data)
         self.size += len(data)
 
@@ -339,13 +342,20 @@ class LogCleaner:
         )
 
     def _first_dirty(self, lg: Log, first: int) -> int:
-        """Where the dirty part of ``lg`` starts. A log truncated since the last pass is
-        dirty again from its first segment: records below the recorded offset may have
-        been cut and written anew (a follower truncation), never deduplicated."""
+        """Where the dirty part of ``lg`` starts: the offset the last pass reached, lowered
+        to the lowest truncation the log has seen since that pass (records from there may
+        have been cut and written anew, never deduplicated: Kafka's
+        maybeTruncateCheckpoint; after a restart every truncation since the log opened
+        counts), and to the log's start when it is past the log's end (a checkpoint left by
+        an earlier log of the same name: Kafka's cleanableOffsets resets it too)."""
         key = (lg.topic, lg.partition)
-        if self._truncations_seen.get(key, lg.truncations) != lg.truncations:
-            self.cleaned_to.pop(key, None)
-        return max(self.cleaned_to.get(key, 0), first)
+        cleaned = self.cleaned_to.get(key, 0)
+        if self._truncations_seen.get(key) != lg.truncations and lg.truncated_to is not None:
+            cleaned = min(cleaned, lg.truncated_to)
+        if cleaned > lg.log_end_offset:
+            cleaned = 0
+        self.cleaned_to[key] = cleaned
+        return max(cleaned, first)
 
     def _offset_map(self, plan: CleanPlan) -> tuple[dict[bytes, int], int]:
         """Key -> latest offset over the dirty segments (from ``plan.first_dirty``), records
@@ -362,24 +372,25 @@ class LogCleaner:
         # Aborted transactions whose marker comes before the dirty part ended there.
         walk = _TxnWalk([t for t in plan.aborted if t.last_offset >= plan.first_dirty])
         for (_base, path, size), _end in dirty:
-            for _pos, batch in _batches(path, size):
-                header = parse_header(batch)
-                if header.last_offset < plan.first_dirty:
-                    continue  # deduplicated by an earlier pass
-                if header.is_control:
-                    walk.on_control(header, _control_type(raw_records(batch)[1]))
-                    continue
-                if walk.on_data(header):
-                    continue  # aborted: its keys do not count
-                records = raw_records(batch)[1]
-                cost = sum(len(r.key) + MAP_ENTRY_BYTES for r in records
-                           if r.key is not None and r.key not in latest)
-                if latest and used + cost > self.dedupe_buffer_bytes:
-                    return latest, header.base_offset
-                used += cost
-                for r in records:
-                    if r.key is not None:
-                        latest[r.key] = r.offset
+            with contextlib.closing(_batches(path, size)) as batches:  # closed on the early return too
+                for _pos, batch in batches:
+                    header = parse_header(batch)
+                    if header.last_offset < plan.first_dirty:
+                        continue  # deduplicated by an earlier pass
+                    if header.is_control:
+                        walk.on_control(header, _control_type(raw_records(batch)[1]))
+                        continue
+                    if walk.on_data(header):
+                        continue  # aborted: its keys do not count
+                    records = raw_records(batch)[1]
+                    cost = sum(len(r.key) + MAP_ENTRY_BYTES for r in records
+                               if r.key is not None and r.key not in latest)
+                    if latest and used + cost > self.dedupe_buffer_bytes:
+                        return latest, header.base_offset
+                    used += cost
+                    for r in records:
+                        if r.key is not None:
+                            latest[r.key] = r.offset
         return latest, plan.end_offset
 
     def clean(self, plan: CleanPlan) -> CleanResult:
@@ -396,7 +407,7 @@ class LogCleaner:
             walk.index = []
             out = _CleanedFile(path, path + CLEANED_SUFFIX)
             try:
-                self._clean_segment(plan, path, size, latest, walk, out, due, result)
+                self._clean_segment(plan, path, size, latest, reach, walk, out, due, result)
                 if walk.index != plan.txn_indexes.get(base, []) and not out.changed:
                     out.write(b"")  # the log as it was, with the transaction index that changed
                 result.bytes_before += size
@@ -422,56 +433,74 @@ class LogCleaner:
         return result
 
     @staticmethod
-    def _clean_segment(plan: CleanPlan, path: str, size: int, latest: dict[bytes, int], walk: _TxnWalk,
-                       out: _CleanedFile, due: list[int], result: CleanResult) -> None:
-        for _pos, batch in _batches(path, size):
-            header, records = raw_records(batch)
-            result.records_read += len(records)
+    def _clean_segment(plan: CleanPlan, path: str, size: int, latest: dict[bytes, int], reach: int,
+                       walk: _TxnWalk, out: _CleanedFile, due: list[int], result: CleanResult) -> None:
+        with contextlib.closing(_batches(path, size)) as batches:
+            for _pos, batch in batches:
+                LogCleaner._clean_batch(plan, batch, latest, reach, walk, out, due, result)
+
+    @staticmethod
+    def _clean_batch(plan: CleanPlan, batch: bytes, latest: dict[bytes, int], reach: int,
+                     walk: _TxnWalk, out: _CleanedFile, due: list[int], result: CleanResult) -> None:
+        header, records = raw_records(batch)
+        result.records_read += len(records)
+        if header.base_offset >= reach:
+            # Past the map (it stopped before a batch, so at a batch boundary): kept as
+            # it is, tombstones and all, as Kafka keeps what its map did not reach (a
+            # tombstone dropped here would bring back a value the map never saw). The
+            # walk still follows it, for the transaction index entries it keeps.
             if header.is_control:
-                can_discard = walk.on_control(header, _control_type(records))
-                delete_horizon = header.delete_horizon_ms
-                discard_records = can_discard and delete_horizon is not None and delete_horizon <= plan.now
-                kept = [] if discard_records else records
+                walk.on_control(header, _control_type(records))
             else:
-                can_discard = walk.on_data(header)
-                # A record stays unless the map holds a later one of its key (a key the
-                # map does not hold was deduplicated by an earlier pass, or comes after
-                # the map's reach); a tombstone goes once its batch's delete horizon has
-                # passed (KIP-534).
-                expired = header.delete_horizon_ms is not None and header.delete_horizon_ms <= plan.now
-                kept = [] if can_discard else [
-                    r for r in records
-                    if r.key is not None and r.offset >= latest.get(r.key, -1)
-                    and not (r.value is None and expired)
-                ]
-            result.records_kept += len(kept)
-            if kept:
-                if header.delete_horizon_ms is None and (
-                        (header.is_control and can_discard)
-                        or (not header.is_control and any(r.value is None for r in kept))):
-                    # The first pass that keeps a tombstone, or a marker whose
-                    # transaction is gone, stamps its batch with the delete horizon.
-                    horizon = plan.now + plan.delete_retention_ms
-                    out.write(rebuild_batch(batch, kept, horizon))
-                    due.append(horizon)
-                    continue
-                if header.delete_horizon_ms is not None and (
-                        header.is_control or any(r.value is None for r in kept)):
-                    due.append(header.delete_horizon_ms)
-                if len(kept) == len(records):
-                    out.same(batch)
-                else:
-                    out.write(rebuild_batch(batch, kept))
-            elif _is_last_of_producer(header, plan.last_records):
-                # Kept empty: the producer's sequence and epoch stay in the log.
-                if records:
-                    out.write(rebuild_batch(batch, []))
-                else:
-                    out.same(batch)
+                walk.on_data(header)
+            result.records_kept += len(records)
+            out.same(batch)
+            return
+        if header.is_control:
+            can_discard = walk.on_control(header, _control_type(records))
+            delete_horizon = header.delete_horizon_ms
+            discard_records = can_discard and delete_horizon is not None and delete_horizon <= plan.now
+            kept = [] if discard_records else records
+        else:
+            can_discard = walk.on_data(header)
+            # A record stays unless the map holds a later one of its key (a key the
+            # map does not hold was deduplicated by an earlier pass, or comes after
+            # the map's reach); a tombstone goes once its batch's delete horizon has
+            # passed (KIP-534).
+            expired = header.delete_horizon_ms is not None and header.delete_horizon_ms <= plan.now
+            kept = [] if can_discard else [
+                r for r in records
+                if r.key is not None and r.offset >= latest.get(r.key, -1)
+                and not (r.value is None and expired)
+            ]
+        result.records_kept += len(kept)
+        if kept:
+            if header.delete_horizon_ms is None and (
+                    (header.is_control and can_discard)
+                    or (not header.is_control and any(r.value is None for r in kept))):
+                # The first pass that keeps a tombstone, or a marker whose
+                # transaction is gone, stamps its batch with the delete horizon.
+                horizon = plan.now + plan.delete_retention_ms
+                out.write(rebuild_batch(batch, kept, horizon))
+                due.append(horizon)
+                return
+            if header.delete_horizon_ms is not None and (
+                    header.is_control or any(r.value is None for r in kept)):
+                due.append(header.delete_horizon_ms)
+            if len(kept) == len(records):
+                out.same(batch)
             else:
-                out.write(b"")  # the batch goes: from here on the copy differs
-                if header.is_transactional and not header.is_control:
-                    walk.removed_txn_batch = True
+                out.write(rebuild_batch(batch, kept))
+        elif _is_last_of_producer(header, plan.last_records):
+            # Kept empty: the producer's sequence and epoch stay in the log.
+            if records:
+                out.write(rebuild_batch(batch, []))
+            else:
+                out.same(batch)
+        else:
+            out.write(b"")  # the batch goes: from here on the copy differs
+            if header.is_transactional and not header.is_control:
+                walk.removed_txn_batch = True
 
     def swap(self, result: CleanResult) -> int:
         """Install cleaned segments (event-loop thread); returns how many were replaced."""
@@ -496,6 +525,12 @@ class LogCleaner:
             old.close(defer=True)
             try:
                 old.key_index.delete()  # it describes the old file: the key indexer builds one for the new
+                # The offset and time indexes describe the old file too: a crash after the
+                # replace below must not find them beside the new one (the load would take
+                # their positions for the new file's); without them it rebuilds both.
+                for index in (old.offset_index, old.time_index):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(index.path)
                 # The index first: an entry is only dropped once its records are gone from
                 # the old file too, so the old log with the new index is consistent.
                 if cleaned_index is not None:
@@ -540,6 +575,10 @@ class LogCleaner:
         except SegmentChangedError:
             return None
         except Exception as e:  # noqa: BLE001 - as Kafka's cleaner: any failure marks the log
+            if self._changed_since(plan):
+                # Truncated, deleted or closed under the pass (the refilled bytes of a
+                # truncation can look like damage): not the log's fault; planned again.
+                return None
             log.error("%s is not compacted any more (until the broker restarts): %s", plan.log.name, e)
             self.uncleanable.add((plan.log.topic, plan.log.partition))
             for _base, path, _size in plan.segments:
@@ -548,11 +587,24 @@ class LogCleaner:
                         os.unlink(leftover)
             return None
 
+    @staticmethod
+    def _changed_since(plan: CleanPlan) -> bool:
+        """Whether the planned log was closed or truncated, or lost a planned segment, since
+        the plan (a read of a few attributes: safe from the cleaner thread)."""
+        lg = plan.log
+        if lg.closed or lg.truncations != plan.truncations:
+            return True
+        present = {id(s) for s in list(lg.segments)}
+        return any(id(s) not in present for s in plan.segment_objects)
+
     def forget(self, topic: str, partition: int) -> None:
-        self.cleaned_to.pop((topic, partition), None)
+        """The partition's log is gone from this broker (deleted, moved away)."""
+        known = self.cleaned_to.pop((topic, partition), None)
         self._truncations_seen.pop((topic, partition), None)
         self.tombstone_due.pop((topic, partition), None)
         self.uncleanable.discard((topic, partition))
+        if known is not None:
+            self.checkpoint()  # else a log of the same name made after a restart inherits it
 
     def checkpoint(self) -> None:
         write_checkpoint(self.path, self.cleaned_to)

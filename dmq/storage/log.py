@@ -207,6 +207,10 @@ class Log:
         # recovery point over bytes a truncation replaced meanwhile (not fsynced).
         self._truncations = 0
         self.closed = False  # closed (shut down or deleted): the cleaner leaves it alone
+        # The lowest offset any truncation since the log was opened cut to (None: none):
+        # the cleaner's deduplicated offset never stays above it (Kafka's
+        # maybeTruncateCheckpoint).
+        self.truncated_to: int | None = None
         self._recovery_lock = threading.Lock()
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
@@ -631,6 +635,7 @@ class Log:
         with self._recovery_lock:
             self._truncations += 1
             self.recovery_point = offset
+        self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
         self.producer_state.truncate_fully()
         self.leader_epochs.clear_and_flush()
         self.delayed.delete_snapshots_after(-1)
@@ -918,6 +923,7 @@ class Log:
         with self._recovery_lock:
             self._truncations += 1
             self.recovery_point = min(self.recovery_point, offset)
+        self.truncated_to = offset if self.truncated_to is None else min(self.truncated_to, offset)
         if self._high_watermark is not None:
             self._high_watermark = min(self._high_watermark, self.log_end_offset)
         # Kafka's truncateAndReload: the newest snapshot at or below the new end,

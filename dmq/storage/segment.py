@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import collections
 import os
+import resource
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -58,9 +59,12 @@ RECENT_BATCHES = 256  # batch positions kept in memory per segment (between 256 
 # segment stays open. A fetch answer holds a FileSlice (descriptor, position, length) until
 # its connection writes it, which can be after earlier answers on that connection; closing
 # at once would let the number be reused by another file, and the answer would then carry
-# that file's bytes. Past DEFERRED_CLOSES_MAX open ones, the oldest are closed early.
+# that file's bytes. The broker takes the due ones every second and closes them on a worker
+# thread (the last close of an unlinked file frees its blocks: tens of ms for a large one).
+# Past DEFERRED_CLOSES_MAX open ones (an eighth of the process's descriptor limit), the
+# oldest are closed at once.
 FD_CLOSE_DELAY_S = 60.0
-DEFERRED_CLOSES_MAX = 1024
+DEFERRED_CLOSES_MAX = max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 8)
 _deferred_closes: collections.deque[tuple[float, int]] = collections.deque()
 
 
@@ -69,22 +73,32 @@ def close_later(fd: int, now: float | None = None) -> None:
     unlinked or replaced meanwhile: its bytes stay readable through the descriptor)."""
     now = time.monotonic() if now is None else now
     _deferred_closes.append((now + FD_CLOSE_DELAY_S, fd))
-    close_deferred(now)
+    while len(_deferred_closes) > DEFERRED_CLOSES_MAX:
+        close_fds([_deferred_closes.popleft()[1]])
 
 
-def close_deferred(now: float | None = None, *, everything: bool = False) -> int:
-    """Close the deferred descriptors that are due (all with ``everything``); how many."""
+def take_due_closes(now: float | None = None, *, everything: bool = False) -> list[int]:
+    """The deferred descriptors due now (all with ``everything``), no longer tracked: the
+    caller closes them (``close_fds``), say on a worker thread."""
     now = time.monotonic() if now is None else now
-    closed = 0
-    while _deferred_closes and (everything or _deferred_closes[0][0] <= now
-                                or len(_deferred_closes) > DEFERRED_CLOSES_MAX):
-        _, fd = _deferred_closes.popleft()
+    due: list[int] = []
+    while _deferred_closes and (everything or _deferred_closes[0][0] <= now):
+        due.append(_deferred_closes.popleft()[1])
+    return due
+
+
+def close_fds(fds: list[int]) -> int:
+    for fd in fds:
         try:
             os.close(fd)
         except OSError:
             pass
-        closed += 1
-    return closed
+    return len(fds)
+
+
+def close_deferred(now: float | None = None, *, everything: bool = False) -> int:
+    """Close the deferred descriptors that are due (all with ``everything``), here; how many."""
+    return close_fds(take_due_closes(now, everything=everything))
 
 
 def segment_name(base_offset: int, suffix: str) -> str:

@@ -1,7 +1,9 @@
 """Answers that carry file ranges (fetch answers: FileSlices of segment files) are written
-whole, or, when the file was truncated after the answer was made (this broker turned
-follower and cut its log), the connection is aborted instead of sending a frame shorter
-than its size says: a client would read the next answer's bytes as this one's."""
+whole, or, when the file was cut short after the answer was made (this broker turned
+follower and truncated its log), the connection is aborted instead of sending a frame
+shorter than its size says: a client would read the next answer's bytes as this one's.
+(A file truncated and refilled past the range before the write sends a whole frame of the
+new bytes, as Kafka's FileRecords would; the client's CRC and offset checks see those.)"""
 
 from __future__ import annotations
 
@@ -88,4 +90,4 @@ def test_a_file_range_is_written_whole(tmp_path: Path, size: int) -> None:
 def test_a_range_truncated_before_its_write_aborts_the_connection(tmp_path: Path, size: int) -> None:
     transport, _ = answer(tmp_path, size, size // 2)
     assert transport.aborted
-    assert len(transport.written) < 4 + size  # never a whole frame of the wrong bytes
+    assert len(transport.written) < 4 + size  # not a whole frame

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import dmq.storage.cleaner as cleaner_module
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.control import ControlRecordType, EndTxnMarker, read_end_txn_marker
 from dmq.record.records import decode_batch, encode_batch
-from dmq.storage.cleaner import DEDUPE_BUFFER_BYTES, MAP_ENTRY_BYTES, LogCleaner
+from dmq.storage.cleaner import DEDUPE_BUFFER_BYTES, MAP_ENTRY_BYTES, CleanPlan, LogCleaner
 from dmq.storage.log import Log, now_ms
 from dmq.storage.segment import close_deferred
 from tests.support.transactions import end_txn, read_committed
@@ -537,3 +538,159 @@ def test_a_pass_holds_one_batch_at_a_time_not_whole_segments(tmp_path: Path) -> 
     assert cleaner.swap(result) == 1
     assert len(everything(log)) == 51
     assert peak < 4_000_000, f"a pass over a 20 MB segment held {peak:,} bytes at its peak"
+
+
+def test_a_tombstone_past_the_maps_reach_stays_until_a_map_covers_it(tmp_path: Path) -> None:
+    """A pass cleans up to where its map reached and keeps everything after that as it is:
+    here a delete past the reach of a two-key map, whose key's value the map never saw.
+    Dropping the delete once its horizon passed brought the value back for good."""
+    log = compacted_log(tmp_path / "c-0", **{"segment.bytes": "100000"})
+    put(log, b"a", b"v0", ts=1000)
+    for i in range(1, 10):
+        put(log, b"b%d" % i, b"x", ts=1000)
+    put(log, b"a", None, ts=1000)  # deletes a; one segment holds it all
+    log.roll()
+    put(log, b"z", b"z", ts=1000)
+    cleaner = LogCleaner(str(tmp_path), 2 * (MAP_ENTRY_BYTES + 2))  # two keys a map
+    for now in range(2000, 20000, 1500):  # each pass past the last one's horizon
+        plan = cleaner.plan([log], now=now)
+        if plan is not None:
+            cleaner.swap(cleaner.clean(plan))
+        assert [v for _o, k, v in everything(log) if k == b"a"] in ([b"v0", None], [None], [])
+    assert not [k for _o, k, _v in everything(log) if k == b"a"]
+
+
+def test_a_truncation_below_the_cleaned_offset_makes_the_log_dirty_from_there(tmp_path: Path) -> None:
+    """After a restart (the checkpoint read back) a truncation below the offset the last
+    pass reached, and records written anew there: they are deduplicated, as Kafka lowers its
+    checkpoint on truncation. Before, they counted as cleaned and a deleted key came back."""
+    log = compacted_log(tmp_path / "c-0")
+    for i in range(40):
+        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    first = LogCleaner(str(tmp_path))
+    plan = first.plan([log], now=2000)
+    assert plan is not None
+    first.swap(first.clean(plan))
+    assert first.cleaned_to[("c", 0)] > 12
+    cleaner = LogCleaner(str(tmp_path))  # the broker restarted
+    log.truncate_to(10)  # an unclean leader election: cut below the cleaned offset
+    put(log, b"a", b"old", ts=1000)
+    put(log, b"a", None, ts=1000)  # the new leader deleted a
+    for i in range(40):
+        put(log, b"f%d" % (i % 4), b"f%02d" % i, ts=1000)
+    plan = cleaner.plan([log], now=3000)
+    assert plan is not None and plan.first_dirty <= 10
+    cleaner.swap(cleaner.clean(plan))
+    for now in (4500, 6000):
+        plan = cleaner.plan([log], now=now)
+        if plan is not None:
+            cleaner.swap(cleaner.clean(plan))
+        assert [v for _o, k, v in everything(log) if k == b"a"] in ([b"old", None], [None], [])
+    assert not [k for _o, k, _v in everything(log) if k == b"a"]
+
+
+def test_a_forgotten_partitions_offset_is_not_inherited_by_a_new_log(tmp_path: Path) -> None:
+    """forget() writes the checkpoint, and an offset past a log's end is not trusted: a
+    topic deleted and made again (after a restart) starts dirty from its first record."""
+    old = compacted_log(tmp_path / "old" / "c-0")
+    for i in range(60):
+        put(old, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([old], now=2000)
+    assert plan is not None
+    cleaner.swap(cleaner.clean(plan))
+    assert cleaner.cleaned_to[("c", 0)] > 20
+    cleaner.forget("c", 0)
+    assert ("c", 0) not in LogCleaner(str(tmp_path)).cleaned_to  # the checkpoint says so too
+    new = compacted_log(tmp_path / "new" / "c-0")
+    for i in range(20):
+        put(new, b"n%d" % (i % 2), b"w%02d" % i, ts=1000)
+    stale = LogCleaner(str(tmp_path))
+    stale.cleaned_to[("c", 0)] = 50  # as an older checkpoint would have it: past the new log's end
+    plan = stale.plan([new], now=2000)
+    assert plan is not None and plan.first_dirty == 0
+
+
+def test_a_truncation_or_deletion_under_a_pass_does_not_make_the_log_uncleanable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refilled bytes after a truncation can look like damage to the pass, and a segment
+    deleted under it cannot be copied: neither is the log's fault. Before, both marked the
+    log uncleanable until the broker restarted."""
+    log = compacted_log(tmp_path / "t-0", **{"segment.bytes": "100000"})
+    for i in range(40):
+        put(log, b"k%d" % (i % 4), b"old%02d" % i, ts=1000)
+    log.roll()
+    put(log, b"z", b"z", ts=1000)
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None
+    mapped = LogCleaner._offset_map
+
+    def then_truncated(self: LogCleaner, plan: CleanPlan) -> tuple[dict[bytes, int], int]:
+        found = mapped(self, plan)
+        log.truncate_to(5)  # this broker became a follower while the pass ran
+        for i in range(5, 60):
+            put(log, b"k%d" % (i % 4), b"new-longer-value-%02d" % i, ts=1000)
+        return found
+
+    monkeypatch.setattr(LogCleaner, "_offset_map", then_truncated)
+    assert cleaner.run(plan) is None and not cleaner.uncleanable
+    monkeypatch.undo()
+
+    log = compacted_log(tmp_path / "d-0", **{"cleanup.policy": "compact,delete"})
+    for i in range(40):
+        put(log, b"k%d" % (i % 4) if i > 2 else b"u%d" % i, b"v%02d" % i, ts=1000)
+    cleaner = LogCleaner(str(tmp_path / "d"))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None
+    write = cleaner_module._CleanedFile.write
+
+    def after_a_deletion(self: cleaner_module._CleanedFile, data: bytes) -> None:
+        if log.log_start_offset == 0:  # retention (or DeleteRecords) takes the segment being cleaned
+            log.delete_records_before(log.segments[1].base_offset)
+        write(self, data)
+
+    monkeypatch.setattr(cleaner_module._CleanedFile, "write", after_a_deletion)
+    assert cleaner.run(plan) is None and not cleaner.uncleanable
+    assert not [p for p in (tmp_path / "d-0").iterdir() if p.name.endswith(".cleaned")]
+
+
+def test_a_crash_right_after_a_segment_is_replaced_leaves_no_old_index_beside_it(tmp_path: Path) -> None:
+    """swap() removes the old file's offset and time indexes before the cleaned file takes
+    its place: a crash between the two would otherwise leave the old positions beside the
+    new file, and an unclean start would read batches from the wrong places."""
+    cfg = {"segment.bytes": "100000", "index.interval.bytes": "1000"}
+    log = compacted_log(tmp_path / "c-0", **cfg)
+    put(log, b"dup", b"1", ts=1000)  # goes in the pass: every later position moves
+    for i in range(300):
+        put(log, b"k%03d" % i, b"v" * 40, ts=1000)
+    put(log, b"dup", b"2", ts=1000)
+    log.roll()
+    put(log, b"z", b"z", ts=1000)
+    log.flush()
+    expected = [(o, k, v) for o, k, v in everything(log) if o != 0]
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None
+    result = cleaner.clean(plan)
+
+    class Crash(Exception):
+        pass
+
+    real = cleaner_module.LogSegment
+
+    def crash(*_args: object, **_kwargs: object) -> None:
+        raise Crash  # as a SIGKILL right after the cleaned file replaced the log file
+
+    cleaner_module.LogSegment = crash  # type: ignore[assignment, misc]
+    try:
+        with pytest.raises(Crash):
+            cleaner.swap(result)
+    finally:
+        cleaner_module.LogSegment = real  # type: ignore[misc]
+    again = Log(str(tmp_path / "c-0"), "c", 0, log.config, recovery_point=10**6, clean_shutdown=False)
+    for offset in (150, 250, 300):
+        sl = again.read(offset, 10**6, again.log_end_offset)
+        assert sl is not None
+        assert decode_batch(sl.read())[1][0].offset == offset
+    assert everything(again) == expected
