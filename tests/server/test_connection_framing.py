@@ -7,33 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from support.transport import Transport
+
 from dmq.protocol.framing import GATHER_BYTES
 from dmq.server.network import KafkaConnection
-
-
-class Transport:
-    """What KafkaConnection asks of a transport."""
-
-    def __init__(self) -> None:
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def frame_of(size: int, seed: int) -> bytes:

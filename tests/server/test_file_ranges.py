@@ -13,36 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.transport import Transport
 
 from dmq.server.network import SPLICE_MIN_BYTES, KafkaConnection
 from dmq.storage.segment import FileSlice
-
-
-class Transport:
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.closed = self.aborted = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default  # no socket: no sendfile
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = self.closed = True
 
 
 def answer(tmp_path: Path, size: int, cut_to: int | None) -> tuple[Transport, bytes]:

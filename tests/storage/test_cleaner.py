@@ -540,6 +540,17 @@ def test_a_pass_holds_one_batch_at_a_time_not_whole_segments(tmp_path: Path) -> 
     assert peak < 4_000_000, f"a pass over a 20 MB segment held {peak:,} bytes at its peak"
 
 
+def values_of(log: Log, key: bytes) -> list[bytes | None]:
+    return [v for _o, k, v in everything(log) if k == key]
+
+
+def clean_at(cleaner: LogCleaner, log: Log, now: int) -> None:
+    """One pass at ``now``, if the log is due one."""
+    plan = cleaner.plan([log], now=now)
+    if plan is not None:
+        cleaner.swap(cleaner.clean(plan))
+
+
 def test_a_tombstone_past_the_maps_reach_stays_until_a_map_covers_it(tmp_path: Path) -> None:
     """A pass cleans up to where its map reached and keeps everything after that as it is:
     here a delete past the reach of a two-key map, whose key's value the map never saw.
@@ -553,24 +564,28 @@ def test_a_tombstone_past_the_maps_reach_stays_until_a_map_covers_it(tmp_path: P
     put(log, b"z", b"z", ts=1000)
     cleaner = LogCleaner(str(tmp_path), 2 * (MAP_ENTRY_BYTES + 2))  # two keys a map
     for now in range(2000, 20000, 1500):  # each pass past the last one's horizon
-        plan = cleaner.plan([log], now=now)
-        if plan is not None:
-            cleaner.swap(cleaner.clean(plan))
-        assert [v for _o, k, v in everything(log) if k == b"a"] in ([b"v0", None], [None], [])
-    assert not [k for _o, k, _v in everything(log) if k == b"a"]
+        clean_at(cleaner, log, now)
+        assert values_of(log, b"a") in ([b"v0", None], [None], [])
+    assert values_of(log, b"a") == []
+
+
+def written_and_cleaned(path: Path, cleaner_dir: Path, n: int) -> tuple[Log, LogCleaner]:
+    """A compacted log of ``n`` records over four keys, and a cleaner after one pass over it."""
+    log = compacted_log(path)
+    for i in range(n):
+        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    cleaner = LogCleaner(str(cleaner_dir))
+    plan = cleaner.plan([log], now=2000)
+    assert plan is not None
+    cleaner.swap(cleaner.clean(plan))
+    return log, cleaner
 
 
 def test_a_truncation_below_the_cleaned_offset_makes_the_log_dirty_from_there(tmp_path: Path) -> None:
     """After a restart (the checkpoint read back) a truncation below the offset the last
     pass reached, and records written anew there: they are deduplicated, as Kafka lowers its
     checkpoint on truncation. Before, they counted as cleaned and a deleted key came back."""
-    log = compacted_log(tmp_path / "c-0")
-    for i in range(40):
-        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
-    first = LogCleaner(str(tmp_path))
-    plan = first.plan([log], now=2000)
-    assert plan is not None
-    first.swap(first.clean(plan))
+    log, first = written_and_cleaned(tmp_path / "c-0", tmp_path, 40)
     assert first.cleaned_to[("c", 0)] > 12
     cleaner = LogCleaner(str(tmp_path))  # the broker restarted
     log.truncate_to(10)  # an unclean leader election: cut below the cleaned offset
@@ -582,23 +597,15 @@ def test_a_truncation_below_the_cleaned_offset_makes_the_log_dirty_from_there(tm
     assert plan is not None and plan.first_dirty <= 10
     cleaner.swap(cleaner.clean(plan))
     for now in (4500, 6000):
-        plan = cleaner.plan([log], now=now)
-        if plan is not None:
-            cleaner.swap(cleaner.clean(plan))
-        assert [v for _o, k, v in everything(log) if k == b"a"] in ([b"old", None], [None], [])
-    assert not [k for _o, k, _v in everything(log) if k == b"a"]
+        clean_at(cleaner, log, now)
+        assert values_of(log, b"a") in ([b"old", None], [None], [])
+    assert values_of(log, b"a") == []
 
 
 def test_a_forgotten_partitions_offset_is_not_inherited_by_a_new_log(tmp_path: Path) -> None:
     """forget() writes the checkpoint, and an offset past a log's end is not trusted: a
     topic deleted and made again (after a restart) starts dirty from its first record."""
-    old = compacted_log(tmp_path / "old" / "c-0")
-    for i in range(60):
-        put(old, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
-    cleaner = LogCleaner(str(tmp_path))
-    plan = cleaner.plan([old], now=2000)
-    assert plan is not None
-    cleaner.swap(cleaner.clean(plan))
+    _old, cleaner = written_and_cleaned(tmp_path / "old" / "c-0", tmp_path, 60)
     assert cleaner.cleaned_to[("c", 0)] > 20
     cleaner.forget("c", 0)
     assert ("c", 0) not in LogCleaner(str(tmp_path)).cleaned_to  # the checkpoint says so too
