@@ -213,10 +213,19 @@ def scram_password_check(credentials: ScramCredentials, user: str) -> Callable[[
     return None
 
 
+def _decoy_check(user: str) -> Callable[[str], bool]:
+    """A check that costs what a real SCRAM credential's does and always fails."""
+    def check(password: str) -> bool:
+        scram.new_credential("SCRAM-SHA-512", password, scram.DEFAULT_ITERATIONS,
+                             _made_up_salt("SCRAM-SHA-512", user))
+        return False
+    return check
+
+
 def plain_matches_scram(credentials: ScramCredentials, user: str, password: str) -> bool:
-    """Whether ``password`` is the one of the user's stored SCRAM credential (either mechanism)."""
-    check = scram_password_check(credentials, user)
-    return check is not None and check(password)
+    """Whether ``password`` is the one of the user's stored SCRAM credential (either mechanism);
+    a user without one costs the same PBKDF2 (``_decoy_check``)."""
+    return (scram_password_check(credentials, user) or _decoy_check(user))(password)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,8 +295,10 @@ class Authenticator:
 
             def prepare(user: str) -> Callable[[str], bool] | None:
                 # JAAS users are compared on the loop; a SCRAM credential's PBKDF2 is not.
+                # A user without one gets the same PBKDF2 against a made-up credential, so
+                # the time to fail does not tell which users exist.
                 return None if user in users else (
-                    scram_password_check(self.credentials, user) or (lambda password: False))
+                    scram_password_check(self.credentials, user) or _decoy_check(user))
             return PlainServer(verify, prepare)
         return ScramServer(mechanism, lambda user: self.credentials.get(user, mechanism))
 

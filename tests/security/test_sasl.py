@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -208,3 +210,21 @@ def test_credentials_below_the_minimum_iterations_are_refused() -> None:
     weak = scram.new_credential("SCRAM-SHA-256", "pw", iterations=1000)  # written past AlterUserScramCredentials
     with pytest.raises(AuthenticationFailed, match="less than the minimum"):
         server_first_of(ScramServer("SCRAM-SHA-256", lambda _user: weak), "bob")
+
+
+def test_plain_takes_as_long_to_fail_for_an_unknown_user_as_for_a_known_one() -> None:
+    """PLAIN against SCRAM credentials runs PBKDF2 for a user that has one; an unknown user
+    failed at once, so the time to fail told which users exist."""
+    server_of = authenticator().server
+
+    def failing(user: str) -> float:
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            with pytest.raises(AuthenticationFailed):
+                asyncio.run(server_of("SASL_PLAINTEXT", "PLAIN").evaluate_async(b"\0" + user.encode() + b"\0wrong"))
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    known, unknown = failing("bob"), failing("nobody")
+    assert unknown > known / 2, (known, unknown)
