@@ -9,6 +9,8 @@ resource named ``*`` every resource of its type.
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import TypeVar
@@ -17,6 +19,22 @@ from dmq.cluster.acls import LITERAL as STORED_LITERAL
 from dmq.cluster.acls import PREFIXED as STORED_PREFIXED
 from dmq.cluster.acls import AclResource, StoredAce
 
+
+@functools.lru_cache(maxsize=4096)
+def kafka_host(address: str) -> str:
+    """A client's address as Kafka's authorizer matches ACL hosts against it (Java's
+    ``InetAddress.getHostAddress``): IPv4 as it is, IPv6 in full with unpadded lowercase
+    groups (``::1`` is ``0:0:0:0:0:0:0:1``), an IPv4-mapped IPv6 address as its IPv4.
+    Anything else (a name, a scoped address) is left as it is."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return ":".join(format(int(group, 16), "x") for group in ip.exploded.split(":"))
+    return str(ip)
 
 class ResourceType(IntEnum):
     __hash__ = int.__hash__  # C-level: decisions are cached by these

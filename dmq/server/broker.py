@@ -82,6 +82,7 @@ from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.fetch_session import FetchSessionCache
 from dmq.replication.fetcher import ReplicaFetcherManager
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.security.acl import kafka_host
 from dmq.security.authorizer import AclAuthorizer, authorizer_for
 from dmq.security.credentials import ScramCredentials
 from dmq.security.sasl import ANONYMOUS, Authenticator, ConnectionAuth, sasl_settings
@@ -660,7 +661,7 @@ class Broker:
                         peer, e, frame[:96].hex())
             return CLOSE
         ctx = RequestContext(api_key, version, correlation_id, header.client_id,
-                             peer.rsplit(":", 1)[0], response_module(api_key, version), dispatched,
+                             kafka_host(peer.rsplit(":", 1)[0]), response_module(api_key, version), dispatched,
                              connection_id,
                              principal=auth.principal if auth is not None else ANONYMOUS,
                              listener=auth.listener if auth is not None else "PLAINTEXT",

@@ -8,6 +8,7 @@ scans every ACL for each question.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from dmq.security.acl import (
     PatternType,
     ResourcePattern,
     ResourceType,
+    kafka_host,
 )
 from dmq.security.authorizer import AclAuthorizer, parse_super_users
 
@@ -160,3 +162,29 @@ def test_principals_must_have_a_type(text: str) -> None:
     binding = topic_acl("t", text, AclOperation.READ, ALLOW)
     with pytest.raises(ValueError, match="principalType:principalName"):
         binding.validated()
+
+
+@pytest.mark.parametrize(("address", "as_kafka"), [
+    ("127.0.0.1", "127.0.0.1"),
+    ("::1", "0:0:0:0:0:0:0:1"),
+    ("fe80::1", "fe80:0:0:0:0:0:0:1"),
+    ("2001:DB8::FF00:42:8329", "2001:db8:0:0:0:ff00:42:8329"),
+    ("::ffff:10.0.0.1", "10.0.0.1"),
+    ("localhost", "localhost"),
+])
+def test_client_hosts_are_written_as_kafkas_authorizer_sees_them(address: str, as_kafka: str) -> None:
+    """Kafka matches an ACL's host against Java's InetAddress.getHostAddress: an ACL written
+    for Kafka's form (kafka-acls --deny-host 0:0:0:0:0:0:0:1) must match an IPv6 client here
+    too; before, dmq compared Python's compressed form (::1) and such a DENY never applied."""
+    assert kafka_host(address) == as_kafka
+
+
+@given(st.ip_addresses(v=6))
+def test_kafkas_form_of_an_ipv6_address_is_the_same_address(ip: ipaddress.IPv6Address) -> None:
+    host = kafka_host(str(ip))
+    if ip.ipv4_mapped is not None:
+        assert host == str(ip.ipv4_mapped)
+    else:
+        groups = host.split(":")
+        assert len(groups) == 8 and all(g == g.lower() and (g == "0" or not g.startswith("0")) for g in groups)
+        assert ipaddress.ip_address(host) == ip
