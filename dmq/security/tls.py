@@ -84,10 +84,18 @@ def peer_principal(transport: Any) -> str | None:
         return None
     if not cert:
         return None
-    parts = []
-    for rdn in reversed(cert.get("subject", ())):
-        for key, value in rdn:
-            name = _RDN.get(key, key)
-            escaped = "".join("\\" + c if c in ',+"\\<>;' else c for c in str(value))
-            parts.append(f"{name}={escaped}")
-    return "User:" + ",".join(parts) if parts else None
+    # RFC 2253, as Java's X500Principal.getName(): RDNs last first, joined by ",", the
+    # attributes of one multi-valued RDN joined by "+". (Attribute types outside RFC 2253's
+    # keywords appear by Python's name, where Java prints their OID.)
+    rdns = ["+".join(f"{_RDN.get(key, key)}={_rfc2253_value(str(value))}" for key, value in rdn)
+            for rdn in reversed(cert.get("subject", ())) if rdn]
+    return "User:" + ",".join(rdns) if rdns else None
+
+
+def _rfc2253_value(value: str) -> str:
+    escaped = "".join("\\" + c if c in ',+"\\<>;' else c for c in value)
+    if escaped.startswith(("#", " ")):
+        escaped = "\\" + escaped
+    if escaped.endswith(" ") and not escaped.endswith("\\ "):
+        escaped = escaped[:-1] + "\\ "
+    return escaped

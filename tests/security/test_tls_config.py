@@ -88,6 +88,10 @@ def test_ssl_principal_is_the_subject_in_rfc2253_order() -> None:
     cert = {"subject": ((("countryName", "DE"),), (("organizationName", "dmq, tests"),),
                         (("commonName", "alice"),))}
     assert peer_principal(_Transport(cert)) == "User:CN=alice,O=dmq\\, tests,C=DE"
+    # A multi-valued RDN's attributes are joined by "+" (they were listed as RDNs of their
+    # own), and a value's leading "#" or space and trailing space are escaped, as Java's.
+    multi = {"subject": ((("organizationName", "#1 corp "),), (("commonName", "bob"), ("userId", "b7")))}
+    assert peer_principal(_Transport(multi)) == "User:CN=bob+UID=b7,O=\\#1 corp\\ "
     assert peer_principal(_Transport({})) is None      # no client certificate
     assert peer_principal(_Transport(None)) is None    # not TLS
 
