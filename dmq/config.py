@@ -171,7 +171,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.key.index.enable", ConfigType.BOOLEAN, "true", "Build key indexes for message query in the background (dmq's own)."),
     ConfigDef("log.key.index.interval.ms", ConfigType.LONG, "1000", "How often an idle key indexer looks for new records (dmq's own).", _at_least(1)),
     ConfigDef("log.key.index.max.loop.share", ConfigType.DOUBLE, "0.5", "Share of the broker's event loop the key indexer may take while it is behind and the loop is otherwise idle; a tenth of it under load (dmq's own).", _ratio),
-    ConfigDef("log.segment.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0)),
+    ConfigDef("log.segment.delete.delay.ms", ConfigType.LONG, "60000", "How long a deleted or replaced segment stays readable to fetch answers that hold it.", _at_least(0)),
     ConfigDef("min.insync.replicas", ConfigType.INT, "1", "Minimum ISR size for acks=all.", _at_least(1)),
     ConfigDef("delayed.delivery.enable", ConfigType.BOOLEAN, "true", "Honour the dmq-delay-ms and dmq-deliver-at record headers."),
     ConfigDef("delayed.delivery.max.ms", ConfigType.LONG, "259200000", "Longest delay a record may ask for (3 days, as RocketMQ).", _at_least(0)),
@@ -289,7 +289,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("delayed.delivery.enable", ConfigType.BOOLEAN, "true", "Honour the dmq-delay-ms and dmq-deliver-at record headers.", None, (("delayed.delivery.enable", 1),)),
     ConfigDef("delayed.delivery.max.ms", ConfigType.LONG, "259200000", "Longest delay a record may ask for.", _at_least(0), (("delayed.delivery.max.ms", 1),)),
     ConfigDef("delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0), (("log.cleaner.delete.retention.ms", 1),)),
-    ConfigDef("file.delete.delay.ms", ConfigType.LONG, "60000", "Delay before deleting a segment file.", _at_least(0), (("log.segment.delete.delay.ms", 1),)),
+    ConfigDef("file.delete.delay.ms", ConfigType.LONG, "60000", "How long a deleted or replaced segment stays readable to fetch answers that hold it.", _at_least(0), (("log.segment.delete.delay.ms", 1),)),
     ConfigDef("flush.messages", ConfigType.LONG, str(LONG_MAX), "Flush after this many messages.", _at_least(1), (("log.flush.interval.messages", 1),)),
     ConfigDef("flush.ms", ConfigType.LONG, str(LONG_MAX), "Flush after this long.", _at_least(0), (("log.flush.interval.ms", 1),)),
     ConfigDef("index.interval.bytes", ConfigType.INT, "4096", "Bytes between offset index entries.", _at_least(0), (("log.index.interval.bytes", 1),)),
@@ -547,6 +547,11 @@ class LogConfig:
     @property
     def segment_bytes(self) -> int:
         return int(self._values["segment.bytes"])
+
+    @property
+    def file_delete_delay_s(self) -> float:
+        """How long a deleted or replaced segment's descriptor stays open (file.delete.delay.ms)."""
+        return int(self._values["file.delete.delay.ms"]) / 1000.0
 
     @property
     def segment_ms(self) -> int:

@@ -522,7 +522,7 @@ class LogCleaner:
             old = lg.segments[idx]
             # At once, before the fresh segment rebuilds the same index files; the log
             # file's descriptor later, as fetch answers may hold slices of the old file.
-            old.close(defer=True)
+            old.close(defer=True, delay_s=lg.config.file_delete_delay_s)
             try:
                 old.key_index.delete()  # it describes the old file: the key indexer builds one for the new
                 # The offset and time indexes describe the old file too: a crash after the

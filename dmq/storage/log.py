@@ -297,7 +297,7 @@ class Log:
             # (unflushed) segments too.
             for segment in self.segments[truncated_at + 1:]:
                 log.warning("%s: deleting segment %d after corruption", self.name, segment.base_offset)
-                segment.delete()
+                segment.delete(self.config.file_delete_delay_s)
             del self.segments[truncated_at + 1:]
             self.bases = [s.base_offset for s in self.segments]
         for segment in self.segments:  # before any append: a file describes the bytes it was written from
@@ -626,7 +626,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and restart it empty at ``offset`` (below the leader's start)."""
         for segment in self.segments:
-            segment.delete()
+            segment.delete(self.config.file_delete_delay_s)
         segment = LogSegment(self.directory, offset, self.config.index_interval_bytes)
         self.segments = [segment]
         self.bases = [offset]
@@ -849,7 +849,7 @@ class Log:
     def _delete_first_segment(self) -> None:
         segment = self.segments.pop(0)
         self.bases.pop(0)
-        segment.delete()
+        segment.delete(self.config.file_delete_delay_s)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self._on_log_start_offset_moved()
 
@@ -917,7 +917,7 @@ class Log:
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()
             self.bases.pop()
-            seg.delete()
+            seg.delete(self.config.file_delete_delay_s)
         self.active_segment.truncate_to(offset)
         self.log_end_offset = max(offset, self.log_start_offset)
         with self._recovery_lock:
@@ -989,8 +989,8 @@ class Log:
         """Close every segment (``defer``: a deleted log, see ``LogSegment.close``)."""
         self.closed = True
         for segment in self.segments:
-            segment.close(defer)
+            segment.close(defer, self.config.file_delete_delay_s)
 
     def delete_files(self) -> None:
         for segment in self.segments:
-            segment.delete()
+            segment.delete(self.config.file_delete_delay_s)

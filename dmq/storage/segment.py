@@ -26,7 +26,7 @@ Plain synchronous file code; only the owning Log calls it.
 from __future__ import annotations
 
 import bisect
-import collections
+import heapq
 import os
 import resource
 import time
@@ -65,16 +65,17 @@ RECENT_BATCHES = 256  # batch positions kept in memory per segment (between 256 
 # oldest are closed at once.
 FD_CLOSE_DELAY_S = 60.0
 DEFERRED_CLOSES_MAX = max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 8)
-_deferred_closes: collections.deque[tuple[float, int]] = collections.deque()
+_deferred_closes: list[tuple[float, int]] = []  # a heap of (due, fd)
 
 
-def close_later(fd: int, now: float | None = None) -> None:
-    """Close ``fd`` once FD_CLOSE_DELAY_S have passed (event-loop thread; the file may be
-    unlinked or replaced meanwhile: its bytes stay readable through the descriptor)."""
+def close_later(fd: int, delay_s: float = FD_CLOSE_DELAY_S, now: float | None = None) -> None:
+    """Close ``fd`` once ``delay_s`` (the log's file.delete.delay.ms) have passed (event-loop
+    thread; the file may be unlinked or replaced meanwhile: its bytes stay readable through
+    the descriptor)."""
     now = time.monotonic() if now is None else now
-    _deferred_closes.append((now + FD_CLOSE_DELAY_S, fd))
+    heapq.heappush(_deferred_closes, (now + delay_s, fd))
     while len(_deferred_closes) > DEFERRED_CLOSES_MAX:
-        close_fds([_deferred_closes.popleft()[1]])
+        close_fds([heapq.heappop(_deferred_closes)[1]])
 
 
 def take_due_closes(now: float | None = None, *, everything: bool = False) -> list[int]:
@@ -83,7 +84,7 @@ def take_due_closes(now: float | None = None, *, everything: bool = False) -> li
     now = time.monotonic() if now is None else now
     due: list[int] = []
     while _deferred_closes and (everything or _deferred_closes[0][0] <= now):
-        due.append(_deferred_closes.popleft()[1])
+        due.append(heapq.heappop(_deferred_closes)[1])
     return due
 
 
@@ -385,9 +386,9 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
-    def close(self, defer: bool = False) -> None:
+    def close(self, defer: bool = False, delay_s: float = FD_CLOSE_DELAY_S) -> None:
         """Close the segment's files, once (a second call does nothing). With ``defer`` the
-        log file's descriptor is closed only FD_CLOSE_DELAY_S later (``close_later``): for a
+        log file's descriptor is closed only ``delay_s`` later (``close_later``): for a
         segment deleted or replaced while fetch answers may still hold slices of it."""
         fd, self.fd = self.fd, -1
         if fd < 0:
@@ -398,15 +399,15 @@ class LogSegment:
         self.time_index.close()
         self.txn_index.close()
         if defer:
-            close_later(fd)
+            close_later(fd, delay_s)
             return
         try:
             os.close(fd)
         except OSError:
             pass
 
-    def delete(self) -> None:
-        self.close(defer=True)
+    def delete(self, delay_s: float = FD_CLOSE_DELAY_S) -> None:
+        self.close(defer=True, delay_s=delay_s)
         self.key_index.delete()
         for path in (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path):
             try:

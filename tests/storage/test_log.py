@@ -11,6 +11,7 @@ from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.records import decode_batch, encode_batch
 from dmq.storage.log import Log, OffsetOutOfRangeError
+from dmq.storage.segment import close_deferred, close_fds, take_due_closes
 
 
 def make_log(path: Path, **overrides: str) -> Log:
@@ -265,3 +266,23 @@ def test_a_flush_that_a_truncation_overtakes_leaves_the_recovery_point_below_the
     append(log, 10)
     log.flush_segments(log.log_end_offset)  # a flush that began after the cut counts
     assert log.recovery_point == log.log_end_offset == 15
+
+
+@pytest.mark.parametrize(("delay_ms", "due_now"), [("0", True), ("60000", False)])
+def test_a_deleted_segment_stays_readable_for_file_delete_delay_ms(tmp_path: Path, delay_ms: str,
+                                                                    due_now: bool) -> None:
+    """A fetch answer may hold a slice of a segment DeleteRecords or retention then deletes:
+    its descriptor stays open file.delete.delay.ms (the config was accepted and unused)."""
+    close_deferred(everything=True)
+    log = make_log(tmp_path / "t-0", **{"segment.bytes": "1000", "file.delete.delay.ms": delay_ms})
+    for _ in range(20):
+        append(log, 2)
+    held = log.read(0, 10**6, log.log_end_offset)
+    assert held is not None
+    before = held.read()
+    log.delete_records_before(log.segments[2].base_offset)
+    assert held.read() == before  # still readable, though unlinked
+    due = take_due_closes()
+    assert (held.fd in due) is due_now
+    close_fds(due)
+    close_deferred(everything=True)
