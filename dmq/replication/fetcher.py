@@ -247,12 +247,12 @@ class ReplicaFetcherManager:
                 else:
                     local_epoch, local_end = p.log.leader_epochs.end_offset_for(r.leader_epoch, leo)
                     if local_epoch < 0:
-                        # Every epoch here is newer than the leader's answer: none of them is the
-                        # leader's, so nothing from the first one on can stay (Kafka's
-                        # endOffsetFor answers the first entry's start here).
-                        entries = p.log.leader_epochs.entries
-                        target = min(r.end_offset, entries[0][1] if entries else leo, leo)
+                        # No epoch here at all (an older log): keep nothing past the leader's end.
+                        target = min(r.end_offset, leo)
                     elif local_epoch == r.leader_epoch:
+                        # (Also when every epoch here is newer than the leader's answer: the
+                        # first entry's start is the end, as Kafka's endOffsetFor, so nothing
+                        # from the first one on stays: none of them is the leader's.)
                         target = min(r.end_offset, local_end, leo)
                     else:
                         # KIP-279: this log lacks the leader's epoch. Cut to the end of the

@@ -73,7 +73,12 @@ class LeaderEpochFileCache:
 
         The end offset is the start of the first epoch after ``requested`` (or the
         log end offset for the latest epoch); the epoch is the largest one at or
-        below ``requested``. (-1, -1) when ``requested`` predates every entry.
+        below ``requested``. An epoch older than every entry (its entries went with
+        the records: retention, a reassignment, a leadership that wrote nothing) is
+        answered with itself and the first entry's start, as Kafka's endOffsetFor:
+        (-1, -1) there made a consumer validating its position take it for a
+        truncation and reset its offset. (An epoch newer than every entry is answered
+        with the latest: followers rely on it; Kafka answers (-1, -1).)
         """
         if not self.entries or requested < 0:
             return UNDEFINED, UNDEFINED
@@ -82,7 +87,7 @@ class LeaderEpochFileCache:
         epochs = [e for e, _ in self.entries]
         i = bisect_right(epochs, requested)
         if i == 0:
-            return UNDEFINED, UNDEFINED
+            return requested, self.entries[0][1]
         return self.entries[i - 1][0], self.entries[i][1]
 
     def truncate_from_end(self, end_offset: int) -> None:

@@ -12,10 +12,12 @@ from dmq.storage.leader_epoch import UNDEFINED, LeaderEpochFileCache
 
 
 def brute_end_offset(entries: list[tuple[int, int]], requested: int, leo: int) -> tuple[int, int]:
-    """OffsetForLeaderEpoch by definition: the largest epoch <= requested, and where it ends."""
+    """OffsetForLeaderEpoch by definition: the largest epoch <= requested, and where it ends;
+    an epoch older than every entry (Kafka's endOffsetFor): itself, ending where the first
+    entry starts."""
     older = [(e, s) for e, s in entries if e <= requested]
     if not older:
-        return UNDEFINED, UNDEFINED
+        return (requested, entries[0][1]) if entries and requested >= 0 else (UNDEFINED, UNDEFINED)
     epoch = older[-1][0]
     later = [s for e, s in entries if e > requested]
     return epoch, later[0] if later else leo
@@ -162,3 +164,18 @@ def test_recovery_puts_back_the_epochs_of_the_batches_it_reads_again(tmp_path: P
     assert unclean.leader_epochs.epoch_for(3) == 3
     unclean.close()
     assert LeaderEpochFileCache(str(tmp_path)).entries == [(0, 0), (3, 2)]
+
+
+def test_an_epoch_older_than_the_cache_ends_where_the_first_entry_starts(tmp_path: Path) -> None:
+    """A new empty partition led in epoch 0, re-elected in epoch 1 before any write: the
+    cache holds (1, 0) only. A consumer at offset 0 of epoch 0 validates its position after
+    the leader change: (-1, -1) made it reset (Kafka answers (0, 0))."""
+    cache = LeaderEpochFileCache(str(tmp_path))
+    cache.assign(1, 0)
+    assert cache.end_offset_for(0, 0) == (0, 0)
+    cache.assign(3, 1000)
+    assert cache.end_offset_for(2, 1200) == (1, 1000)
+    (tmp_path / "r").mkdir()
+    reassigned = LeaderEpochFileCache(str(tmp_path / "r"))
+    reassigned.assign(3, 1000)  # a replica whose log starts at 1000 in epoch 3
+    assert reassigned.end_offset_for(2, 1200) == (2, 1000)
