@@ -557,6 +557,7 @@ class ReplicaManager:
         results = self.read_from_local_log(requests, max_bytes, replica_id, read_committed)
         available = sum(r.data.length for r in results if r.data is not None)
         has_error = any(r.error != ErrorCode.none for r in results)
+        min_bytes = min(min_bytes, max_bytes)  # as Kafka's handleFetchRequest: never wait for more than fits
         if max_wait_ms <= 0 or not requests or available >= min_bytes or has_error:
             return results
         if available:
@@ -568,6 +569,7 @@ class ReplicaManager:
             return p.appended_bytes if follower else p.visible_bytes
 
         start = {key: (p, counter(p)) for key in keys if (p := self.partitions.get(key)) is not None}
+        asked_epochs = {(r.topic, r.partition): r.current_leader_epoch for r in requests}
 
         def enough() -> bool:
             grown = 0
@@ -575,6 +577,8 @@ class ReplicaManager:
                 p = self.partitions.get(key)
                 if p is not before_p or p is None or not p.is_leader:
                     return True  # deleted or moved: answer now
+                if 0 <= asked_epochs[key] != p.leader_epoch:
+                    return True  # a new leader epoch here: FENCED_LEADER_EPOCH now (Kafka's DelayedFetch)
                 grown += counter(p) - before
             return available + grown >= min_bytes
 

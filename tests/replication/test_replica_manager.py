@@ -271,3 +271,43 @@ def test_a_partition_not_led_when_its_verification_starts_is_refused_as_not_led(
 
     asyncio.run(main())
     lm.shutdown()
+
+
+def test_a_waiting_fetch_is_answered_when_its_leader_epoch_is_replaced_here(tmp_path: Path) -> None:
+    """A consumer's fetch waits at the log end in epoch 3; this broker stays leader under
+    epoch 4: the fetch is answered FENCED_LEADER_EPOCH at once, as Kafka's DelayedFetch
+    completes on a fenced epoch (before, it waited its whole max wait)."""
+    lm, rm = _open(tmp_path)
+    rm.become_leader("t", 0, "id", 3, replicas=[1], isr=[1])
+    _produce(rm, 2)
+
+    async def scenario() -> tuple[float, ErrorCode]:
+        started = asyncio.get_running_loop().time()
+        fetch = asyncio.ensure_future(rm.fetch_messages(
+            [FetchRequestPartition("t", 0, 2, 1 << 20, current_leader_epoch=3)],
+            max_wait_ms=5000, min_bytes=1, max_bytes=1 << 20))
+        await asyncio.sleep(0.1)
+        rm.become_leader("t", 0, "id", 4, replicas=[1], isr=[1])
+        results = await asyncio.wait_for(fetch, 10)
+        return asyncio.get_running_loop().time() - started, results[0].error
+
+    took, error = asyncio.run(scenario())
+    assert error == ErrorCode.fenced_leader_epoch and took < 2, (took, error)
+    lm.shutdown()
+
+
+def test_min_bytes_above_max_bytes_does_not_wait_for_what_cannot_fit(tmp_path: Path) -> None:
+    """Kafka's handleFetchRequest takes min(min_bytes, max_bytes): a fetch asking at least
+    5000 bytes of an answer of at most 300 is answered at once when 300 are there."""
+    lm, rm = _open(tmp_path)
+    rm.become_leader("t", 0, "id", 0, replicas=[1], isr=[1])
+    _produce(rm, 100)  # one batch of about 900 bytes
+
+    async def scenario() -> float:
+        started = asyncio.get_running_loop().time()
+        await rm.fetch_messages([FetchRequestPartition("t", 0, 0, 1 << 20)], max_wait_ms=5000,
+                                min_bytes=5000, max_bytes=300)
+        return asyncio.get_running_loop().time() - started
+
+    assert asyncio.run(scenario()) < 2
+    lm.shutdown()
