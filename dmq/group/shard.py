@@ -323,11 +323,14 @@ class GroupShard:
             group.pending_members.discard(member_id)
             out.timers.append(Cancel(("pending", group_id, member_id)))
             return self._add_member_and_rebalance(out, group, member_id, *member_args, now_ms)
-        member = group.members.get(member_id)
-        if member is None:
-            return JoinResult(ErrorCode.unknown_member_id, member_id)
-        if instance_id is not None and group.static_members.get(instance_id) != member_id:
+        # Kafka's validateMember: a static member's instance id first (FENCED_INSTANCE_ID when
+        # another member id holds it: the Java client stops, a zombie must not rejoin and
+        # displace the live one), then the member id.
+        if instance_id is not None and group.static_members.get(instance_id) not in (None, member_id):
             return JoinResult(ErrorCode.fenced_instance_id, member_id)
+        member = group.members.get(member_id)
+        if member is None or (instance_id is not None and instance_id not in group.static_members):
+            return JoinResult(ErrorCode.unknown_member_id, member_id)
         return self._update_member_and_rebalance(out, group, member, protocols, session_ms, rebalance_ms,
                                                  now_ms)
 
@@ -352,9 +355,12 @@ class GroupShard:
         if was_leader:
             group.leader = new_id
         self._schedule_heartbeat(out, group, member)
-        if group.state == GroupState.STABLE and old.matches(protocols):
-            # A static member restarted: same assignment, no rebalance (KIP-345); answered
-            # once the group record naming its new member id is committed.
+        if group.state == GroupState.STABLE and group.select_protocol() == group.protocol:
+            # A static member restarted: same assignment, no rebalance (KIP-345), whatever its
+            # subscription bytes (a restarted consumer's name no owned partitions and
+            # generation -1), unless the group's protocol would change (Kafka's
+            # replaceStaticMember); answered once the group record naming its new member
+            # id is committed.
             out.records.append(self._group_record(group, now_ms))
             return self._join_result(group, member)
         return self._update_member_and_rebalance(out, group, member, protocols, session_ms, rebalance_ms,
@@ -453,9 +459,23 @@ class GroupShard:
             return
         out.timers.append(Cancel(("rebalance", group.group_id)))
         group.in_initial_delay = False
-        for m in [m for m in group.members.values() if m.join_waiter is None]:
+        # Dynamic members that did not rejoin go; static ones keep their place until their
+        # session times out (KIP-345, Kafka's completeClassicGroupJoin).
+        for m in [m for m in group.members.values() if m.join_waiter is None and m.group_instance_id is None]:
             log.info("removing member %s of group %s: it did not rejoin in time", m.member_id, group.group_id)
             self._drop_member(out, group, m, ErrorCode.unknown_member_id)
+        if group.members and not any(m.join_waiter is not None for m in group.members.values()):
+            # Nobody rejoined (static members only, all away): wait another rebalance timeout
+            # for them or for their sessions to end.
+            log.info("group %s: no member rejoined; waiting another rebalance timeout", group.group_id)
+            timeout = max(m.rebalance_timeout_ms for m in group.members.values())
+            out.timers.append(Schedule(("rebalance", group.group_id), timeout))
+            return
+        leader = group.members.get(group.leader) if group.leader is not None else None
+        if leader is not None and leader.join_waiter is None:
+            # The leader is a static member that did not rejoin: one that did leads
+            # (Kafka's maybeElectNewJoinedLeader).
+            group.leader = next(m.member_id for m in group.members.values() if m.join_waiter is not None)
         for pending in group.pending_members:
             out.timers.append(Cancel(("pending", group.group_id, pending)))
         group.pending_members.clear()
@@ -486,11 +506,13 @@ class GroupShard:
         if not group_id:
             return out.result(SyncResult(ErrorCode.invalid_group_id))
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
+            return out.result(SyncResult(ErrorCode.unknown_member_id))
+        if instance_id is not None and group.static_members.get(instance_id) not in (None, member_id):
+            return out.result(SyncResult(ErrorCode.fenced_instance_id))  # before the member id, as Kafka
+        if member_id not in group.members or (instance_id is not None and instance_id not in group.static_members):
             return out.result(SyncResult(ErrorCode.unknown_member_id))
         member = group.members[member_id]
-        if instance_id is not None and group.static_members.get(instance_id) != member_id:
-            return out.result(SyncResult(ErrorCode.fenced_instance_id))
         if generation != group.generation:
             return out.result(SyncResult(ErrorCode.illegal_generation))
         if (protocol_type is not None and protocol_type != group.protocol_type) or \
@@ -786,7 +808,7 @@ class GroupShard:
                        if now_ms - max(om.commit_timestamp, group.state_timestamp)
                        > self.config.offsets_retention_ms and (topic, partition) not in unstable]
             out.records.extend(expired)
-            if expired and len(expired) == len(group.offsets) and not unstable:
+            if len(expired) == len(group.offsets) and not unstable:
                 out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
         return out.result(len(out.records))
 

@@ -254,6 +254,75 @@ def test_a_restarted_static_member_keeps_its_assignment_and_fences_the_old_one()
     assert reloaded(d).groups["s"].static_members == {"i1": again.member_id}
 
 
+def _two_static_members(d: ShardDriver, session_ms: int = 600_000, rebalance_ms: int = 10_000) -> tuple[Any, Any]:
+    """Static members A and B of group g, in a stable generation 2 (A leads)."""
+    a = d.answer(join(d, "g", instance="A", protocols=[("range", b"gen-1")], session_ms=session_ms,
+                      rebalance_ms=rebalance_ms))
+    d.run(d.shard.sync_group, "g", 1, a.member_id, "A", None, None, {a.member_id: b"x"})
+    b_join = join(d, "g", instance="B", session_ms=session_ms, rebalance_ms=rebalance_ms)
+    d.answer(join(d, "g", a.member_id, instance="A", protocols=[("range", b"gen-1")], session_ms=session_ms,
+                  rebalance_ms=rebalance_ms))
+    b = d.answer(b_join)
+    group = d.shard.groups["g"]
+    d.run(d.shard.sync_group, "g", 2, a.member_id, "A", None, None, {m: b"x" for m in group.members})
+    d.run(d.shard.sync_group, "g", 2, b.member_id, "B", None, None, {})
+    assert group.state == GroupState.STABLE and group.generation == 2
+    return a, b
+
+
+def test_a_static_member_restarting_with_new_subscription_bytes_causes_no_rebalance() -> None:
+    """A restarted consumer's subscription names no owned partitions and generation -1, so
+    its bytes differ from before: KIP-345 still skips the rebalance while the group's
+    protocol stays (Kafka compares the protocol the next generation would select)."""
+    d = ShardDriver(shard())
+    _a, b = _two_static_members(d)
+    again = d.answer(join(d, "g", instance="B", protocols=[("range", b"after-restart")], session_ms=600_000))
+    group = d.shard.groups["g"]
+    assert again.error == ErrorCode.none and again.member_id != b.member_id
+    assert group.state == GroupState.STABLE and group.generation == 2
+
+
+def test_a_static_member_that_does_not_rejoin_in_time_keeps_its_place() -> None:
+    """A static member away (restarting, session 60 s) when a rebalance's timeout (5 s)
+    passes stays in the group until its session ends, as Kafka; a member that rejoined
+    leads in its place. Before, it was removed at the timeout and its partitions moved."""
+    d = ShardDriver(shard())
+    a = d.answer(join(d, "g", instance="A", session_ms=60_000, rebalance_ms=5_000))
+    d.run(d.shard.sync_group, "g", 1, a.member_id, "A", None, None, {a.member_id: b"x"})
+    b_join = join(d, "g", instance="B", session_ms=60_000, rebalance_ms=5_000)  # A is away
+    d.advance(5_001)
+    group = d.shard.groups["g"]
+    b = d.answer(b_join)
+    assert b.error == ErrorCode.none and b.generation == 2
+    assert sorted(group.static_members) == ["A", "B"] and group.leader == b.member_id
+    assert group.state == GroupState.COMPLETING_REBALANCE
+
+
+def test_a_replaced_static_members_old_id_is_fenced_in_join_and_sync() -> None:
+    """Kafka checks a static member's instance id before its member id: the old incarnation
+    of a replaced static member gets FENCED_INSTANCE_ID (which stops a Java client), not
+    UNKNOWN_MEMBER_ID (on which it rejoins and displaces the live one)."""
+    d = ShardDriver(shard())
+    a = d.answer(join(d, "g", instance="A"))
+    d.run(d.shard.sync_group, "g", 1, a.member_id, "A", None, None, {a.member_id: b"x"})
+    assert d.answer(join(d, "g", instance="A")).error == ErrorCode.none  # a second process takes A
+    assert d.answer(d.run(d.shard.sync_group, "g", 1, a.member_id, "A", None, None, {})).error \
+        == ErrorCode.fenced_instance_id
+    assert d.answer(join(d, "g", a.member_id, instance="A")).error == ErrorCode.fenced_instance_id
+    assert d.answer(join(d, "g", a.member_id, instance="Z")).error == ErrorCode.unknown_member_id
+
+
+def test_an_empty_group_without_offsets_is_deleted_by_the_expiry() -> None:
+    """Kafka's cleanupExpiredOffsets counts a group with no offsets as all expired and
+    deletes it once Empty; dmq kept such groups (auto-commit off) for ever."""
+    d = ShardDriver(shard(offsets_retention_ms=60_000))
+    a = d.answer(join(d, "g"))
+    d.run(d.shard.leave_group, "g", [(a.member_id, None)])
+    assert d.shard.groups["g"].state == GroupState.EMPTY
+    assert d.run(d.shard.expire_offsets) == 1
+    assert "g" not in d.shard.groups and "g" not in reloaded(d).groups
+
+
 def test_a_member_that_stops_heartbeating_is_removed_after_its_session() -> None:
     d = ShardDriver(shard())
     a = d.answer(join(d, "h", session_ms=6000))
