@@ -570,6 +570,11 @@ class ReplicaManager:
 
         start = {key: (p, counter(p)) for key in keys if (p := self.partitions.get(key)) is not None}
         asked_epochs = {(r.topic, r.partition): r.current_leader_epoch for r in requests}
+        # A read_committed fetch can read only below the last stable offset (Kafka's
+        # DelayedFetch measures it there): the high watermark's growth would answer it
+        # while a transaction stays open, and a commit marker's few bytes would not.
+        stable_from = {key: p.log.last_stable_offset() for key, (p, _) in start.items()} \
+            if read_committed and not follower else None
 
         def enough() -> bool:
             grown = 0
@@ -580,7 +585,22 @@ class ReplicaManager:
                 if 0 <= asked_epochs[key] != p.leader_epoch:
                     return True  # a new leader epoch here: FENCED_LEADER_EPOCH now (Kafka's DelayedFetch)
                 grown += counter(p) - before
+            if stable_from is not None:
+                return stable_enough()
             return available + grown >= min_bytes
+
+        def stable_enough() -> bool:
+            assert stable_from is not None
+            if all(start[key][0].log.last_stable_offset() == lso for key, lso in stable_from.items()):
+                return False  # nothing became readable
+            readable = 0
+            for req in requests:
+                key = (req.topic, req.partition)
+                if key in start:
+                    data = start[key][0].read(req.fetch_offset, req.max_bytes, min_one_batch=True,
+                                              read_committed=True).data
+                    readable += data.length if data is not None else 0
+            return readable >= min_bytes
 
         if waiting is not None:
             waiting()

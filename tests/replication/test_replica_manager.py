@@ -311,3 +311,37 @@ def test_min_bytes_above_max_bytes_does_not_wait_for_what_cannot_fit(tmp_path: P
 
     assert asyncio.run(scenario()) < 2
     lm.shutdown()
+
+
+def test_a_read_committed_fetch_waits_on_the_last_stable_offset(tmp_path: Path) -> None:
+    """A read_committed fetch can read only below the last stable offset, and Kafka's
+    DelayedFetch measures it there: more records of an open transaction do not answer it
+    (before, the high watermark's growth did, with nothing to read), and the commit does at
+    once even when the marker alone is fewer bytes than min_bytes (before, it waited its
+    whole max wait)."""
+    lm, rm = _open(tmp_path)
+    rm.become_leader("t", 0, "id", 0, replicas=[1], isr=[1])
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        first = await rm.append_records({("t", 0): bytes(data_batch(7, 0, 0, [b"x" * 3000]))}, 1, 5,
+                                        transactional_id="app")
+        assert first[("t", 0)].error == ErrorCode.none
+        assert rm.partitions[("t", 0)].log.last_stable_offset() == 0
+        started = loop.time()
+        fetch = asyncio.ensure_future(rm.fetch_messages(
+            [FetchRequestPartition("t", 0, 0, 1 << 20)], max_wait_ms=4000, min_bytes=1024, max_bytes=1 << 20,
+            read_committed=True))
+        await asyncio.sleep(0.1)
+        more = await rm.append_records({("t", 0): bytes(data_batch(7, 0, 1, [b"y" * 3000]))}, 1, 5,
+                                       transactional_id="app")
+        assert more[("t", 0)].error == ErrorCode.none
+        await asyncio.sleep(0.2)
+        assert not fetch.done()  # the transaction is still open: nothing to read yet
+        assert rm.append_end_txn_marker("t", 0, 7, 0, 0, commit=True).error == ErrorCode.none
+        results = await asyncio.wait_for(fetch, 10)
+        assert loop.time() - started < 2
+        assert results[0].data is not None and results[0].data.length > 6000
+
+    asyncio.run(scenario())
+    lm.shutdown()
