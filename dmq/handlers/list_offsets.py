@@ -37,7 +37,14 @@ def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -
     lg = partition.log
     if timestamp == EARLIEST:
         return lg.log_start_offset, -1
+    # A new leader whose high watermark has not yet reached the start of its epoch does not
+    # know how far the log is committed: OFFSET_NOT_AVAILABLE (retriable) for the latest
+    # offset and for a lookup past what is fetchable, as Kafka's fetchOffsetForTimestamp;
+    # else the latest offset would go back and a time lookup find nothing.
+    lagging = partition.leader_epoch_start_offset > partition.high_watermark
     if timestamp == LATEST:
+        if lagging:
+            raise PartitionError(ErrorCode.offset_not_available)
         return (lg.last_stable_offset() if read_committed else partition.high_watermark), -1
     if timestamp == MAX_TIMESTAMP:
         found = lg.offset_of_max_timestamp()
@@ -47,6 +54,8 @@ def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -
     # last stable offset, as Kafka's fetchOffsetForTimestamp.
     bound = lg.last_stable_offset() if read_committed else partition.high_watermark
     if found is None or found[0] >= bound:
+        if found is not None and lagging:
+            raise PartitionError(ErrorCode.offset_not_available)
         return -1, -1
     return found
 
@@ -76,6 +85,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     epoch = found_epoch(partition, p.timestamp, offset)
             except PartitionError as e:
                 error = e.error
+                if error == ErrorCode.offset_not_available and ctx.api_version < 5:
+                    error = ErrorCode.leader_not_available  # as Kafka answers versions before 5
             partitions.append(make(schema.ListOffsetsPartitionResponse,
                                    partition_index=p.partition_index, error_code=error,
                                    timestamp=ts, offset=offset, leader_epoch=epoch))

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from kio.schema.errors import ErrorCode
+
 from dmq.config import BrokerConfig, LogConfig
 from dmq.handlers.list_offsets import EARLIEST, LATEST, MAX_TIMESTAMP, found_epoch, lookup
 from dmq.record.batch import validate_batches
 from dmq.record.records import encode_batch
-from dmq.replication.partition import Partition
+from dmq.replication.partition import Partition, PartitionError
 from dmq.storage.log import Log
 
 
@@ -35,3 +38,27 @@ def test_offsets_come_with_the_epoch_that_wrote_them(tmp_path: Path) -> None:
     assert answer(MAX_TIMESTAMP) == (3, 9000, 7)
     assert answer(LATEST) == (4, -1, 7)
     assert answer(99_000) == (-1, -1, -1)
+
+
+def test_a_new_leader_lagging_behind_its_epoch_start_answers_offset_not_available(tmp_path: Path) -> None:
+    """A follower with records to offset 10 that knew the high watermark 5 becomes leader:
+    until the high watermark reaches 10 (the start of its epoch) the latest offset, and a
+    time lookup past what is fetchable, are OFFSET_NOT_AVAILABLE (retriable), as Kafka's
+    fetchOffsetForTimestamp. Before, the latest offset went back from 10 to 5."""
+    log = Log(str(tmp_path / "t-0"), "t", 0, LogConfig(BrokerConfig()), clean_shutdown=True)
+    partition = Partition("t", 0, "id", log, 1)
+    partition.make_leader(0, [1, 2], [1, 2])
+    for i in range(10):
+        data = bytearray(encode_batch([(None, b"v", [])], timestamp=1000 + i))
+        log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=1000 + i)
+    partition.high_watermark = 5
+    partition.make_leader(1, [1, 2], [1, 2])  # the new epoch starts at 10
+    assert partition.leader_epoch_start_offset == 10 and partition.high_watermark == 5
+    for timestamp in (LATEST, 1007):
+        with pytest.raises(PartitionError) as refused:
+            lookup(partition, timestamp)
+        assert refused.value.error == ErrorCode.offset_not_available
+    assert lookup(partition, 1002) == (2, 1002)  # below the high watermark: answered
+    assert lookup(partition, EARLIEST) == (0, -1)
+    partition.high_watermark = 10
+    assert lookup(partition, LATEST) == (10, -1)
