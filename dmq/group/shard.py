@@ -308,11 +308,15 @@ class GroupShard:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         member_args = (instance_id, client_id, client_host, rebalance_ms, session_ms, protocol_type,
                        protocols)
+        if not self._accepts(group, member_id):
+            refused = group.members.get(member_id)
+            if refused is not None:
+                self._drop_member(out, group, refused, ErrorCode.group_max_size_reached)
+                self._try_complete_join(out, group, now_ms)
+            return JoinResult(ErrorCode.group_max_size_reached)
         if not member_id:
             if instance_id is not None:
                 return self._join_static_unknown(out, group, *member_args, now_ms)
-            if len(group.members) >= self.config.max_group_size:
-                return JoinResult(ErrorCode.group_max_size_reached)
             new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             if require_known_member:
                 group.pending_members.add(new_id)
@@ -333,6 +337,21 @@ class GroupShard:
             return JoinResult(ErrorCode.unknown_member_id, member_id)
         return self._update_member_and_rebalance(out, group, member, protocols, session_ms, rebalance_ms,
                                                  now_ms)
+
+    def _accepts(self, group: GroupMetadata, member_id: str) -> bool:
+        """group.max.size for any join, new member or not (Kafka's acceptJoiningMember): while
+        preparing a rebalance a member already waiting is in and others count against the
+        members waiting (the group may be above a lowered limit); else a member is in and a
+        new one counts against the members. Pending member ids (MEMBER_ID_REQUIRED) and
+        static members are new until they are members."""
+        limit = self.config.max_group_size
+        member = group.members.get(member_id) if member_id else None
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
+            return True
+        if group.state == GroupState.PREPARING_REBALANCE:
+            return (member is not None and member.join_waiter is not None) or \
+                sum(1 for m in group.members.values() if m.join_waiter is not None) < limit
+        return member is not None or len(group.members) < limit
 
     def _join_static_unknown(self, out: _Out, group: GroupMetadata, instance_id: str | None,
                              client_id: str, client_host: str, rebalance_ms: int, session_ms: int,

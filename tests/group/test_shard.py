@@ -323,6 +323,27 @@ def test_an_empty_group_without_offsets_is_deleted_by_the_expiry() -> None:
     assert "g" not in d.shard.groups and "g" not in reloaded(d).groups
 
 
+def test_group_max_size_holds_for_every_way_in() -> None:
+    """Kafka's acceptJoiningMember on every join: members rejoining with the id
+    MEMBER_ID_REQUIRED gave them, and new static members, count too (before, only a
+    dynamic join without a member id was checked, so three members got into a group of
+    at most two)."""
+    d = ShardDriver(shard(max_group_size=2))
+    ids = [d.answer(d.run(d.shard.join_group, "g", "", None, "c", "h", 10_000, 10_000, "consumer",
+                          [("range", b"")], True)) for _ in range(3)]
+    assert [r.error for r in ids] == [ErrorCode.member_id_required] * 3
+    rejoined = [d.run(d.shard.join_group, "g", r.member_id, None, "c", "h", 10_000, 10_000, "consumer",
+                      [("range", b"")], True) for r in ids]
+    assert isinstance(rejoined[2], JoinResult) and rejoined[2].error == ErrorCode.group_max_size_reached
+    assert len(d.shard.groups["g"].members) == 2
+    d = ShardDriver(shard(max_group_size=1))
+    first = join(d, "s", instance="S1")
+    assert d.answer(join(d, "s", instance="S2")).error == ErrorCode.group_max_size_reached
+    assert d.answer(first).error == ErrorCode.none
+    assert d.answer(join(d, "s", instance="S3")).error == ErrorCode.group_max_size_reached
+    assert sorted(d.shard.groups["s"].static_members) == ["S1"]
+
+
 def test_a_member_that_stops_heartbeating_is_removed_after_its_session() -> None:
     d = ShardDriver(shard())
     a = d.answer(join(d, "h", session_ms=6000))
