@@ -78,6 +78,10 @@ class JoinResult:
     protocol: str | None = None
     leader: str = ""
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    # A static leader rejoining a stable group (KIP-345): it must not assign again. JoinGroup
+    # v9+ says so (SkipAssignment); older versions are told the previous leader's id instead.
+    skip_assignment: bool = False
+    previous_leader: str = ""
 
 
 @dataclass(slots=True)
@@ -366,6 +370,7 @@ class GroupShard:
                                                   now_ms)
         old = group.members[old_id]
         was_leader = group.leader is None or group.leader == old_id
+        previous_leader = group.leader or ""
         # Replace the old incarnation: it is fenced from now on.
         self._drop_member(out, group, old, ErrorCode.fenced_instance_id)
         member = MemberMetadata(new_id, instance_id, client_id, client_host, rebalance_ms, session_ms,
@@ -381,7 +386,10 @@ class GroupShard:
             # replaceStaticMember); answered once the group record naming its new member
             # id is committed.
             out.records.append(self._group_record(group, now_ms))
-            return self._join_result(group, member)
+            result = self._join_result(group, member)
+            if was_leader:
+                result.skip_assignment, result.previous_leader = True, previous_leader
+            return result
         return self._update_member_and_rebalance(out, group, member, protocols, session_ms, rebalance_ms,
                                                  now_ms, force=True)
 

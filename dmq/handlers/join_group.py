@@ -31,12 +31,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         ctx.client_id or "", ctx.client_host, session_ms, rebalance_ms, request.protocol_type,
         [(p.name, bytes(p.metadata)) for p in request.protocols],
         require_known_member=ctx.api_version >= 4)
+    leader, listed = result.leader, result.members
+    if result.skip_assignment and ctx.api_version < 9:
+        # A restarted static leader of a stable group must not assign again: older clients
+        # learn it from the previous leader's id and no member list (Kafka's
+        # replaceStaticMember); v9+ from SkipAssignment.
+        leader, listed = result.previous_leader, []
     members = tuple(
         make(schema.JoinGroupResponseMember, member_id=mid, group_instance_id=iid, metadata=meta)
-        for mid, iid, meta in result.members
+        for mid, iid, meta in listed
     )
     return make(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=result.error,
                 generation_id=result.generation, protocol_type=result.protocol_type,
                 protocol_name=result.protocol or ("" if ctx.api_version < 7 else None),
-                leader=result.leader, skip_assignment=False, member_id=result.member_id,
-                members=members)
+                leader=leader, skip_assignment=result.skip_assignment and ctx.api_version >= 9,
+                member_id=result.member_id, members=members)

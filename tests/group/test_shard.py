@@ -250,6 +250,9 @@ def test_a_restarted_static_member_keeps_its_assignment_and_fences_the_old_one()
     again = d.answer(join(d, "s", instance="i1"))
     assert again.error == ErrorCode.none and again.generation == 1 and again.member_id != a.member_id
     assert again.leader == again.member_id  # the old incarnation led; the new one does
+    # ... but must not run its assignor again (JoinGroup v9+: SkipAssignment; older
+    # versions are told the previous leader's id, as Kafka's replaceStaticMember)
+    assert again.skip_assignment and again.previous_leader == a.member_id
     assert d.run(d.shard.heartbeat, "s", 1, a.member_id, "i1") == ErrorCode.fenced_instance_id
     assert reloaded(d).groups["s"].static_members == {"i1": again.member_id}
 
