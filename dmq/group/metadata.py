@@ -97,6 +97,9 @@ class GroupMetadata:
     members: dict[str, MemberMetadata] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: set[str] = field(default_factory=set)  # ids handed out with MEMBER_ID_REQUIRED
+    # Members of the current generation that have not sent SyncGroup yet (Kafka's pending
+    # sync set): removed, with a new rebalance, when the rebalance timeout passes first.
+    pending_sync: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
     state_timestamp: int = -1
     new_member_added: bool = False

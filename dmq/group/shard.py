@@ -18,7 +18,8 @@ SyncGroup waits under ``sync_waiter`` until the leader's assignment is
 committed. Timers are keys: ``("heartbeat", group, member)`` (session
 timeout), ``("rebalance", group)`` (rebalance timeout or the initial delay),
 ``("pending", group, member)`` (a member id handed out with
-MEMBER_ID_REQUIRED that never joined).
+MEMBER_ID_REQUIRED that never joined), ``("sync", group, generation)`` (members
+of a generation that never sent SyncGroup within the rebalance timeout).
 
 Share groups (KIP-932) live next to the classic groups, in the same group-id
 namespace: ``ShareGroups`` (``dmq.group.share_group``) holds them and this
@@ -257,7 +258,31 @@ class GroupShard:
                 if key[2] in group.pending_members:
                     group.pending_members.discard(key[2])
                     self._try_complete_join(out, group, now_ms)
+            elif kind == "sync":
+                self._expire_pending_sync(out, group, key[2], now_ms)
         return out.result(None)
+
+    def _expire_pending_sync(self, out: _Out, group: GroupMetadata, generation: int, now_ms: int) -> None:
+        """The rebalance timeout passed since the join completed: members of that generation
+        that never sent SyncGroup (a static member away when the rebalance ended, a client
+        that died between its join and its sync) go, and the group rebalances without them
+        (Kafka's expirePendingSync); else they would hold partitions nobody reads."""
+        if group.generation != generation or group.state not in (GroupState.COMPLETING_REBALANCE,
+                                                                 GroupState.STABLE):
+            return
+        gone = [group.members[m] for m in sorted(group.pending_sync) if m in group.members]
+        group.pending_sync.clear()
+        if not gone:
+            return
+        for m in gone:
+            log.info("removing member %s of group %s: no SyncGroup within the rebalance timeout",
+                     m.member_id, group.group_id)
+            self._drop_member(out, group, m, ErrorCode.unknown_member_id)
+        self._prepare_rebalance(out, group, "members did not sync in time")
+        if group.is_empty:
+            self._complete_join(out, group, now_ms)
+        else:
+            self._try_complete_join(out, group, now_ms)
 
     # ----------------------------------------------------------------- records
 
@@ -312,7 +337,7 @@ class GroupShard:
             return JoinResult(ErrorCode.inconsistent_group_protocol, member_id)
         member_args = (instance_id, client_id, client_host, rebalance_ms, session_ms, protocol_type,
                        protocols)
-        if not self._accepts(group, member_id):
+        if not self._accepts(group, member_id, instance_id):
             refused = group.members.get(member_id)
             if refused is not None:
                 self._drop_member(out, group, refused, ErrorCode.group_max_size_reached)
@@ -342,7 +367,7 @@ class GroupShard:
         return self._update_member_and_rebalance(out, group, member, protocols, session_ms, rebalance_ms,
                                                  now_ms)
 
-    def _accepts(self, group: GroupMetadata, member_id: str) -> bool:
+    def _accepts(self, group: GroupMetadata, member_id: str, instance_id: str | None) -> bool:
         """group.max.size for any join, new member or not (Kafka's acceptJoiningMember): while
         preparing a rebalance a member already waiting is in and others count against the
         members waiting (the group may be above a lowered limit); else a member is in and a
@@ -350,8 +375,8 @@ class GroupShard:
         static members are new until they are members."""
         limit = self.config.max_group_size
         member = group.members.get(member_id) if member_id else None
-        if group.state in (GroupState.EMPTY, GroupState.DEAD):
-            return True
+        if group.state in (GroupState.EMPTY, GroupState.DEAD) or instance_id in group.static_members:
+            return True  # (a static member restarting takes its own place: KAFKA-20601)
         if group.state == GroupState.PREPARING_REBALANCE:
             return (member is not None and member.join_waiter is not None) or \
                 sum(1 for m in group.members.values() if m.join_waiter is not None) < limit
@@ -444,6 +469,7 @@ class GroupShard:
                 m.assignment = b""
             self._answer_syncs(out, group, lambda m: SyncResult(ErrorCode.rebalance_in_progress))
         initial = group.state == GroupState.EMPTY
+        group.pending_sync.clear()  # the next generation's join starts over
         group.transition_to(GroupState.PREPARING_REBALANCE)
         log.info("preparing to rebalance group %s (generation %d): %s", group.group_id,
                  group.generation, reason)
@@ -520,6 +546,9 @@ class GroupShard:
         group.transition_to(GroupState.COMPLETING_REBALANCE)
         log.info("group %s generation %d: %d members, protocol %s, leader %s", group.group_id,
                  group.generation, len(group.members), group.protocol, group.leader)
+        group.pending_sync = set(group.members)
+        out.timers.append(Schedule(("sync", group.group_id, group.generation),
+                                   max(m.rebalance_timeout_ms for m in group.members.values())))
         for m in group.members.values():
             waiter, m.join_waiter = m.join_waiter, None
             self._schedule_heartbeat(out, group, m)
@@ -548,6 +577,7 @@ class GroupShard:
         if group.state == GroupState.PREPARING_REBALANCE:
             return out.result(SyncResult(ErrorCode.rebalance_in_progress))
         self._schedule_heartbeat(out, group, member)
+        group.pending_sync.discard(member_id)
         if group.state == GroupState.STABLE:
             return out.result(SyncResult(ErrorCode.none, member.assignment, group.protocol_type,
                                          group.protocol))
@@ -632,6 +662,7 @@ class GroupShard:
                      error: ErrorCode) -> None:
         """Take a member out of the group; its parked requests are answered ``error``."""
         group.remove_member(member.member_id)
+        group.pending_sync.discard(member.member_id)
         out.timers.append(Cancel(_heartbeat_key(group.group_id, member.member_id)))
         if member.join_waiter is not None:
             out.replies.append((member.join_waiter, JoinResult(error, member.member_id)))
@@ -825,8 +856,8 @@ class GroupShard:
         """offsets.retention.minutes: tombstones for old offsets of groups without members."""
         out = _Out()
         for group in self.groups.values():
-            if not group.is_empty or group.state != GroupState.EMPTY:
-                continue
+            if not group.is_empty or group.state != GroupState.EMPTY or group.pending_members:
+                continue  # (pending members: a JoinGroup v4+ between its two requests)
             # As Kafka: an offset an open transaction will replace does not expire (its
             # tombstone would drop the pending one too), nor does the group meanwhile.
             unstable = self.unstable_offsets(group.group_id)

@@ -573,8 +573,18 @@ class ReplicaManager:
         # A read_committed fetch can read only below the last stable offset (Kafka's
         # DelayedFetch measures it there): the high watermark's growth would answer it
         # while a transaction stays open, and a commit marker's few bytes would not.
-        stable_from = {key: p.log.last_stable_offset() for key, (p, _) in start.items()} \
-            if read_committed and not follower else None
+        # Per partition: [visible bytes, last stable offset, bytes readable below it] as last
+        # seen. The last stable offset moves only with the high watermark (a marker counts
+        # once it is below it), so it is looked at only when the visible bytes changed, and
+        # the partition read again only when it moved.
+        stable_from: dict[TopicPartition, list[int]] | None = None
+        if read_committed and not follower:
+            stable_from = {}
+            for r, res in zip(requests, results, strict=True):
+                if (r.topic, r.partition) in start:
+                    p = start[(r.topic, r.partition)][0]
+                    stable_from[(r.topic, r.partition)] = [p.visible_bytes, p.log.last_stable_offset(),
+                                                           res.data.length if res.data is not None else 0]
 
         def enough() -> bool:
             grown = 0
@@ -591,16 +601,20 @@ class ReplicaManager:
 
         def stable_enough() -> bool:
             assert stable_from is not None
-            if all(start[key][0].log.last_stable_offset() == lso for key, lso in stable_from.items()):
-                return False  # nothing became readable
-            readable = 0
             for req in requests:
                 key = (req.topic, req.partition)
-                if key in start:
-                    data = start[key][0].read(req.fetch_offset, req.max_bytes, min_one_batch=True,
-                                              read_committed=True).data
-                    readable += data.length if data is not None else 0
-            return readable >= min_bytes
+                seen = stable_from.get(key)
+                if seen is None:
+                    continue
+                p = start[key][0]
+                if p.visible_bytes == seen[0]:
+                    continue
+                seen[0] = p.visible_bytes
+                lso = p.log.last_stable_offset()
+                if lso != seen[1]:
+                    data = p.read(req.fetch_offset, req.max_bytes, min_one_batch=True, read_committed=True).data
+                    seen[1], seen[2] = lso, data.length if data is not None else 0
+            return sum(seen[2] for seen in stable_from.values()) >= min_bytes
 
         if waiting is not None:
             waiting()

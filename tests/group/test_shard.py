@@ -299,6 +299,35 @@ def test_a_static_member_that_does_not_rejoin_in_time_keeps_its_place() -> None:
     assert b.error == ErrorCode.none and b.generation == 2
     assert sorted(group.static_members) == ["A", "B"] and group.leader == b.member_id
     assert group.state == GroupState.COMPLETING_REBALANCE
+    # A that never syncs in this generation goes one rebalance timeout later (Kafka's pending
+    # sync expiry), and the group rebalances without it: its partitions were held, unread,
+    # until its session (60 s) ended.
+    synced = d.run(d.shard.sync_group, "g", 2, b.member_id, "B", None, None, {a.member_id: b"a", b.member_id: b"b"})
+    assert d.answer(synced).error == ErrorCode.none and group.state == GroupState.STABLE
+    d.advance(5_001)
+    assert sorted(group.static_members) == ["B"] and group.state == GroupState.PREPARING_REBALANCE
+
+
+def test_a_static_member_restarting_into_a_full_group_takes_its_own_place() -> None:
+    """group.max.size counts a restarting static member (empty member id) as taking its own
+    slot, not a new one (KAFKA-20601): refused, a Java client stops for good."""
+    d = ShardDriver(shard(max_group_size=2))
+    _a, b = _two_static_members(d)
+    again = d.answer(join(d, "g", instance="B", session_ms=600_000))
+    assert again.error == ErrorCode.none and again.member_id != b.member_id
+
+
+def test_the_expiry_spares_a_group_between_a_members_two_joins() -> None:
+    """A JoinGroup v4+ first gets MEMBER_ID_REQUIRED: the group it made holds only that
+    pending id, and the expiry must not delete it before the second join."""
+    d = ShardDriver(shard())
+    first = d.answer(d.run(d.shard.join_group, "g", "", None, "c", "h", 10_000, 10_000, "consumer",
+                           [("range", b"")], True))
+    assert first.error == ErrorCode.member_id_required
+    assert d.run(d.shard.expire_offsets) == 0
+    second = d.run(d.shard.join_group, "g", first.member_id, None, "c", "h", 10_000, 10_000, "consumer",
+                   [("range", b"")], True)
+    assert d.answer(second).error == ErrorCode.none
 
 
 def test_a_replaced_static_members_old_id_is_fenced_in_join_and_sync() -> None:
