@@ -57,13 +57,10 @@ def authorized_entries(services: BrokerServices, ctx: RequestContext, group_id: 
     entries = entries_of(topics)
     if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, group_id or ""):
         return ErrorCode.group_authorization_failed, [], {}
-    if services.authorizer is None:
+    readable = readable_partitions(services, ctx)
+    if readable is None:
         return ErrorCode.none, entries, {}
-    unreadable: set[uuid.UUID] = set()
-    for topic_id in {e.topic_id for e in entries}:
-        meta = services.metadata.topic_by_id(topic_id)
-        if meta is not None and not authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, meta.name):
-            unreadable.add(topic_id)
+    unreadable = {e.topic_id for e in entries if not readable((e.topic_id, e.partition))}
     refused = PartitionOutcome(ErrorCode.topic_authorization_failed)
     return (ErrorCode.none, [e for e in entries if e.topic_id not in unreadable],
             {(e.topic_id, e.partition): refused for e in entries if e.topic_id in unreadable})

@@ -568,53 +568,48 @@ class ReplicaManager:
         def counter(p: Partition) -> int:
             return p.appended_bytes if follower else p.visible_bytes
 
-        start = {key: (p, counter(p)) for key in keys if (p := self.partitions.get(key)) is not None}
-        asked_epochs = {(r.topic, r.partition): r.current_leader_epoch for r in requests}
+        start = {(r.topic, r.partition): (p, counter(p), r) for r in requests
+                 if (p := self.partitions.get((r.topic, r.partition))) is not None}
         # A read_committed fetch can read only below the last stable offset (Kafka's
         # DelayedFetch measures it there): the high watermark's growth would answer it
         # while a transaction stays open, and a commit marker's few bytes would not.
         # Per partition: [visible bytes, last stable offset, bytes readable below it] as last
-        # seen. The last stable offset moves only with the high watermark (a marker counts
-        # once it is below it), so it is looked at only when the visible bytes changed, and
-        # the partition read again only when it moved.
-        stable_from: dict[TopicPartition, list[int]] | None = None
+        # seen, and their sum. The last stable offset moves only with the high watermark (a
+        # marker counts once it is below it), so it is looked at only when the visible bytes
+        # changed, and the partition read again only when it moved.
+        stable: dict[TopicPartition, list[int]] | None = None
+        stable_total = 0
         if read_committed and not follower:
-            stable_from = {}
+            stable = {}
             for r, res in zip(requests, results, strict=True):
                 if (r.topic, r.partition) in start:
                     p = start[(r.topic, r.partition)][0]
-                    stable_from[(r.topic, r.partition)] = [p.visible_bytes, p.log.last_stable_offset(),
-                                                           res.data.length if res.data is not None else 0]
+                    readable = res.data.length if res.data is not None else 0
+                    stable[(r.topic, r.partition)] = [p.visible_bytes, p.log.last_stable_offset(), readable]
+                    stable_total += readable
 
         def enough() -> bool:
+            nonlocal stable_total
             grown = 0
-            for key, (before_p, before) in start.items():
+            for key, (before_p, before, req) in start.items():
                 p = self.partitions.get(key)
                 if p is not before_p or p is None or not p.is_leader:
                     return True  # deleted or moved: answer now
-                if 0 <= asked_epochs[key] != p.leader_epoch:
+                if 0 <= req.current_leader_epoch != p.leader_epoch:
                     return True  # a new leader epoch here: FENCED_LEADER_EPOCH now (Kafka's DelayedFetch)
-                grown += counter(p) - before
-            if stable_from is not None:
-                return stable_enough()
+                now = counter(p)
+                grown += now - before
+                if stable is not None and now != (seen := stable[key])[0]:
+                    seen[0] = now
+                    lso = p.log.last_stable_offset()
+                    if lso != seen[1]:
+                        data = p.read(req.fetch_offset, req.max_bytes, min_one_batch=True, read_committed=True).data
+                        readable = data.length if data is not None else 0
+                        stable_total += readable - seen[2]
+                        seen[1], seen[2] = lso, readable
+            if stable is not None:
+                return stable_total >= min_bytes
             return available + grown >= min_bytes
-
-        def stable_enough() -> bool:
-            assert stable_from is not None
-            for req in requests:
-                key = (req.topic, req.partition)
-                seen = stable_from.get(key)
-                if seen is None:
-                    continue
-                p = start[key][0]
-                if p.visible_bytes == seen[0]:
-                    continue
-                seen[0] = p.visible_bytes
-                lso = p.log.last_stable_offset()
-                if lso != seen[1]:
-                    data = p.read(req.fetch_offset, req.max_bytes, min_one_batch=True, read_committed=True).data
-                    seen[1], seen[2] = lso, data.length if data is not None else 0
-            return sum(seen[2] for seen in stable_from.values()) >= min_bytes
 
         if waiting is not None:
             waiting()

@@ -733,7 +733,7 @@ class Broker:
             log.info("retention deleted %d segments", deleted)
 
     async def _flush_rolled(self) -> None:
-        due = take_due_closes()  # descriptors of deleted or replaced segments past FD_CLOSE_DELAY_S
+        due = take_due_closes()  # descriptors of deleted or replaced segments past file.delete.delay.ms
         if due:
             await asyncio.to_thread(close_fds, due)
         await asyncio.to_thread(self.log_manager.flush_pending)

@@ -131,9 +131,9 @@ class CorruptSegmentError(Exception):
     (Kafka's uncleanable partitions) rather than cleaned into a copy without the rest."""
 
 
-def _batches(path: str, size: int) -> Generator[tuple[int, bytes], None, None]:
-    """(position, bytes) of each batch in the first ``size`` bytes of the segment file at
-    ``path``, read a batch at a time (segments may be as large as ``segment.bytes``)."""
+def _batches(path: str, size: int) -> Generator[bytes, None, None]:
+    """Each batch in the first ``size`` bytes of the segment file at ``path``, read a batch
+    at a time (segments may be as large as ``segment.bytes``)."""
     try:
         f = open(path, "rb", buffering=READ_BUFFER)  # noqa: SIM115 - closed below, a generator
     except FileNotFoundError:
@@ -150,7 +150,7 @@ def _batches(path: str, size: int) -> Generator[tuple[int, bytes], None, None]:
             rest = f.read(header.size - HEADER_SIZE)
             if len(rest) < header.size - HEADER_SIZE:
                 raise SegmentChangedError(f"{path} ends inside the batch at {pos}, {size} bytes were planned")
-            yield pos, head + rest
+            yield head + rest
             pos += header.size
 
 
@@ -194,7 +194,7 @@ class _CleanedFile:
         return self.file is not None
 
     def finish(self) -> None:
-        """Write out a copy even if nothing changed (the transaction index did), fsync."""
+        """Write the copy out, the original's unchanged prefix too, and fsync it."""
         if self.file is None:
             self.write(b"")
         assert self.file is not None
@@ -207,7 +207,6 @@ class _CleanedFile:
             self.file.close()
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
-
 
 
 def _control_type(records: list[RawRecord]) -> ControlRecordType | None:
@@ -373,7 +372,7 @@ class LogCleaner:
         walk = _TxnWalk([t for t in plan.aborted if t.last_offset >= plan.first_dirty])
         for (_base, path, size), _end in dirty:
             with contextlib.closing(_batches(path, size)) as batches:  # closed on the early return too
-                for _pos, batch in batches:
+                for batch in batches:
                     header = parse_header(batch)
                     if header.last_offset < plan.first_dirty:
                         continue  # deduplicated by an earlier pass
@@ -407,12 +406,13 @@ class LogCleaner:
             walk.index = []
             out = _CleanedFile(path, path + CLEANED_SUFFIX)
             try:
-                self._clean_segment(plan, path, size, latest, reach, walk, out, due, result)
-                if walk.index != plan.txn_indexes.get(base, []) and not out.changed:
-                    out.write(b"")  # the log as it was, with the transaction index that changed
+                with contextlib.closing(_batches(path, size)) as batches:
+                    for batch in batches:
+                        self._clean_batch(plan, batch, latest, reach, walk, out, due, result)
                 result.bytes_before += size
                 result.bytes_after += out.size
-                if out.changed:
+                # Also when only the transaction index changed: the log as it was, beside it.
+                if out.changed or walk.index != plan.txn_indexes.get(base, []):
                     out.finish()
                     cleaned_index = None
                     if walk.index:
@@ -431,13 +431,6 @@ class LogCleaner:
             due.append(plan.now)  # its marker may get a delete horizon in the next pass
         result.tombstone_due = min(due) if due else None
         return result
-
-    @staticmethod
-    def _clean_segment(plan: CleanPlan, path: str, size: int, latest: dict[bytes, int], reach: int,
-                       walk: _TxnWalk, out: _CleanedFile, due: list[int], result: CleanResult) -> None:
-        with contextlib.closing(_batches(path, size)) as batches:
-            for _pos, batch in batches:
-                LogCleaner._clean_batch(plan, batch, latest, reach, walk, out, due, result)
 
     @staticmethod
     def _clean_batch(plan: CleanPlan, batch: bytes, latest: dict[bytes, int], reach: int,
@@ -568,8 +561,7 @@ class LogCleaner:
         """``clean(plan)`` (background thread), or None when a planned segment changed
         meanwhile (planned again later) or the pass failed, say on a damaged segment
         (CorruptSegmentError, records that do not parse): then the log is marked uncleanable,
-        as Kafka's cleaner marks a partition whose cleaning threw, and its cleaned files so
-        far are removed."""
+        as Kafka's cleaner marks a partition whose cleaning threw."""
         try:
             return self.clean(plan)
         except SegmentChangedError:
@@ -581,11 +573,7 @@ class LogCleaner:
                 return None
             log.error("%s is not compacted any more (until the broker restarts): %s", plan.log.name, e)
             self.uncleanable.add((plan.log.topic, plan.log.partition))
-            for _base, path, _size in plan.segments:
-                for leftover in (path + CLEANED_SUFFIX, path[: -len(".log")] + ".txnindex" + CLEANED_SUFFIX):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(leftover)
-            return None
+            return None  # (clean() removed the files it had written)
 
     @staticmethod
     def _changed_since(plan: CleanPlan) -> bool:

@@ -62,7 +62,7 @@ RECENT_BATCHES = 256  # batch positions kept in memory per segment (between 256 
 # that file's bytes. The broker takes the due ones every second and closes them on a worker
 # thread (the last close of an unlinked file frees its blocks: tens of ms for a large one).
 # Past DEFERRED_CLOSES_MAX open ones (an eighth of the process's descriptor limit), the
-# oldest are closed at once.
+# soonest due are closed at once. FD_CLOSE_DELAY_S is the default of file.delete.delay.ms.
 FD_CLOSE_DELAY_S = 60.0
 DEFERRED_CLOSES_MAX = max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 8)
 _deferred_closes: list[tuple[float, int]] = []  # a heap of (due, fd)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.acls import store_with
+from support.acls import acl, store_with
 
 from dmq.cluster.metadata import EmbeddedMetadataStore
 from dmq.security.acl import (
@@ -104,8 +104,7 @@ def test_a_match_filter_finds_exactly_the_acls_that_apply(tmp_path: Path, acls: 
 
 def topic_acl(name: str, principal: str, op: AclOperation, permission: AclPermissionType,
               pattern: PatternType = PatternType.LITERAL, host: str = "*") -> AclBinding:
-    return AclBinding(ResourcePattern(ResourceType.TOPIC, name, pattern),
-                      AccessControlEntry(principal, host, op, permission))
+    return acl(ResourceType.TOPIC, name, principal, op, permission, pattern, host)
 
 
 def test_deny_wins_over_allow_and_all(tmp_path: Path) -> None:
