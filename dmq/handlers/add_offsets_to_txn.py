@@ -24,6 +24,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         error = ErrorCode.group_authorization_failed
     elif not request.group_id:
         error = ErrorCode.invalid_group_id
+    elif not request.transactional_id:
+        error = ErrorCode.invalid_request  # as Kafka's handleAddPartitionsToTransaction
     else:
         await services.coordinators.ensure_offsets_topic()  # the transaction writes offsets there
         partition = services.coordinators.group.partition_for(request.group_id)

@@ -12,6 +12,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.metadata import INTERNAL_TOPICS
 from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
@@ -36,11 +37,14 @@ def _client_refusals(services: BrokerServices, ctx: RequestContext, txn_id: str,
                      wanted: Partitions) -> dict[tuple[str, int], ErrorCode] | None:
     """Kafka's rules for a client's request (v0-3): WRITE on the transactional id (else
     every partition is refused), WRITE on each topic (a refused topic's partitions say
-    so, the others were not tried)."""
+    so, the others were not tried). An internal topic is never authorized for a client,
+    whatever the ACLs say: its markers would be appended beside the coordinator's own
+    records (Kafka filters ``Topic.isInternal`` out before authorizing)."""
     if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
         return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
     refused = {topic for topic, _ in wanted
-               if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
+               if topic in INTERNAL_TOPICS
+               or not authorize(services, ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
     if not refused:
         return None
     return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused else ErrorCode.operation_not_attempted

@@ -19,6 +19,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return make(ctx.schema.EndTxnResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode.transactional_id_authorization_failed)
+    if not request.transactional_id:  # as Kafka's handleEndTransaction
+        return make(ctx.schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.invalid_request)
     error = await services.transactions.end_txn(request.transactional_id, request.producer_id,
                                                 request.producer_epoch, bool(request.committed))
     if error == ErrorCode.producer_fenced and ctx.api_version < 2:

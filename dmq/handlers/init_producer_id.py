@@ -32,13 +32,17 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                  else ErrorCode.cluster_authorization_failed)
         return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error,
                     producer_id=-1, producer_epoch=-1)
+    expected_id = int(getattr(request, "producer_id", -1))
+    expected_epoch = int(getattr(request, "producer_epoch", -1))
+    if (expected_id < 0) != (expected_epoch < 0) or request.transactional_id == "":
+        # Kafka: a producer id without an epoch (or the reverse), or an empty transactional
+        # id, is INVALID_REQUEST.
+        return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
+                    error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
         timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
-        expected_id = getattr(request, "producer_id", -1)
-        expected_epoch = getattr(request, "producer_epoch", -1)
         result = await services.transactions.init_producer_id(
-            request.transactional_id, timeout_ms, -1 if expected_id is None else int(expected_id),
-            -1 if expected_epoch is None else int(expected_epoch))
+            request.transactional_id, timeout_ms, expected_id, expected_epoch)
         error = result.error
         if error == ErrorCode.producer_fenced and ctx.api_version < 4:
             error = ErrorCode.invalid_producer_epoch  # KIP-588: older clients know only this
@@ -49,11 +53,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     except MetadataError as e:  # the block could not be reserved in time
         return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                     error_code=ErrorCode[e.error], producer_id=-1, producer_epoch=-1)
-    old_id = getattr(request, "producer_id", -1)  # v3+: an idempotent producer bumping (KIP-360)
-    if old_id is not None and old_id >= 0:
+    if expected_id >= 0:  # v3+: an idempotent producer bumping (KIP-360)
         # As Kafka does for a producer without a transactional id, the bump gets a fresh id:
         # what the client re-sends under it cannot be deduplicated against the old id.
         log.info("producer %d (epoch %d) asked to bump its epoch; issued producer id %d",
-                 old_id, request.producer_epoch, producer_id)
+                 expected_id, expected_epoch, producer_id)
     return make(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE,
                 error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=0)

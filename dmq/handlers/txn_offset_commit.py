@@ -39,6 +39,10 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
             getattr(request, "group_instance_id", None), entries)
     if ctx.api_version < 3:
         results = [ErrorCode.invalid_producer_epoch if e == ErrorCode.producer_fenced else e for e in results]
+    if ctx.api_version < 2:
+        # Kafka: clients from 0.11 to 2.0 do not know COORDINATOR_LOAD_IN_PROGRESS here.
+        results = [ErrorCode.coordinator_not_available if e == ErrorCode.coordinator_load_in_progress else e
+                   for e in results]
     committed = iter(results)
     errors = iter([refused[t.name] if t.name in refused else next(committed)
                    for t in request.topics for _ in t.partitions])

@@ -260,15 +260,20 @@ class TransactionShard:
             fenced = self._fence(meta, now_ms)
             return self._write([fenced], InitResult(ErrorCode.concurrent_transactions),
                                lambda ms: [self._markers(m) for m in ms])
-        if meta.epoch_exhausted:
+        expects = expected_producer_id >= 0
+        if meta.epoch_exhausted and (not expects or expected_epoch == meta.producer_epoch):
+            # Kafka's prepareProducerIdRotation: a new id, and the old epoch kept as the last
+            # one so that a retry of this request (old id, old epoch) gets the same answer.
+            # A producer that names an older epoch is not the current one: it is refused below.
             if new_producer_id < 0:
                 return CoordinatorResult(InitResult(ErrorCode.coordinator_not_available))
             self.last_producer_ids[transactional_id] = meta.producer_id
             bumped = meta.transition_to(S.EMPTY, producer_id=new_producer_id, producer_epoch=0,
-                                        last_producer_epoch=NO_PRODUCER_EPOCH, timeout_ms=timeout_ms,
-                                        partitions=frozenset(), last_update_ms=now_ms, start_ms=-1)
+                                        last_producer_epoch=meta.producer_epoch if expects else NO_PRODUCER_EPOCH,
+                                        timeout_ms=timeout_ms, partitions=frozenset(),
+                                        last_update_ms=now_ms, start_ms=-1)
         else:
-            epochs = self._next_epoch(meta, expected_epoch if expected_producer_id >= 0 else None)
+            epochs = self._next_epoch(meta, expected_epoch if expects else None)
             if epochs is None:
                 return CoordinatorResult(InitResult(ErrorCode.producer_fenced))
             bumped = meta.transition_to(S.EMPTY, producer_epoch=epochs[0], last_producer_epoch=epochs[1],
@@ -296,8 +301,14 @@ class TransactionShard:
         return None
 
     def _fence(self, meta: TransactionMetadata, now_ms: int) -> TransactionMetadata:
-        """Bump the epoch of an open transaction's producer and abort the transaction."""
-        epoch = meta.producer_epoch if meta.epoch_exhausted else meta.producer_epoch + 1
+        """Bump the epoch of an open transaction's producer and abort the transaction.
+
+        The fence always bumps, from 32766 to 32767 too (Kafka's prepareFenceProducerEpoch):
+        aborting under the epoch the old producer still holds would not fence it, and it could
+        go on to commit a new transaction without the records the abort removed. No producer
+        is ever given 32767 (InitProducerId rotates the id from 32766 on), so no open
+        transaction has it."""
+        epoch = min(meta.producer_epoch + 1, MAX_PRODUCER_EPOCH)
         fencing = meta.transition_to(S.PREPARE_EPOCH_FENCE, producer_epoch=epoch,
                                      last_producer_epoch=NO_PRODUCER_EPOCH)
         return fencing.transition_to(S.PREPARE_ABORT, last_update_ms=now_ms)

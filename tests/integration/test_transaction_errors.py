@@ -93,6 +93,26 @@ def test_bad_transactional_requests_get_kafkas_errors(broker: BrokerProcess) -> 
         assert add("never-initialised", 1, 0, "bad-t") == [ErrorCode.invalid_producer_id_mapping]
         assert add("bad-input", pid, epoch + 1, "bad-t") == [ErrorCode.producer_fenced]
         assert add("bad-input", pid, epoch, "no-such-topic") == [ErrorCode.unknown_topic_or_partition]
+        # A client never adds an internal topic: its markers would land among the coordinator's
+        # records (Kafka filters internal topics out of the authorized ones).
+        request(c, 10, 4, key_type=0, coordinator_keys=("make-offsets-topic",))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and add("bad-input", pid, epoch, "__consumer_offsets") == [
+                ErrorCode.unknown_topic_or_partition]:
+            time.sleep(0.2)
+        assert add("bad-input", pid, epoch, "__consumer_offsets") == [ErrorCode.topic_authorization_failed]
+        assert add("bad-input", pid, epoch, "__transaction_state") == [ErrorCode.topic_authorization_failed]
+        # Kafka's input checks: an empty transactional id, a producer id without an epoch.
+        for bad in ({"transactional_id": "", "producer_id": -1, "producer_epoch": -1},
+                    {"transactional_id": "bad-input", "producer_id": pid, "producer_epoch": -1},
+                    {"transactional_id": "bad-input", "producer_id": -1, "producer_epoch": 0},
+                    {"transactional_id": None, "producer_id": -1, "producer_epoch": 3}):
+            refused = request(c, 22, 4, transaction_timeout=timedelta(seconds=60), **bad)
+            assert (refused.error_code, refused.producer_id) == (ErrorCode.invalid_request, -1), bad
+        assert request(c, 26, 3, transactional_id="", producer_id=pid, producer_epoch=epoch,
+                       committed=True).error_code == ErrorCode.invalid_request
+        assert request(c, 25, 3, transactional_id="", producer_id=pid, producer_epoch=epoch,
+                       group_id="g").error_code == ErrorCode.invalid_request
         end = request(c, 26, 3, transactional_id="bad-input", producer_id=pid, producer_epoch=epoch, committed=True)
         assert end.error_code == ErrorCode.invalid_txn_state  # no transaction open
         end = request(c, 26, 1, transactional_id="bad-input", producer_id=pid, producer_epoch=epoch + 5,

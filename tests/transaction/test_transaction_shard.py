@@ -109,6 +109,56 @@ def test_an_exhausted_epoch_rotates_the_producer_id() -> None:
     assert init(d, new_id=2000) == InitResult(ErrorCode.none, 2000, 0)
 
 
+def at_epoch(d: ShardDriver, epoch: int, txn: str = "tx") -> None:
+    d.shard.transactions[txn] = d.shard.transactions[txn].transition_to(S.EMPTY, producer_epoch=epoch)
+
+
+def test_a_fence_at_epoch_32766_bumps_to_32767() -> None:
+    """A new instance fences a producer at 32766: the abort goes out under 32767, so the
+    zombie's next request is refused (before, the abort kept 32766 and the zombie went on)."""
+    d = driver()
+    init(d)
+    at_epoch(d, MAX_PRODUCER_EPOCH - 1)
+    zombie = MAX_PRODUCER_EPOCH - 1
+    assert d.run(d.shard.add_partitions, "tx", 1000, zombie, [("t", 0)]) == ErrorCode.none
+    assert init(d, new_id=2000).error == ErrorCode.concurrent_transactions
+    assert d.effects[-1] == SendMarkers("tx", 1000, MAX_PRODUCER_EPOCH, False, 5, frozenset({("t", 0)}))
+    d.run(d.shard.complete, d.effects[-1])
+    assert d.run(d.shard.add_partitions, "tx", 1000, zombie, [("t", 1)]) == ErrorCode.producer_fenced
+    assert d.run(d.shard.end_txn, "tx", 1000, zombie, True) == ErrorCode.producer_fenced
+    assert init(d, new_id=2000) == InitResult(ErrorCode.none, 2000, 0)  # the new instance
+
+
+def test_a_timed_out_transaction_at_epoch_32766_cannot_be_half_committed() -> None:
+    """The timeout abort removed the records sent to t-0; the slow producer must not go on
+    to commit a transaction holding only t-1."""
+    d = driver(abort_interval_ms=1000)
+    d.apply(d.shard.on_loaded(d.now))
+    init(d, timeout=5000)
+    at_epoch(d, MAX_PRODUCER_EPOCH - 1)
+    slow = MAX_PRODUCER_EPOCH - 1
+    d.run(d.shard.add_partitions, "tx", 1000, slow, [("t", 0)])
+    d.advance(7000)
+    assert d.effects[-1] == SendMarkers("tx", 1000, MAX_PRODUCER_EPOCH, False, 5, frozenset({("t", 0)}))
+    d.run(d.shard.complete, d.effects[-1])
+    assert d.run(d.shard.add_partitions, "tx", 1000, slow, [("t", 1)]) == ErrorCode.producer_fenced
+    assert init(d, expected=(1000, slow)).error == ErrorCode.producer_fenced
+
+
+def test_rotating_an_exhausted_id_is_for_the_current_producer_and_can_be_retried() -> None:
+    d = driver()
+    init(d)
+    at_epoch(d, MAX_PRODUCER_EPOCH - 1)
+    current = MAX_PRODUCER_EPOCH - 1
+    # A producer naming an epoch fenced long ago does not get the new id.
+    assert init(d, expected=(1000, 5), new_id=2000).error == ErrorCode.producer_fenced
+    assert d.shard.transactions["tx"].producer_id == 1000
+    assert init(d, expected=(1000, current), new_id=2000) == InitResult(ErrorCode.none, 2000, 0)
+    # Its answer was lost: the retry (old id, old epoch) gets the same id and epoch.
+    assert init(d, expected=(1000, current), new_id=3000) == InitResult(ErrorCode.none, 2000, 0)
+    assert init(d, expected=(2000, 0), new_id=3000) == InitResult(ErrorCode.none, 2000, 1)
+
+
 def test_bad_timeouts_and_unknown_ids() -> None:
     d = driver(max_timeout_ms=1000)
     assert init(d, timeout=1001).error == ErrorCode.invalid_transaction_timeout
