@@ -35,7 +35,18 @@ What the active controller does:
   target set and the old replicas are dropped.
 
 Every partition-state write is a compare-and-set on the znode version that
-also stamps this controller's epoch, so a deposed controller's writes fail.
+also stamps this controller's epoch, and every controller write checks
+``/controller_epoch`` at the version this broker's election wrote, so a deposed
+controller's writes fail (ControllerMovedError): it stops acting at once, as it
+does when ``/controller`` names another broker (Kafka's maybeResign).
+
+Broker epochs: a broker that restarted and registered again before the
+controller saw it gone (the same ids before and after) is told by the czxid of
+its registration. It is handled as a failure and then a return (Kafka's
+bouncedBrokerIds): it leaves every ISR and loses its leaderships with the
+leader epoch bumped, then follows and catches up as any returning broker. Kept
+in the ISR, a replica that came back with less data (a lost disk, a lost
+unflushed tail) could be elected and lose acknowledged records.
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ from dmq.cluster.partition_state_machine import (
     transition_to,
 )
 from dmq.cluster.zk.client import ZooKeeperUnavailable
-from dmq.cluster.zookeeper import ZooKeeperMetadataStore
+from dmq.cluster.zookeeper import ControllerMovedError, ZooKeeperMetadataStore
 from dmq.config import BrokerConfig, LogConfig
 
 log = logging.getLogger("dmq.controller")
@@ -96,6 +107,7 @@ class Controller:
         self.active = False
         self.events: asyncio.Queue[ControllerEvent] = asyncio.Queue()
         self.live: set[int] = set()
+        self.broker_epochs: dict[int, int] = {}  # live broker -> the czxid of its registration
         self._last_rebalance = time.monotonic()
         self.rebalance_interval = int(config["leader.imbalance.check.interval.seconds"])
 
@@ -119,6 +131,10 @@ class Controller:
                 continue
             try:
                 await self._handle(batch)
+            except ControllerMovedError as e:
+                log.info("broker %d is no longer the controller: %s", self.broker_id, e)
+                self.active = False
+                self.enqueue(E.CONTROLLER_CHANGE)
             except ZooKeeperUnavailable as e:
                 log.warning("controller: ZooKeeper unavailable (%s); retrying", e)
                 await asyncio.sleep(0.5)
@@ -139,6 +155,12 @@ class Controller:
         if self.store.session_lost:
             self.active = False
             return
+        if self.active and self.store.controller_id() not in (-1, self.broker_id):
+            # /controller names another broker: this one was deposed (its znode deleted, or
+            # its session replaced) and must not act on anything from now on.
+            log.info("broker %d resigns as the controller: broker %d is the controller now",
+                     self.broker_id, self.store.controller_id())
+            self.active = False
         if events & {E.CONTROLLER_CHANGE, E.SESSION_ESTABLISHED} or not self.active:
             if self.store.controller_id() in (-1, self.broker_id) or E.SESSION_ESTABLISHED in events:
                 await self._elect_self()
@@ -146,13 +168,25 @@ class Controller:
             return
         live = set(await self.store.broker_ids())
         changed_brokers = live != self.live
-        if changed_brokers:
+        bounced: set[int] = set()
+        if changed_brokers or E.BROKER_CHANGE in events:
+            epochs = await self.store.broker_epochs()
+            live = set(epochs)
+            changed_brokers = live != self.live
+            bounced = {b for b in live & self.live if epochs[b] > self.broker_epochs.get(b, epochs[b])}
+            self.broker_epochs = epochs
+        if changed_brokers or bounced:
             gone, back = self.live - live, live - self.live
             if gone or back:
                 log.info("controller: brokers %s left, %s joined; live %s",
                          sorted(gone), sorted(back), sorted(live))
+            if bounced:
+                log.info("controller: brokers %s registered again (restarted): handled as gone, "
+                         "then back", sorted(bounced))
+                self.live = live - bounced
+                await self._check_partitions()
             self.live = live
-        if changed_brokers or events & {E.BROKER_CHANGE, E.TOPIC_CHANGE, E.ADMIN_REQUEST}:
+        if changed_brokers or bounced or events & {E.BROKER_CHANGE, E.TOPIC_CHANGE, E.ADMIN_REQUEST}:
             await self._check_partitions()
         await self._progress_reassignments()
         await self._preferred_elections()
@@ -167,7 +201,8 @@ class Controller:
             return
         if await self.store.try_become_controller():
             self.active = True
-            self.live = set(await self.store.broker_ids())
+            self.broker_epochs = await self.store.broker_epochs()
+            self.live = set(self.broker_epochs)
             log.info("broker %d became the controller (epoch %d); live brokers %s",
                      self.broker_id, self.store.controller_epoch, sorted(self.live))
             await self._check_partitions()
@@ -201,7 +236,7 @@ class Controller:
         """Write ``new`` over the state at ``version`` (decided from a state in ``base_epoch``)."""
         try:
             await self.store.update_partition_state(topic, partition, new, version, base_epoch)
-        except ZooKeeperUnavailable:
+        except (ZooKeeperUnavailable, ControllerMovedError):
             raise
         except MetadataError as e:
             log.info("%s-%d: state changed under the controller (%s); re-reading", topic, partition, e)
@@ -250,7 +285,9 @@ class Controller:
         for entry in wanted:
             await self._elect_preferred(str(entry["topic"]), int(entry["partition"]))
         try:
-            await self.store.write_admin(PREFERRED, [], version)
+            await self.store.write_admin(PREFERRED, [], version, as_controller=True)
+        except ControllerMovedError:
+            raise
         except MetadataError:
             pass
 
@@ -280,7 +317,9 @@ class Controller:
                 continue
             await self._write(topic, partition, new, state_version, Election.RESIGNATION.value)
         try:
-            await self.store.write_admin(RESIGNATIONS, [], version)
+            await self.store.write_admin(RESIGNATIONS, [], version, as_controller=True)
+        except ControllerMovedError:
+            raise
         except MetadataError:
             pass  # a new request arrived meanwhile: the next event handles it
 
@@ -315,7 +354,7 @@ class Controller:
             topic, partition, target = str(entry["topic"]), int(entry["partition"]), list(entry["replicas"])
             try:
                 done = await self._reassign(topic, partition, target, bool(entry.get("cancel")))
-            except ZooKeeperUnavailable:
+            except (ZooKeeperUnavailable, ControllerMovedError):
                 raise
             except MetadataError as e:
                 log.info("%s-%d: reassignment step retried: %s", topic, partition, e)
@@ -324,7 +363,9 @@ class Controller:
                 remaining.append(entry)
         if remaining != wanted:
             try:
-                await self.store.write_admin(REASSIGN, remaining, version)
+                await self.store.write_admin(REASSIGN, remaining, version, as_controller=True)
+            except ControllerMovedError:
+                raise
             except MetadataError:
                 pass
 

@@ -24,7 +24,10 @@ Znodes (under an optional chroot, ``host:port/chroot``)::
 
 Partition state znodes change only by version compare-and-set, so a stale
 controller (older ``controller_epoch``) cannot overwrite a newer one's
-decision.
+decision. Every controller write also checks ``/controller_epoch`` at the znode
+version its election wrote, in the same transaction (Kafka's
+``wrapRequestWithControllerEpochCheck``): a deposed controller's writes fail
+with ``ControllerMovedError`` whatever partition or admin znode they touch.
 
 Threading: everything here runs on the event loop. ZooKeeper is reached only
 through the async ``ZooKeeperClient`` (bounded calls: ZooKeeperUnavailable,
@@ -67,6 +70,7 @@ from dmq.cluster.zk.client import (
     NodeExistsError,
     NoNodeError,
     Op,
+    RolledBackError,
     Stat,
     ZooKeeperClient,
     ZooKeeperSasl,
@@ -81,11 +85,23 @@ __all__ = ["ZooKeeperMetadataStore", "assign_replicas", "stale_registration_wait
 
 # A refresh that failed (ZooKeeper unreachable) is tried again this much later.
 REFRESH_RETRY_S = 1.0
+# Pause after a failed registration after a lost session (times the failures, at most 2 s).
+REREGISTER_BACKOFF_S = 0.5
 # Pause before connecting again after kazoo gave up on a failed SASL login.
 RELOGIN_BACKOFF_S = 1.0
 
 
 
+class ControllerMovedError(MetadataError):
+    """A controller write refused because ``/controller_epoch`` moved past the epoch this
+    broker was elected in: another broker is the controller now (Kafka's
+    ControllerMovedException). The caller stops acting as the controller."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("not_controller", message)
+
+
+ELECTION_ATTEMPTS = 10  # controller election transactions tried before the caller retries later
 DELETE_ATTEMPTS = 5  # transactions tried to delete a topic and record its epochs at once
 MAX_ATOMIC_DELETE_PARTITIONS = 2000  # above this, one transaction may pass jute.maxbuffer
 DELETE_EPOCH_MARGIN = 1000  # a floor written apart from the deletion keeps this far above
@@ -109,6 +125,9 @@ class ZooKeeperMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller = -1
         self.controller_epoch = 0
+        # /controller_epoch's znode version as this broker's election wrote it; -1: never
+        # elected. Controller writes check it (ControllerMovedError).
+        self.controller_epoch_version = -1
         self._watched: set[str] = set()
         self.broker_epoch = -1
         self.adding_replicas: dict[str, dict[int, list[int]]] = {}
@@ -300,7 +319,10 @@ class ZooKeeperMetadataStore(MetadataStore):
                     await self._watch_user_configs(arg)
             except MetadataError as e:
                 log.warning("refreshing %s from ZooKeeper failed (%s); retrying", kind, e)
-                asyncio.get_running_loop().call_later(REFRESH_RETRY_S, self._enqueue, kind, arg)
+                # The broker list is read again when retried: the watch's list may be older
+                # than one applied meanwhile, and it replaces the whole cache.
+                asyncio.get_running_loop().call_later(REFRESH_RETRY_S, self._enqueue, kind,
+                                                      None if kind == "brokers" else arg)
             except Exception:
                 log.exception("refreshing %s from ZooKeeper failed", kind)
             finally:
@@ -316,7 +338,11 @@ class ZooKeeperMetadataStore(MetadataStore):
         data, _ = await self.client.get(paths.CLUSTER_ID)
         return codecs.decode_cluster_id(data)
 
-    async def _load_brokers(self, children: list[str]) -> None:
+    async def _load_brokers(self, children: list[str] | None) -> None:
+        """Replace the broker cache with the registrations of ``children`` (None: read the
+        list from ZooKeeper now)."""
+        if children is None:
+            children = await self.client.children(paths.BROKER_IDS)
         brokers: dict[int, BrokerInfo] = {}
         for child in children:
             found = await self.client.get_or_none(paths.broker(child))
@@ -491,36 +517,93 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.registration = info
         self.session_lost = False
 
-    async def reregister(self) -> None:
-        """After a session expiry: register again (the old ephemeral znode is gone)."""
-        if self.registration is not None:
-            await self.register_broker(self.registration)
+    async def reregister(self) -> bool:
+        """After a session expiry: register again (the old ephemeral znode is gone), trying
+        until it is done or the store closes (Kafka's RegisterBrokerAndReelect retries until
+        connected); True once registered. Until then the broker takes no metadata change
+        (``session_lost``): tried once, a call that timed out while the old registration
+        expired left the broker unregistered and frozen for good, the partitions created
+        meanwhile without a leader."""
+        if self.registration is None:
+            return False
+        failures = 0
+        told = 0.0
+        while not self._closed:
+            try:
+                await self.register_broker(self.registration)
+                if failures:
+                    log.info("broker %d registered again after %d failed attempts", self.broker_id, failures)
+                return True
+            except MetadataError as e:  # ZooKeeperUnavailable, or the old registration still held
+                failures += 1
+                now = time.monotonic()
+                if failures == 1 or now - told >= 30:
+                    told = now
+                    log.warning("registering broker %d again in ZooKeeper failed (%s); retrying until it "
+                                "succeeds", self.broker_id, e)
+                await asyncio.sleep(min(REREGISTER_BACKOFF_S * failures, 2.0))
+        return False
 
     async def try_become_controller(self) -> bool:
-        """Controller election: create the ephemeral /controller and bump /controller_epoch."""
+        """Controller election: create the ephemeral /controller and bump /controller_epoch,
+        in one transaction (Kafka's registerControllerAndIncrementControllerEpoch).
+
+        Done in two steps, a create whose answer was lost (or an epoch write that timed
+        out) left /controller held by this session with the election unfinished: the
+        retry met NodeExists on its own znode and no broker was ever the controller while
+        this session lived. Now a /controller held by this very session means the
+        transaction went through: the epoch it wrote is read back and this broker is the
+        controller (Kafka's checkControllerAndEpoch).
+        """
         body = codecs.encode_controller(self.broker_id, int(time.time() * 1000))
-        try:
-            await self.client.create(paths.CONTROLLER, body, ephemeral=True)
-        except NodeExistsError:
-            return False
-        while True:
-            try:
-                data, stat = await self.client.get(paths.CONTROLLER_EPOCH)
-                epoch = int(data.decode()) + 1
-                await self.client.set(paths.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+        for _ in range(ELECTION_ATTEMPTS):
+            found = await self.client.get_or_none(paths.CONTROLLER_EPOCH)
+            if found is None:
+                epoch, ops = 1, [Op.create(paths.CONTROLLER, body, ephemeral=True),
+                                 Op.create(paths.CONTROLLER_EPOCH, b"1")]
+            else:
+                epoch = int(found[0].decode()) + 1
+                ops = [Op.create(paths.CONTROLLER, body, ephemeral=True),
+                       Op.set(paths.CONTROLLER_EPOCH, str(epoch).encode(), int(found[1].version))]
+            results = await self.client.transaction(ops)
+            if not any(isinstance(r, Exception) for r in results):
                 break
-            except NoNodeError:
-                try:
-                    await self.client.create(paths.CONTROLLER_EPOCH, b"1")
-                    epoch = 1
-                    break
-                except NodeExistsError:
-                    continue
-            except BadVersionError:
-                continue
+            held = await self.client.get_or_none(paths.CONTROLLER)
+            if held is None:
+                continue  # the epoch moved (another election) or the holder just went: again
+            if int(held[1].ephemeralOwner) != self.client.session_id:
+                return False
+            # Ours: an earlier attempt of this session went through.
+            data, stat = await self.client.get(paths.CONTROLLER_EPOCH)
+            self.controller_epoch = int(data.decode())
+            self.controller_epoch_version = int(stat.version)
+            log.info("broker %d is the controller (epoch %d, an earlier attempt's)", self.broker_id,
+                     self.controller_epoch)
+            return True
+        else:
+            raise MetadataError("unknown_server_error", f"controller election kept failing: {results}")
+        _, stat = await self.client.get(paths.CONTROLLER_EPOCH)
         self.controller_epoch = epoch
+        self.controller_epoch_version = int(stat.version)
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
         return True
+
+    def _controller_check(self) -> list[Op]:
+        """The op that fences a deposed controller's write (nothing before an election)."""
+        if self.controller_epoch_version < 0:
+            return []
+        return [Op.check(paths.CONTROLLER_EPOCH, self.controller_epoch_version)]
+
+    async def _controller_write(self, op: Op, what: str) -> None:
+        """One controller write, refused when /controller_epoch moved since this broker's
+        election (ControllerMovedError) or when ``op`` itself fails (MetadataError)."""
+        checks = self._controller_check()
+        results = await self.client.transaction([*checks, op])
+        # A failed transaction answers the failing op's error, RolledBackError before it.
+        if checks and isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+            raise ControllerMovedError(f"another broker is the controller now ({what} not written)")
+        if isinstance(results[-1], Exception):
+            raise MetadataError("not_controller", f"{what} changed meanwhile")
 
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         found = await self.read_partition_state(topic, partition)
@@ -552,10 +635,8 @@ class ZooKeeperMetadataStore(MetadataStore):
                                 f"{current.leader_epoch}, not {base_epoch}")
         body = codecs.encode_state(codecs.LeaderAndIsr(self.controller_epoch, state.leader,
                                                        state.leader_epoch, state.isr))
-        try:
-            new_version = int((await self.client.set(path, body, version=expected_version)).version)
-        except BadVersionError:
-            raise MetadataError("not_controller", f"partition state of {topic}-{partition} changed") from None
+        await self._controller_write(Op.set(path, body, expected_version), f"partition state of {topic}-{partition}")
+        new_version = expected_version + 1
         self._state_changed(topic, partition, body, new_version)  # the watch may come later
         return new_version
 
@@ -616,9 +697,20 @@ class ZooKeeperMetadataStore(MetadataStore):
             return [], -1
         return codecs.decode_admin(found[0]), int(found[1].version)
 
-    async def write_admin(self, path: str, partitions: list[dict[str, Any]], version: int) -> None:
-        """Replace (or delete, when empty) an /admin request znode; version -1 creates it."""
+    async def write_admin(self, path: str, partitions: list[dict[str, Any]], version: int,
+                          as_controller: bool = False) -> None:
+        """Replace (or delete, when empty) an /admin request znode; version -1 creates it.
+        ``as_controller``: the controller's write, fenced by its epoch (ControllerMovedError)."""
         body = codecs.encode_admin(partitions)
+        if as_controller and version >= 0:
+            op = Op.set(path, body, version) if partitions else Op.delete(path, version)
+            try:
+                await self._controller_write(op, path)
+            except ControllerMovedError:
+                raise
+            except MetadataError:
+                raise MetadataError("concurrent_transactions", f"{path} changed meanwhile") from None
+            return
         if version < 0:
             if partitions:
                 try:
@@ -720,10 +812,10 @@ class ZooKeeperMetadataStore(MetadataStore):
         return codecs.load(found[0]), int(found[1].version)
 
     async def write_assignment(self, topic: str, raw: dict[str, Any], version: int) -> None:
-        try:
-            await self.client.set(paths.topic(topic), codecs.dump(raw), version=version)
-        except (BadVersionError, NoNodeError):
-            raise MetadataError("not_controller", f"assignment of {topic} changed meanwhile") from None
+        """The controller's write of a topic's assignment (a reassignment step), fenced by
+        its epoch (ControllerMovedError)."""
+        await self._controller_write(Op.set(paths.topic(topic), codecs.dump(raw), version),
+                                     f"assignment of {topic}")
         await self.refresh_topic(topic)
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -882,6 +974,18 @@ class ZooKeeperMetadataStore(MetadataStore):
 
     def _racks(self) -> dict[int, str]:
         return {b.broker_id: b.rack for b in self.brokers() if b.rack}
+
+    async def broker_epochs(self) -> dict[int, int]:
+        """Each registered broker's epoch (the czxid of its registration), read through: a
+        broker registered again (restarted) has a greater one (Kafka's
+        getAllBrokerAndEpochsInCluster)."""
+        epochs: dict[int, int] = {}
+        for child in await self.client.children(paths.BROKER_IDS):
+            if child.isdigit():
+                stat = await self.client.exists(paths.broker(child))
+                if stat is not None:
+                    epochs[int(child)] = int(stat.czxid)
+        return epochs
 
     async def broker_ids(self) -> list[int]:
         # Read through: the watch-fed cache may lag just after a registration.

@@ -192,6 +192,7 @@ class Broker:
         self.zk: ZooKeeperMetadataStore | None = None
         self.fetchers: ReplicaFetcherManager | None = None
         self.controller: Controller | None = None
+        self._reregistering: asyncio.Future[None] | None = None  # registering again after a lost session
         self.metrics_server: MetricsServer | None = None  # metrics.listener: Prometheus' /metrics
         self.request_stats = RequestStats()  # every listener's requests (read by dmq.metrics)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -610,18 +611,15 @@ class Broker:
         event = ControllerEvent.from_notification(what)
         if self.controller is not None and event is not None:
             self.controller.enqueue(event)
-        if what == "session":
-            self._spawn(self._reregister())
+        if what == "session" and (self._reregistering is None or self._reregistering.done()):
+            self._reregistering = self._spawn(self._reregister())
         self.backend.schedule()
 
     async def _reregister(self) -> None:
         assert self.zk is not None
-        try:
-            await self.zk.reregister()
+        if await self.zk.reregister():
             log.info("registered again in ZooKeeper after the session expired")
             self.backend.reconcile()
-        except Exception:
-            log.exception("registering again in ZooKeeper failed")
 
     # ---------------------------------------------------------------- dispatch
 
@@ -706,8 +704,10 @@ class Broker:
 
     # -------------------------------------------------------------- background
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        self._tasks.append(asyncio.ensure_future(coro))
+    def _spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.append(task)
+        return task
 
     async def _every(self, interval_ms: int, fn: Callable[[], Awaitable[None] | None]) -> None:
         interval = max(interval_ms, 10) / 1000.0

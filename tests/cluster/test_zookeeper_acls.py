@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.zookeeper import ZooKeeperProcess, available
+from support.zookeeper import ZooKeeperProcess, available, wait_for
 
 pytestmark = pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
 
@@ -25,15 +24,6 @@ def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperProcess]:
     zk = ZooKeeperProcess(tmp_path / "zk").start()
     yield zk
     zk.stop()
-
-
-async def wait_for(cond: Callable[[], object], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def test_acls_in_kafka_layout_reach_every_broker(zookeeper: ZooKeeperProcess) -> None:

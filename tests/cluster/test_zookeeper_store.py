@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.zookeeper import ZooKeeperProcess, available
+from support.zookeeper import ZooKeeperProcess, available, wait_for
+from support.zookeeper import connected_store as store
 
 pytestmark = pytest.mark.skipif(not available(), reason="Debian's zookeeper package is not installed")
 
@@ -22,23 +22,6 @@ def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperProcess]:
     zk = ZooKeeperProcess(tmp_path / "zk").start()
     yield zk
     zk.stop()
-
-
-async def store(zk: ZooKeeperProcess, broker_id: int, chroot: str = "/dmq",
-                register: bool = True) -> ZooKeeperMetadataStore:
-    s = await ZooKeeperMetadataStore.connect(zk.connect + chroot, broker_id, session_timeout_ms=3000)
-    if register:
-        await s.register_broker(BrokerInfo(broker_id, "127.0.0.1", 9090 + broker_id))
-    return s
-
-
-async def wait_for(cond: Callable[[], object], timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:

@@ -2,22 +2,50 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from support.broker import free_port
 from support.signals import sigstop
+
+if TYPE_CHECKING:
+    from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 
 
 def available() -> bool:
     return os.path.exists(ZK_JAR)
+
+
+async def wait_for(cond: Callable[[], object], timeout: float = 15) -> None:
+    """Poll ``cond`` on the event loop until it is true; AssertionError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+async def connected_store(zk: ZooKeeperProcess, broker_id: int, chroot: str = "/dmq",
+                          register: bool = True) -> ZooKeeperMetadataStore:
+    """A broker's metadata store on ``zk`` (3 s sessions), registered unless told not to."""
+    from dmq.cluster.metadata import BrokerInfo
+    from dmq.cluster.zookeeper import ZooKeeperMetadataStore
+
+    s = await ZooKeeperMetadataStore.connect(zk.connect + chroot, broker_id, session_timeout_ms=3000)
+    if register:
+        await s.register_broker(BrokerInfo(broker_id, "127.0.0.1", 9090 + broker_id))
+    return s
 
 
 class ZooKeeperProcess:

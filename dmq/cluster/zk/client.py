@@ -39,6 +39,7 @@ from kazoo.exceptions import BadVersionError as BadVersionError
 from kazoo.exceptions import KazooException
 from kazoo.exceptions import NodeExistsError as NodeExistsError
 from kazoo.exceptions import NoNodeError as NoNodeError
+from kazoo.exceptions import RolledBackError as RolledBackError
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KeeperState
@@ -206,10 +207,11 @@ class Op:
     path: str
     data: bytes = b""
     version: int = -1
+    ephemeral: bool = False
 
     @staticmethod
-    def create(path: str, data: bytes = b"") -> Op:
-        return Op("create", path, data)
+    def create(path: str, data: bytes = b"", ephemeral: bool = False) -> Op:
+        return Op("create", path, data, ephemeral=ephemeral)
 
     @staticmethod
     def set(path: str, data: bytes, version: int = -1) -> Op:
@@ -418,7 +420,7 @@ class ZooKeeperClient:
             tx = self.kazoo.transaction()
             for op in ops:
                 if op.kind == "create":
-                    tx.create(op.path, op.data)
+                    tx.create(op.path, op.data, ephemeral=op.ephemeral)
                 elif op.kind == "set":
                     tx.set_data(op.path, op.data, version=op.version)
                 elif op.kind == "delete":
