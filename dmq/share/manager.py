@@ -182,16 +182,18 @@ class SharePartitionManager:
 
     async def fetch(self, group_id: str, member_id: str, partitions: Sequence[TopicIdPartition], *,
                     max_wait_ms: int, max_bytes: int, max_records: int, batch_size: int,
-                    waiting: Callable[[], None] | None = None) -> dict[TopicIdPartition, PartitionFetch]:
+                    waiting: Callable[[], None] | None = None,
+                    session_id: int | None = None) -> dict[TopicIdPartition, PartitionFetch]:
         """Acquire records for ``member_id`` across ``partitions`` (in that order, within
-        ``max_records``, soft, and ``max_bytes``). When nothing was acquired and nothing
-        failed, wait up to ``max_wait_ms`` for new data or released records, calling
-        ``waiting`` first, and try again."""
+        ``max_records``, soft, and ``max_bytes``), tagged with its share session
+        ``session_id``. When nothing was acquired and nothing failed, wait up to
+        ``max_wait_ms`` for new data or released records, calling ``waiting`` first, and
+        try again."""
         deadline = time.monotonic() + max_wait_ms / 1000.0
         waited = False
         while True:
             results = await self._fetch_pass(group_id, member_id, partitions, max_bytes, max_records,
-                                             batch_size)
+                                             batch_size, session_id)
             if any(r.acquired or r.error is not ErrorCode.none for r in results.values()):
                 return results
             remaining = deadline - time.monotonic()
@@ -204,8 +206,8 @@ class SharePartitionManager:
                 return results  # timed out: the pass before the wait answered nothing new
 
     async def _fetch_pass(self, group_id: str, member_id: str, partitions: Sequence[TopicIdPartition],
-                          max_bytes: int, max_records: int,
-                          batch_size: int) -> dict[TopicIdPartition, PartitionFetch]:
+                          max_bytes: int, max_records: int, batch_size: int,
+                          session_id: int | None) -> dict[TopicIdPartition, PartitionFetch]:
         results: dict[TopicIdPartition, PartitionFetch] = {}
         bytes_left, records_left = max_bytes, max_records
         for tp in partitions:
@@ -218,7 +220,7 @@ class SharePartitionManager:
                 continue
             try:
                 result = self._acquire(entry, member_id, bytes_left, records_left, batch_size,
-                                       self.group_settings(group_id))
+                                       self.group_settings(group_id), session_id)
             finally:
                 entry.lock.release()
             results[tp] = result
@@ -227,7 +229,7 @@ class SharePartitionManager:
         return results
 
     def _acquire(self, entry: _Entry, member_id: str, max_bytes: int, max_records: int,
-                 batch_size: int, settings: ShareGroupSettings) -> PartitionFetch:
+                 batch_size: int, settings: ShareGroupSettings, session_id: int | None) -> PartitionFetch:
         sp, partition = entry.sp, entry.partition
         log_start = partition.log.log_start_offset
         if log_start > sp.start_offset:
@@ -250,7 +252,8 @@ class SharePartitionManager:
             batches = aborted_as_control([(b, h.producer_id, h.is_transactional)
                                           for b, (_, h) in zip(batches, headers, strict=True)], res.aborted)
         acquired = sp.acquire(member_id, offset, batches, max_records, batch_size, self.now_ms(),
-                              lock_duration_ms=settings.record_lock_duration_ms).ranges
+                              lock_duration_ms=settings.record_lock_duration_ms,
+                              session_id=session_id).ranges
         if not acquired:
             return PartitionFetch()
         self._schedule(entry)
@@ -334,15 +337,18 @@ class SharePartitionManager:
 
     # ------------------------------------------------------------------ releasing
 
-    async def release_member(self, group_id: str, member_id: str,
-                             partitions: Sequence[TopicIdPartition]) -> None:
+    async def release_member(self, group_id: str, member_id: str, partitions: Sequence[TopicIdPartition],
+                             session_id: int | None = None) -> None:
         """The member's share session closed: its records on ``partitions`` loaded here
         are available again (archived at the delivery limit), and the state written
-        (a failed write is not undone, as for an expired lock). A share-partition left
-        with no acquired records is unloaded once its state is written."""
-        await asyncio.gather(*(self._release_one(group_id, member_id, tp) for tp in partitions))
+        (a failed write is not undone, as for an expired lock). With ``session_id``, only
+        the records acquired in that session: never what a newer session of the same
+        member holds. A share-partition left with no acquired records is unloaded once
+        its state is written."""
+        await asyncio.gather(*(self._release_one(group_id, member_id, tp, session_id) for tp in partitions))
 
-    async def _release_one(self, group_id: str, member_id: str, tp: TopicIdPartition) -> None:
+    async def _release_one(self, group_id: str, member_id: str, tp: TopicIdPartition,
+                           session_id: int | None) -> None:
         entry = self._entries.get((group_id, *tp))
         if entry is None:
             return
@@ -350,7 +356,7 @@ class SharePartitionManager:
             if entry.dropped:
                 return
             settings = self._dead_letter_mode(entry)
-            change = entry.sp.release_member(member_id)
+            change = entry.sp.release_member(member_id, session_id)
             if change.archived and entry.sp.dead_letter:
                 self._start_dead_letters(entry, settings, change.archived)
             written = await self._write(entry) if change.persist else ErrorCode.none

@@ -123,21 +123,30 @@ class SharePartitionConfig:
 @dataclass(frozen=True, slots=True)
 class InFlightRange:
     """Offsets ``first..last`` (inclusive) sharing one state, delivery count and, while
-    ACQUIRED, one owner and lock deadline."""
+    ACQUIRED, one owner, lock deadline and acquiring session.
+
+    ``session_id`` tells apart acquisitions of one member made in different share
+    sessions (its connection dropped and it opened a new one): a session that goes
+    releases only what it acquired. It is None when not ACQUIRED, or when the
+    acquisition named no session; it is never persisted. Acknowledgements go by
+    ``member_id`` alone, as Kafka's."""
     first: int
     last: int
     state: RecordState
     delivery_count: int
     member_id: str | None = None
     deadline_ms: int | None = None
+    session_id: int | None = None
 
     @property
     def size(self) -> int:
         return self.last - self.first + 1
 
     def transition_to(self, target: RecordState, *, delivery_count: int | None = None,
-                      member_id: str | None = None, deadline_ms: int | None = None) -> InFlightRange:
-        """The records in ``target``: an owner and a deadline exactly when ACQUIRED."""
+                      member_id: str | None = None, deadline_ms: int | None = None,
+                      session_id: int | None = None) -> InFlightRange:
+        """The records in ``target``: an owner and a deadline exactly when ACQUIRED (and
+        the acquiring session, if any, only then)."""
         if target not in TRANSITIONS[self.state]:
             raise IllegalStateTransition(
                 f"offsets {self.first}-{self.last}: illegal transition {self.state.name} -> {target.name}")
@@ -146,7 +155,8 @@ class InFlightRange:
             raise IllegalStateTransition("ACQUIRED records need an owner and a lock deadline")
         return InFlightRange(self.first, self.last, target,
                              self.delivery_count if delivery_count is None else delivery_count,
-                             member_id if acquired else None, deadline_ms if acquired else None)
+                             member_id if acquired else None, deadline_ms if acquired else None,
+                             session_id if acquired else None)
 
     def renewed(self, deadline_ms: int) -> InFlightRange:
         """A RENEW acknowledgement: the lock restarts, the state stays ACQUIRED."""
@@ -155,8 +165,8 @@ class InFlightRange:
         return replace(self, deadline_ms=deadline_ms)
 
     def _same_run(self, other: InFlightRange) -> bool:
-        return (self.state, self.delivery_count, self.member_id, self.deadline_ms) == \
-            (other.state, other.delivery_count, other.member_id, other.deadline_ms)
+        return (self.state, self.delivery_count, self.member_id, self.deadline_ms, self.session_id) == \
+            (other.state, other.delivery_count, other.member_id, other.deadline_ms, other.session_id)
 
 
 class LogBatch(NamedTuple):
@@ -334,7 +344,7 @@ class SharePartition:
       record is not terminal: ``start_offset`` <= every non-terminal offset, and the
       start moves over leading terminal records as soon as they appear.
     - A record is ACQUIRED exactly when it has an owner (member id) and a lock deadline;
-      no record has two owners.
+      no record has two owners. Only ACQUIRED records carry a session id.
     - An AVAILABLE record's delivery count is below ``delivery_count_limit``; an ACQUIRED
       one's is at most the limit (acquiring adds one). Delivery counts never exceed the
       limit unless a persisted state loaded had them so.
@@ -496,7 +506,8 @@ class SharePartition:
     # ------------------------------------------------------------------ acquiring
 
     def acquire(self, member_id: str, fetch_offset: int, batches: Sequence[LogBatch], max_records: int,
-                batch_size: int, now_ms: int, *, lock_duration_ms: int | None = None) -> AcquireResult:
+                batch_size: int, now_ms: int, *, lock_duration_ms: int | None = None,
+                session_id: int | None = None) -> AcquireResult:
         """Acquire records for ``member_id`` from ``batches``: the log batches (whole,
         ascending, as a log read returns them) read from ``fetch_offset``, normally
         ``next_fetch_offset()``, up to the high watermark (or the last stable offset).
@@ -511,7 +522,8 @@ class SharePartition:
         (before the first batch and between batches), are archived, never delivered;
         under read_committed the caller passes aborted transactions' batches as control
         batches (Kafka archives those too). Each acquired record is locked until
-        ``now_ms + lock_duration_ms``. A read from past the window's end (the state moved
+        ``now_ms + lock_duration_ms`` and tagged with ``session_id`` (the share session
+        of the fetch; see ``release_member``). A read from past the window's end (the state moved
         back since it started, e.g. a re-initialization) acquires nothing. Raises
         ValueError for batches out of order and a batch size below 1.
         """
@@ -556,7 +568,8 @@ class SharePartition:
             prev_last = max(prev_last, batch.last_offset)
             lo, hi = max(batch.base_offset, self._start), min(batch.last_offset, last_to_acquire)
             if lo <= hi:
-                count += self._acquire_batch(lo, hi, batch, member_id, deadline, changes, pieces)
+                count += self._acquire_batch(lo, hi, batch, member_id, session_id, deadline, changes,
+                                             pieces)
         ranges = _acquired_ranges(pieces, batch_size)
         self._settle()
         return AcquireResult(ranges, changes.batches())
@@ -582,8 +595,8 @@ class SharePartition:
         self._extend(changes.add(InFlightRange(new, last, S.AVAILABLE, 0).transition_to(S.ARCHIVED)))
         return last - new + 1 if pending else 0
 
-    def _acquire_batch(self, lo: int, hi: int, batch: LogBatch, member_id: str, deadline: int,
-                       changes: _Changes, pieces: list[tuple[InFlightRange, bool]]) -> int:
+    def _acquire_batch(self, lo: int, hi: int, batch: LogBatch, member_id: str, session_id: int | None,
+                       deadline: int, changes: _Changes, pieces: list[tuple[InFlightRange, bool]]) -> int:
         """Offsets ``lo..hi`` of one log batch. Returns the offsets it used of the budget."""
         used = 0
         inside = min(hi, self._end - 1)
@@ -597,7 +610,8 @@ class SharePartition:
                     self._runs[k] = changes.add(r.transition_to(S.ARCHIVED))
                     continue
                 self._runs[k] = r.transition_to(S.ACQUIRED, delivery_count=r.delivery_count + 1,
-                                                member_id=member_id, deadline_ms=deadline)
+                                                member_id=member_id, deadline_ms=deadline,
+                                                session_id=session_id)
                 pieces.append((self._runs[k], r.first == batch.base_offset))
                 used += r.size
         if hi < self._end:
@@ -608,7 +622,7 @@ class SharePartition:
             self._extend(changes.add(fresh.transition_to(S.ARCHIVED)))
         else:
             acquired = fresh.transition_to(S.ACQUIRED, delivery_count=1, member_id=member_id,
-                                           deadline_ms=deadline)
+                                           deadline_ms=deadline, session_id=session_id)
             self._extend(acquired)
             pieces.append((acquired, acquired.first == batch.base_offset))
         return used + fresh.size
@@ -713,11 +727,15 @@ class SharePartition:
 
     # ------------------------------------------------------------------ releasing
 
-    def release_member(self, member_id: str) -> StateChange:
+    def release_member(self, member_id: str, session_id: int | None = None) -> StateChange:
         """The member's share session closed (ShareFetch/ShareAcknowledge epoch -1, its
         connection dropped, it left the group): its records are available again (or
-        archived at the delivery limit), their delivery counts unchanged."""
-        return self._release_where(lambda r: r.member_id == member_id)
+        archived at the delivery limit), their delivery counts unchanged. With
+        ``session_id``, only the records that session acquired: what the same member
+        acquired in another (newer) session stays ACQUIRED."""
+        if session_id is None:
+            return self._release_where(lambda r: r.member_id == member_id)
+        return self._release_where(lambda r: r.member_id == member_id and r.session_id == session_id)
 
     def expire_locks(self, now_ms: int) -> StateChange:
         """Records whose lock deadline has come are available again (or archived at the

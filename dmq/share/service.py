@@ -4,8 +4,11 @@ It puts the share sessions (``ShareSessionCache``) and the share-partitions
 (``SharePartitionManager``) together in Kafka's order: the session decides (epoch
 table, merged entries), the acknowledgements are applied and written, then the fetch
 runs over the session's partitions; a final request (epoch -1) fetches nothing and
-closes the session, releasing its member's records; a full request (epoch 0) that
-replaces a session releases the old one's records first. The answer lists what
+closes the session, releasing the records acquired in it; a full request (epoch 0) that
+replaces a session releases the old one's records first. Records are acquired under the
+session's ``session_id``, and every release names it: a session that goes (or a fetch
+of it still waiting when it went) never releases what a newer session of the same
+member holds. The answer lists what
 Kafka's does: for a full fetch every requested partition, otherwise the partitions
 with records, an error or acknowledgements — every partition that carried
 acknowledgements is in it (librdkafka reports a missing one as INVALID_RECORD_STATE).
@@ -66,9 +69,12 @@ class ShareOutcome:
 class ShareService:
     """The share sessions and share-partitions of this broker.
 
-    Invariant: a session's member's records are released whenever the session goes
-    (final request, replaced by an epoch-0 fetch, its connection closed). Tasks started
-    by ``connection_closed`` are kept until done (``close`` cancels them)."""
+    Invariants: the records acquired in a session are released whenever the session
+    goes (final request, replaced by an epoch-0 fetch, its connection closed), and those
+    a fetch of it acquires after it went are released when that fetch ends; a release
+    touches only records acquired in the session it is for (``session_id``), never
+    those of another session of the same member. Tasks started by
+    ``connection_closed`` are kept until done (``close`` cancels them)."""
 
     def __init__(self, sessions: ShareSessionCache, partitions: SharePartitionManager) -> None:
         self.sessions = sessions
@@ -109,12 +115,15 @@ class ShareService:
             order = order[k:] + order[:k]
         fetched = await self.partitions.fetch(group_id, member_id, order, max_wait_ms=max_wait_ms,
                                               max_bytes=max_bytes, max_records=max_records,
-                                              batch_size=max(1, batch_size), waiting=waiting)
+                                              batch_size=max(1, batch_size), waiting=waiting,
+                                              session_id=req.session.session_id)
         if self.sessions.get(group_id, member_id) is not req.session:
             # The session went while the fetch waited (its connection closed, a new full
-            # fetch replaced it): nobody will acknowledge what was just acquired.
+            # fetch replaced it): nobody will acknowledge what was just acquired in it.
+            # Only that is released: a newer session of the member may hold records here.
             await self.partitions.release_member(group_id, member_id,
-                                                 [tp for tp, f in fetched.items() if f.acquired])
+                                                 [tp for tp, f in fetched.items() if f.acquired],
+                                                 session_id=req.session.session_id)
         out: dict[TopicIdPartition, PartitionOutcome] = {}
         for tp in req.fetch:
             if tp in refused:
@@ -159,16 +168,18 @@ class ShareService:
     async def _release_all(self, sessions: list[ShareSession]) -> None:
         for s in sessions:
             try:
-                await self.partitions.release_member(s.group_id, s.member_id, list(s.partitions))
+                await self.partitions.release_member(s.group_id, s.member_id, list(s.partitions),
+                                                     session_id=s.session_id)
             except Exception:
                 log.exception("releasing the records of share session %s failed", s.key)
 
     async def _release_replaced(self, req: SessionRequest) -> None:
         old = req.replaced
         if old is not None:
-            await self.partitions.release_member(old.group_id, old.member_id, list(old.partitions))
+            await self.partitions.release_member(old.group_id, old.member_id, list(old.partitions),
+                                                 session_id=old.session_id)
 
     async def _close(self, session: ShareSession) -> None:
         if self.sessions.close(session):
             await self.partitions.release_member(session.group_id, session.member_id,
-                                                 list(session.partitions))
+                                                 list(session.partitions), session_id=session.session_id)

@@ -33,6 +33,7 @@ ShareFetch/ShareAcknowledge handlers, event-loop thread) calls ``share_fetch`` /
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ DEFAULT_MAX_SESSIONS = 2000  # group.share.max.share.sessions
 
 TopicIdPartition = tuple[uuid.UUID, int]
 SessionKey = tuple[str, str]
+
+_session_ids = itertools.count(1)
 
 
 def next_epoch(epoch: int) -> int:
@@ -78,12 +81,15 @@ def merge_entries(entries: Iterable[PartitionEntry]) -> dict[TopicIdPartition, t
 @dataclass(slots=True)
 class ShareSession:
     """One member's session on this broker. ``epoch``: what its next request must carry
-    (>= 1). ``partitions``: insertion-ordered, no duplicates."""
+    (>= 1). ``partitions``: insertion-ordered, no duplicates. ``session_id``: unique in
+    this process, never reused: records are acquired under it, so that releasing a
+    session's records leaves those of a newer session of the same key alone."""
     group_id: str
     member_id: str
     epoch: int
     partitions: dict[TopicIdPartition, None] = field(default_factory=dict)
     connection: Hashable | None = None
+    session_id: int = field(default_factory=lambda: next(_session_ids))
 
     @property
     def key(self) -> SessionKey:
@@ -99,9 +105,9 @@ class SessionRequest:
     ``fetch``: the partitions to fetch from (empty for ShareAcknowledge and final
     requests). ``full``: an epoch-0 fetch, whose answer lists every requested partition.
     ``final``: epoch -1; the caller processes the acks, then calls ``close``.
-    ``replaced``: a session an epoch-0 fetch dropped, whose member's records the caller
-    releases (dmq releases them at once, as librdkafka's mock does; Kafka lets the locks
-    time out)."""
+    ``replaced``: a session an epoch-0 fetch dropped, whose records (those acquired in
+    it, not the new session's) the caller releases (dmq releases them at once, as
+    librdkafka's mock does; Kafka lets the locks time out)."""
     error: ErrorCode = ErrorCode.none
     session: ShareSession | None = None
     acks: dict[TopicIdPartition, tuple[AckBatch, ...]] = field(default_factory=dict)

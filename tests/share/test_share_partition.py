@@ -423,6 +423,28 @@ def test_release_member_frees_only_that_members_records() -> None:
     assert fetch(sp, "b", log) == (AcquiredRange(0, 4, 2), AcquiredRange(10, 14, 2))
 
 
+def test_release_member_of_one_session_leaves_the_members_other_session_alone() -> None:
+    """A member whose connection dropped opens a new share session while the old one's
+    release (or a fetch of the old session still waiting) has yet to run. Releasing by
+    member id alone made the records the new session had just acquired AVAILABLE again:
+    another member got them while the first still held them (duplicate delivery).
+    Released by session, only the old session's records go."""
+    sp = fresh()
+    log = batches(5, 5)
+    offset = sp.next_fetch_offset()
+    sp.acquire("a", offset, [b for b in log if b.last_offset >= offset], 1, 500, 0, session_id=2)
+    offset = sp.next_fetch_offset()
+    sp.acquire("a", offset, [b for b in log if b.last_offset >= offset], 1, 500, 0, session_id=1)
+    assert sp.release_member("a", session_id=1) == StateChange(changed=(StateBatch(5, 9, 0, 1),))
+    assert states(sp) == [(0, 4, S.ACQUIRED, 1, "a"), (5, 9, S.AVAILABLE, 1, None)]
+    assert sp.state_of(0) == InFlightRange(0, 4, S.ACQUIRED, 1, "a", LOCK, session_id=2)
+    # The new session acknowledges as the member; a RENEW keeps the session's tag.
+    assert sp.acknowledge("a", [AckBatch(0, 4, [RENEW])], 10, is_renew_ack=True).error == ErrorCode.none
+    assert sp.state_of(0) == InFlightRange(0, 4, S.ACQUIRED, 1, "a", 10 + LOCK, session_id=2)
+    assert sp.release_member("a", session_id=1) == StateChange()
+    assert sp.release_member("a", session_id=2).changed == (StateBatch(0, 4, 0, 1),)
+
+
 # --------------------------------------------------------------------- the log start
 
 
