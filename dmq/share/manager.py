@@ -18,6 +18,13 @@ releasing a member's records (its session closed) and expiring locks (a
 ``loop.call_later`` timer on ``next_lock_deadline``). Every write is the whole window
 (``SharePartition.snapshot``).
 
+Clocks: lock deadlines and the timer that expires them follow a monotonic clock
+(``now_ms``, ``time.monotonic``; Kafka's ``time.hiResClockMs``), so a wall clock stepped
+back (NTP) does not keep records locked for as long as it went back, nor one stepped
+forward expire locks early. Deadlines are in memory only (never persisted nor shown).
+Only ``share.auto.offset.reset=by_duration`` compares against record timestamps, with
+the wall clock (``wall_ms``).
+
 Long-poll: a fetch that acquired nothing waits, up to its MaxWaitMs, in the replica
 manager's fetch purgatory on its topic-partitions, so appends and high-watermark moves
 (which wake that purgatory already) wake it, as do records this manager makes available
@@ -87,6 +94,15 @@ def client_error(persister_error: ErrorCode) -> ErrorCode:
     return ErrorCode.unknown_server_error
 
 
+def monotonic_ms() -> int:
+    """Milliseconds of ``time.monotonic``: what lock deadlines are measured in."""
+    return int(time.monotonic() * 1000)
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionFetch:
     """One partition of a ShareFetch answer: ``records`` the log batches overlapping
@@ -120,7 +136,9 @@ class SharePartitionManager:
     a write's outcome is applied before anyone else looks); an entry's timer, when set,
     fires at its earliest lock deadline. ``topic_name`` resolves a topic id to its name
     in the cluster's metadata (None: unknown); ``group_settings(group_id)`` the group's
-    configs (without it, every group has the broker's).
+    configs (without it, every group has the broker's). ``now_ms`` is a monotonic clock
+    (lock deadlines, the expiry timer: the event loop's clock is monotonic too);
+    ``wall_ms`` the wall clock (only for by_duration resets).
     """
 
     def __init__(self, replica_manager: ReplicaManager, persister: SharePersister,
@@ -128,7 +146,8 @@ class SharePartitionManager:
                  config: SharePartitionConfig | None = None,
                  group_settings: Callable[[str], ShareGroupSettings] | None = None,
                  dead_letters: DeadLetterWriter | None = None, dead_letter_wait_s: float = 30.0,
-                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 now_ms: Callable[[], int] = monotonic_ms,
+                 wall_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.replica_manager = replica_manager
         self.persister = persister
         self.topic_name = topic_name
@@ -139,6 +158,7 @@ class SharePartitionManager:
         self.dead_letters = dead_letters
         self.dead_letter_wait_s = dead_letter_wait_s
         self.now_ms = now_ms
+        self.wall_ms = wall_ms
         self._entries: dict[tuple[str, uuid.UUID, int], _Entry] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -533,7 +553,7 @@ class SharePartitionManager:
             return log_start
         duration = settings.reset_by_duration_ms
         if duration is not None:
-            found = partition.log.offset_for_timestamp(self.now_ms() - duration)
+            found = partition.log.offset_for_timestamp(self.wall_ms() - duration)
             if found is not None and found[0] < partition.high_watermark:
                 return max(found[0], log_start)
         return partition.high_watermark

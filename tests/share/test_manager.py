@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 
+import pytest
 from kio.schema.errors import ErrorCode
 from support.share import TID, TP0, TP1
 from support.share import ShareEnv as Env
@@ -269,3 +271,40 @@ def test_a_lock_that_expired_during_a_failed_write_expires_after_the_undo(tmp_pa
         await asyncio.sleep(0.05)
         assert (await env.fetch("b"))[TP0].acquired == (AcquiredRange(0, 1, 2),)
     run(tmp_path, scenario, lock_ms=50)
+
+
+def test_a_wall_clock_stepped_back_does_not_keep_records_locked(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lock deadlines were wall-clock times: the wall clock stepped back an hour (NTP)
+    right after an acquisition, the timer fired on time but found the deadline an hour
+    away, and the records stayed locked for that hour. Deadlines are monotonic now
+    (Kafka's hiResClockMs), so the lock (200 ms) runs out after 200 ms."""
+    async def scenario(env: Env) -> None:
+        await env.init_state()
+        env.produce(3)
+        assert (await env.fetch("a"))[TP0].acquired == (AcquiredRange(0, 2, 1),)
+        stepped = time.time() - 3600
+        monkeypatch.setattr(time, "time", lambda: stepped)
+        await asyncio.sleep(0.5)
+        sp = env.manager.share_partition("g", TID, 0)
+        assert sp is not None and sp.state_of(0) is not None
+        assert sp.state_of(0).state is RecordState.AVAILABLE  # type: ignore[union-attr]
+    run(tmp_path, scenario, lock_ms=200)
+
+
+def test_a_wall_clock_stepped_forward_does_not_expire_locks_early(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other way round: the wall clock jumped an hour ahead, and the next
+    acquisition's timer (re-armed for the earliest deadline) expired a 30 s lock at
+    once, so another member got records the first still held."""
+    async def scenario(env: Env) -> None:
+        await env.init_state()
+        env.produce(3)
+        assert (await env.fetch("a"))[TP0].acquired == (AcquiredRange(0, 2, 1),)
+        ahead = time.time() + 3600
+        monkeypatch.setattr(time, "time", lambda: ahead)
+        env.produce(3)
+        assert (await env.fetch("b"))[TP0].acquired == (AcquiredRange(3, 5, 1),)
+        await asyncio.sleep(0.05)
+        assert (await env.fetch("c"))[TP0].acquired == ()
+    run(tmp_path, scenario)
