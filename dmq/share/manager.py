@@ -34,8 +34,13 @@ Leadership: each operation checks that this broker still leads the topic-partiti
 the leader epoch the share-partition was loaded in; if not, the share-partition is
 dropped (NOT_LEADER_OR_FOLLOWER, or loaded again in the new epoch). A persister
 answering FENCED_LEADER_EPOCH or FENCED_STATE_EPOCH drops it too (NOT_LEADER_OR_FOLLOWER
-to the client, as Kafka). ``partition_changed`` drops them at once (the broker's
-metadata listener may call it; the checks make it optional).
+to the client, as Kafka), and so does a write answered INVALID_REQUEST or
+UNKNOWN_TOPIC_OR_PARTITION: the state is gone under the loaded share-partition
+(DeleteShareGroupOffsets, DeleteGroups, the topic deleted), and the next request loads
+what is stored now instead of failing every acknowledgement while a session keeps it
+loaded (the client is told NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION; both
+retriable). ``partition_changed`` drops them at once (the broker's metadata listener may
+call it; the checks make it optional).
 
 Event-loop thread only. Called by the ShareFetch/ShareAcknowledge handlers (``fetch``,
 ``acknowledge``, ``release_member``) and the connection-close hook (``release_member``).
@@ -78,14 +83,20 @@ LATEST = "latest"
 EARLIEST = "earliest"
 
 _FENCED = (ErrorCode.fenced_leader_epoch, ErrorCode.fenced_state_epoch)
+# A write answered so finds no state: deleted (INVALID_REQUEST, the share coordinator's
+# answer to a write of a key it does not have) or its topic gone.
+_STATE_GONE = (ErrorCode.invalid_request, ErrorCode.unknown_topic_or_partition)
+_DROPS = _FENCED + _STATE_GONE
 _COORDINATOR = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                 ErrorCode.coordinator_load_in_progress)
 
 
 def client_error(persister_error: ErrorCode) -> ErrorCode:
     """What a client is told when the persister answers ``persister_error`` (Kafka's
-    SharePartition.fetchPersisterError)."""
-    if persister_error in _FENCED:
+    SharePartition.fetchPersisterError). INVALID_REQUEST (a state deleted under the
+    share-partition) is answered as a fence, NOT_LEADER_OR_FOLLOWER: retriable, and the
+    share-partition is loaded again; Kafka answers UNKNOWN_SERVER_ERROR."""
+    if persister_error in _FENCED or persister_error is ErrorCode.invalid_request:
         return ErrorCode.not_leader_or_follower
     if persister_error in _COORDINATOR:
         return ErrorCode.coordinator_not_available
@@ -476,7 +487,7 @@ class SharePartitionManager:
                 return ErrorCode.not_leader_or_follower
         if change.persist or result.start_offset < 0:
             written = await self._write(entry)
-            if written in _FENCED:
+            if written in _DROPS:
                 return client_error(written)
         if change.archived and entry.sp.dead_letter:  # AVAILABLE at the limit when it was written
             self._start_dead_letters(entry, settings, change.archived)
@@ -559,7 +570,8 @@ class SharePartitionManager:
         return partition.high_watermark
 
     async def _write(self, entry: _Entry) -> ErrorCode:
-        """Write the whole window; a fenced answer drops the share-partition."""
+        """Write the whole window; a fenced answer, or one saying the state is gone,
+        drops the share-partition (the next request loads it again)."""
         snapshot = entry.sp.snapshot()
         try:
             error = await self.persister.write_state(
@@ -568,9 +580,9 @@ class SharePartitionManager:
         except Exception:  # noqa: BLE001 - the contract answers codes; a bug must not wedge the lock
             log.exception("share-partition %s: writing its state failed", entry.key)
             return ErrorCode.unknown_server_error
-        if error in _FENCED:
-            log.info("share-partition %s: fenced by the share coordinator (%s); dropped",
-                     entry.key, error.name)
+        if error in _DROPS:
+            log.info("share-partition %s: %s by the share coordinator (%s); dropped", entry.key,
+                     "fenced" if error in _FENCED else "its state is gone", error.name)
             self._drop(entry)
         elif error is not ErrorCode.none:
             log.info("share-partition %s: writing its state failed: %s", entry.key, error.name)

@@ -15,6 +15,7 @@ from support.share import run_share_env as run
 
 from dmq.record.batch import iter_headers
 from dmq.share.partition import AckBatch, AcquiredRange, RecordState
+from dmq.share.persister import SharePartitionKey
 
 ACCEPT, RELEASE = 1, 2
 
@@ -199,6 +200,41 @@ def test_a_fenced_write_drops_the_share_partition(tmp_path: Path) -> None:
         env.persister.fail_writes.append(ErrorCode.fenced_leader_epoch)
         acks = await env.manager.acknowledge("g", "a", {TP0: [AckBatch(0, 3, (ACCEPT,))]})
         assert acks == {TP0: ErrorCode.not_leader_or_follower}
+        assert env.manager.share_partition("g", TID, 0) is None
+    run(tmp_path, scenario)
+
+
+def test_a_state_deleted_under_a_loaded_share_partition_is_loaded_again(tmp_path: Path) -> None:
+    """DeleteShareGroupOffsets or DeleteGroups deleted the state while a session kept the
+    share-partition loaded: the share coordinator answers every write of a key it does
+    not have INVALID_REQUEST, which the client got as UNKNOWN_SERVER_ERROR, for every
+    acknowledgement, for as long as the share-partition stayed loaded. Now the write's
+    answer drops it, as a fence does, the client is told NOT_LEADER_OR_FOLLOWER
+    (retriable), and the next fetch starts from the state as it is now."""
+    async def scenario(env: Env) -> None:
+        await env.init_state()
+        env.produce(5)
+        assert (await env.fetch("a"))[TP0].acquired == (AcquiredRange(0, 4, 1),)
+        await env.persister.delete_state(SharePartitionKey("g", TID, 0))
+        acks = await env.manager.acknowledge("g", "a", {TP0: [AckBatch(0, 4, (ACCEPT,))]})
+        assert acks == {TP0: ErrorCode.not_leader_or_follower}
+        assert env.manager.share_partition("g", TID, 0) is None
+        # No state any more: the reset policy (earliest here) decides again, from scratch.
+        assert (await env.fetch("b"))[TP0].acquired == (AcquiredRange(0, 4, 1),)
+        assert env.stored().start_offset == 0
+    run(tmp_path, scenario)
+
+
+def test_a_write_finding_the_topic_gone_drops_the_share_partition(tmp_path: Path) -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION from a write (the topic deleted under it) drops the
+    share-partition too; the client is told so (retriable) rather than having it kept."""
+    async def scenario(env: Env) -> None:
+        await env.init_state()
+        env.produce(2)
+        await env.fetch("a")
+        env.persister.fail_writes.append(ErrorCode.unknown_topic_or_partition)
+        acks = await env.manager.acknowledge("g", "a", {TP0: [AckBatch(0, 1, (ACCEPT,))]})
+        assert acks == {TP0: ErrorCode.unknown_topic_or_partition}
         assert env.manager.share_partition("g", TID, 0) is None
     run(tmp_path, scenario)
 
