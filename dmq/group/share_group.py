@@ -188,6 +188,31 @@ class DescribedShareGroup:
     members: tuple[DescribedShareMember, ...] = ()
 
 
+_COORDINATOR_ERRORS = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                       ErrorCode.coordinator_load_in_progress)
+
+
+def state_initialization_error(group: DescribedShareGroup, member_id: str, topic_id: uuid.UUID,
+                               partition: int) -> ErrorCode:
+    """Whether a share-partition's leader may initialize the durable state of
+    ``topic_id``-``partition`` for a request of ``member_id`` in ``group`` (as the
+    group's coordinator describes it): NONE when it is a share group, the member one of
+    its members and the partition assigned to one of them (an assigned partition is
+    initialized for the group: record 15). Otherwise the error the request gets: the
+    describe's (GROUP_ID_NOT_FOUND for no group of that id or a classic one; a
+    coordinator that cannot answer now as COORDINATOR_NOT_AVAILABLE, retriable),
+    UNKNOWN_MEMBER_ID, or INVALID_REQUEST for a partition the group never initialized
+    (what Kafka's share coordinator answers a read of such a state)."""
+    if group.error in _COORDINATOR_ERRORS:
+        return ErrorCode.coordinator_not_available
+    if group.error is not ErrorCode.none:
+        return group.error
+    if not any(m.member_id == member_id for m in group.members):
+        return ErrorCode.unknown_member_id
+    assigned = any(t == topic_id and partition in ps for m in group.members for t, _, ps in m.assignment)
+    return ErrorCode.none if assigned else ErrorCode.invalid_request
+
+
 def validate_heartbeat(group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
                        subscribed_topic_names: Iterable[str] | None) -> str | None:
     """Why the request is INVALID_REQUEST, or None (KafkaApis and GroupCoordinatorService)."""

@@ -91,6 +91,7 @@ from dmq.server.add_partitions_to_txn_manager import AddPartitionsToTxnManager
 from dmq.server.markers import BrokerMarkerWriter
 from dmq.server.network import CLOSE, CloseAfter, KafkaConnection, Listener
 from dmq.server.pacing import CpuIdleMeter, LoopSharePacer
+from dmq.server.share_membership import ShareGroupMembership
 from dmq.share.admin import LatestOffsetReader, ShareGroupAdmin
 from dmq.share.broker_persister import BrokerSharePersister
 from dmq.share.coordinator import SHARE_STATE_TOPIC, ShareCoordinator, ShareCoordinatorConfig
@@ -363,6 +364,9 @@ class Broker:
                         delivery_count_limit=int(self.config["group.share.delivery.count.limit"]),
                         lock_duration_ms=int(self.config["group.share.record.lock.duration.ms"])),
                     group_settings=self._share_settings,
+                    may_initialize=ShareGroupMembership(
+                        lambda group_id: self.group_coordinator.share_group_describe([group_id])[0],
+                        self.coordinators.group_coordinator_node, self.broker_id, self.share_channels),
                     dead_letters=DeadLetterWriter(self.broker_id, self.store, self.admin_manager,
                                                   self.replica_manager, self.share_channels,
                                                   self.producer_ids.generate))),

@@ -42,6 +42,17 @@ loaded (the client is told NOT_LEADER_OR_FOLLOWER, or UNKNOWN_TOPIC_OR_PARTITION
 retriable). ``partition_changed`` drops them at once (the broker's metadata listener may
 call it; the checks make it optional).
 
+Creating state: a state never initialized (the share coordinator answers start offset
+-1) is initialized by the first fetch or acknowledgement that loads it, once
+``may_initialize`` (the broker asks the group's coordinator) says the requesting member
+belongs to a share group to which the partition is assigned, hence initialized (record
+15). Otherwise the request gets that answer's error (GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID,
+INVALID_REQUEST, COORDINATOR_NOT_AVAILABLE) and nothing is written: a principal with READ
+on a group pattern cannot fill ``__share_group_state`` with states of made-up group ids,
+which no admin API would delete. Kafka 4.1's group coordinator initializes states itself
+and the leader only reads them; here the leader still initializes, but only what the
+group coordinator vouches for.
+
 Event-loop thread only. Called by the ShareFetch/ShareAcknowledge handlers (``fetch``,
 ``acknowledge``, ``release_member``) and the connection-close hook (``release_member``).
 """
@@ -52,7 +63,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +116,10 @@ def client_error(persister_error: ErrorCode) -> ErrorCode:
     return ErrorCode.unknown_server_error
 
 
+# (group id, member id, (topic id, partition)) -> NONE, or why the state may not be created
+InitializeCheck = Callable[[str, str, TopicIdPartition], Awaitable[ErrorCode]]
+
+
 def monotonic_ms() -> int:
     """Milliseconds of ``time.monotonic``: what lock deadlines are measured in."""
     return int(time.monotonic() * 1000)
@@ -149,7 +164,9 @@ class SharePartitionManager:
     in the cluster's metadata (None: unknown); ``group_settings(group_id)`` the group's
     configs (without it, every group has the broker's). ``now_ms`` is a monotonic clock
     (lock deadlines, the expiry timer: the event loop's clock is monotonic too);
-    ``wall_ms`` the wall clock (only for by_duration resets).
+    ``wall_ms`` the wall clock (only for by_duration resets). ``may_initialize``: see
+    "Creating state" above; None lets every request initialize a state (tests, and
+    brokers without a group coordinator).
     """
 
     def __init__(self, replica_manager: ReplicaManager, persister: SharePersister,
@@ -158,7 +175,8 @@ class SharePartitionManager:
                  group_settings: Callable[[str], ShareGroupSettings] | None = None,
                  dead_letters: DeadLetterWriter | None = None, dead_letter_wait_s: float = 30.0,
                  now_ms: Callable[[], int] = monotonic_ms,
-                 wall_ms: Callable[[], int] = wall_clock_ms) -> None:
+                 wall_ms: Callable[[], int] = wall_clock_ms,
+                 may_initialize: InitializeCheck | None = None) -> None:
         self.replica_manager = replica_manager
         self.persister = persister
         self.topic_name = topic_name
@@ -170,6 +188,7 @@ class SharePartitionManager:
         self.dead_letter_wait_s = dead_letter_wait_s
         self.now_ms = now_ms
         self.wall_ms = wall_ms
+        self.may_initialize = may_initialize
         self._entries: dict[tuple[str, uuid.UUID, int], _Entry] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -245,7 +264,7 @@ class SharePartitionManager:
             if records_left <= 0 or bytes_left <= 0:
                 results[tp] = PartitionFetch()
                 continue
-            entry, error = await self._lock_entry(group_id, tp)
+            entry, error = await self._lock_entry(group_id, member_id, tp)
             if entry is None:
                 results[tp] = PartitionFetch(error)
                 continue
@@ -335,7 +354,7 @@ class SharePartitionManager:
 
     async def _acknowledge_one(self, group_id: str, member_id: str, tp: TopicIdPartition,
                                batches: Sequence[AckBatch]) -> ErrorCode:
-        entry, error = await self._lock_entry(group_id, tp)
+        entry, error = await self._lock_entry(group_id, member_id, tp)
         if entry is None:
             return error
         letters: asyncio.Task[bool] | None = None
@@ -414,8 +433,10 @@ class SharePartitionManager:
 
     # ------------------------------------------------------------------ internals
 
-    async def _lock_entry(self, group_id: str, tp: TopicIdPartition) -> tuple[_Entry | None, ErrorCode]:
-        """The share-partition of ``tp``, loaded, with its lock held; or an error."""
+    async def _lock_entry(self, group_id: str, member_id: str,
+                          tp: TopicIdPartition) -> tuple[_Entry | None, ErrorCode]:
+        """The share-partition of ``tp``, loaded (for ``member_id``'s request), with its
+        lock held; or an error."""
         topic_id, index = tp
         topic = self.topic_name(topic_id)
         if topic is None:
@@ -442,7 +463,7 @@ class SharePartitionManager:
                 continue
             if entry.sp.initialized:
                 return entry, ErrorCode.none
-            error = await self._load(entry)
+            error = await self._load(entry, member_id)
             if error is ErrorCode.none:
                 return entry, error
             self._drop(entry)
@@ -450,7 +471,7 @@ class SharePartitionManager:
             return None, error
         return None, ErrorCode.not_leader_or_follower
 
-    async def _load(self, entry: _Entry) -> ErrorCode:
+    async def _load(self, entry: _Entry, member_id: str) -> ErrorCode:
         result = await self.persister.read_state(entry.key, entry.leader_epoch)
         if result.error is not ErrorCode.none:
             log.info("share-partition %s: reading its state failed: %s %s", entry.key, result.error.name,
@@ -458,6 +479,15 @@ class SharePartitionManager:
             return client_error(result.error)
         if entry.dropped:
             return ErrorCode.not_leader_or_follower
+        if result.start_offset < 0 and self.may_initialize is not None:
+            refused = await self.may_initialize(entry.key.group_id, member_id,
+                                                (entry.key.topic_id, entry.key.partition))
+            if refused is not ErrorCode.none:
+                log.info("share-partition %s: not initializing its state for member %s: %s",
+                         entry.key, member_id, refused.name)
+                return refused
+            if entry.dropped:
+                return ErrorCode.not_leader_or_follower
         log_start = entry.partition.log.log_start_offset
         reset = log_start
         settings = self._dead_letter_mode(entry)
@@ -474,9 +504,9 @@ class SharePartitionManager:
         if result.start_offset < 0:
             # The start the reset policy chose is written at once: a later leader must not
             # choose again ("latest" would skip what was produced meanwhile). A state never
-            # initialized (the share coordinator answers start -1) is initialized there, as
-            # Kafka's group coordinator does when it first assigns the partition; a write
-            # would be refused (INVALID_REQUEST).
+            # initialized (the share coordinator answers start -1) is initialized there (the
+            # group coordinator vouched for it above), as Kafka's group coordinator does when
+            # it first assigns the partition; a write would be refused (INVALID_REQUEST).
             initialized = await self.persister.initialize_state(entry.key, result.state_epoch,
                                                                entry.sp.start_offset)
             if initialized is not ErrorCode.none:

@@ -16,11 +16,13 @@ from dmq.group import records as rec
 from dmq.group.shard import GroupConfig, GroupShard, JoinResult
 from dmq.group.share_assignor import sharing
 from dmq.group.share_group import (
+    DescribedShareGroup,
     InitializedTopic,
     ShareConfig,
     ShareHeartbeatResult,
     ShareTopic,
     session_key,
+    state_initialization_error,
 )
 
 ONE = ShareTopic(uuid.UUID(int=1), 1)
@@ -280,6 +282,32 @@ def test_describe_lists_members_with_topic_names() -> None:
     assert (b.rack_id, b.client_id, b.client_host, b.subscribed_topic_names, b.member_epoch) == \
         ("r1", "client", "/10.0.0.1", ("four",), 2)
     assert all(name == "four" and len(ps) == 2 for _, name, ps in b.assignment)
+
+
+def test_only_a_member_of_a_share_group_gets_an_assigned_partitions_state_initialized() -> None:
+    """What a share-partition's leader asks the coordinator before creating durable state:
+    it created a state for whatever group id and partition a ShareFetch named, so any
+    principal with READ on a group pattern filled __share_group_state with states of
+    made-up groups that no admin API deletes."""
+    d = ShardDriver(shard())
+    join(d, "a", ["four"])
+    d.run(d.shard.commit_offsets, "classic", -1, "", None, [("one", 0, 5, -1, None)])
+
+    def may(group: str, member: str, topic: ShareTopic, partition: int) -> ErrorCode:
+        (described,) = d.shard.share_group_describe([group])
+        return state_initialization_error(described, member, topic.topic_id, partition)
+
+    assert [may("sg", "a", FOUR, p) for p in range(4)] == [ErrorCode.none] * 4
+    assert may("nobody", "a", FOUR, 0) == ErrorCode.group_id_not_found
+    assert may("classic", "a", FOUR, 0) == ErrorCode.group_id_not_found
+    assert may("sg", "stranger", FOUR, 0) == ErrorCode.unknown_member_id
+    assert may("sg", "a", ONE, 0) == ErrorCode.invalid_request  # nobody subscribes: never initialized
+    assert may("sg", "a", FOUR, 4) == ErrorCode.invalid_request
+    hb(d, "a", -1)
+    assert may("sg", "a", FOUR, 0) == ErrorCode.unknown_member_id
+    for error in (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress):
+        assert state_initialization_error(DescribedShareGroup("sg", error), "a", FOUR.topic_id, 0) == \
+            ErrorCode.coordinator_not_available
 
 
 def test_list_groups_by_type_and_state() -> None:

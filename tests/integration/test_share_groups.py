@@ -25,6 +25,7 @@ from kio.schema.share_group_heartbeat.v1.request import ShareGroupHeartbeatReque
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_module
 
 
 def create_topic(c: WireClient, name: str, partitions: int) -> uuid.UUID:
@@ -139,3 +140,45 @@ def test_classic_apis_on_a_share_group_id(broker: BrokerProcess) -> None:
         assert ("sg-classic", "share", "Stable", "share") in \
             {(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed}
         assert all(g.group_type == "share" for g in listed)
+
+
+def share_fetch(c: WireClient, group: str, member: str, topic_id: uuid.UUID) -> Any:
+    """A full ShareFetch v1 of partition 0 that does not wait; the partition's answer.
+    (The session stays open: the connection closing releases what it acquired.)"""
+    req = request_module(78, 1)
+    resp = c.request(make(req.ShareFetchRequest, group_id=group, member_id=member, share_session_epoch=0,
+                          max_wait=timedelta(0), min_bytes=1, max_bytes=1 << 20, max_records=500,
+                          batch_size=500, forgotten_topics_data=(), topics=(
+                              make(req.FetchTopic, topic_id=topic_id, partitions=(
+                                  make(req.FetchPartition, partition_index=0, acknowledgement_batches=()),)),)))
+    assert resp.error_code == ErrorCode.none, resp
+    (topic,) = resp.responses
+    (partition,) = topic.partitions
+    return partition
+
+
+def stored_start(c: WireClient, group: str, topic_id: uuid.UUID) -> int:
+    """The start offset of the group's state of partition 0 (-1: there is none)."""
+    req = request_module(87, 1)
+    resp = c.request(make(req.ReadShareGroupStateSummaryRequest, group_id=group, topics=(
+        make(req.ReadStateSummaryData, topic_id=topic_id, partitions=(
+            make(req.PartitionData, partition=0, leader_epoch=-1),)),)))
+    (partition,) = resp.results[0].partitions
+    assert partition.error_code == ErrorCode.none, partition
+    return partition.start_offset  # type: ignore[no-any-return]
+
+
+def test_share_fetches_create_state_only_for_members_of_share_groups(broker: BrokerProcess) -> None:
+    """A ShareFetch for any group id made the partition's leader create that group's
+    durable state in __share_group_state, so anyone with READ on a group pattern could
+    fill it with states of made-up groups that no admin API deletes. Now only a member
+    of the share group, fetching a partition assigned in it, gets a state created."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        topic = create_topic(c, "share-gated", 1)
+        assert heartbeat(c, "sg-gated", "m", 0, ["share-gated"]).error_code == ErrorCode.none
+        assert share_fetch(c, "sg-made-up", "m", topic).error_code == ErrorCode.group_id_not_found
+        assert stored_start(c, "sg-made-up", topic) == -1
+        assert share_fetch(c, "sg-gated", "stranger", topic).error_code == ErrorCode.unknown_member_id
+        assert stored_start(c, "sg-gated", topic) == -1
+        assert share_fetch(c, "sg-gated", "m", topic).error_code == ErrorCode.none
+        assert stored_start(c, "sg-gated", topic) == 0

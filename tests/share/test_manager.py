@@ -239,6 +239,43 @@ def test_a_write_finding_the_topic_gone_drops_the_share_partition(tmp_path: Path
     run(tmp_path, scenario)
 
 
+def test_only_what_the_group_coordinator_vouches_for_gets_a_state(tmp_path: Path) -> None:
+    """A ShareFetch (or ShareAcknowledge) for any group id made the leader initialize a
+    durable state for it, so anyone with READ on a group pattern could fill
+    __share_group_state with states of made-up groups, which no admin API deletes. Now a
+    state never initialized is created only once ``may_initialize`` (the broker asks the
+    group's coordinator) agrees; otherwise the request gets its error and nothing is
+    written or kept loaded. A state that exists is read without asking."""
+    asked: list[tuple[str, str, tuple[uuid.UUID, int]]] = []
+
+    async def may_initialize(group: str, member: str, tp: tuple[uuid.UUID, int]) -> ErrorCode:
+        asked.append((group, member, tp))
+        if group != "g":
+            return ErrorCode.group_id_not_found
+        return ErrorCode.none if member == "a" else ErrorCode.unknown_member_id
+
+    async def scenario(env: Env) -> None:
+        env.manager.close()
+        env.manager = env.new_manager(may_initialize)
+        env.produce(3)
+        assert (await env.fetch("a", group="made-up"))[TP0].error == ErrorCode.group_id_not_found
+        acks = await env.manager.acknowledge("made-up", "a", {TP0: [AckBatch(0, 0, (ACCEPT,))]})
+        assert acks == {TP0: ErrorCode.group_id_not_found}
+        assert (await env.fetch("stranger"))[TP0].error == ErrorCode.unknown_member_id
+        assert env.persister.states == {} and env.manager.share_partition("made-up", TID, 0) is None
+        assert env.manager.share_partition("g", TID, 0) is None
+        assert (await env.fetch("a"))[TP0].acquired == (AcquiredRange(0, 2, 1),)
+        assert env.stored().start_offset == 0
+        assert asked[-1] == ("g", "a", TP0)
+        # Initialized: loading it again (a new leader, say) reads it without asking.
+        asked.clear()
+        env.manager.close()
+        env.manager = env.new_manager(may_initialize)
+        assert (await env.fetch("stranger"))[TP0].acquired == (AcquiredRange(0, 2, 1),)
+        assert asked == []
+    run(tmp_path, scenario)
+
+
 def test_a_new_manager_resumes_from_the_persisted_state(tmp_path: Path) -> None:
     async def scenario(env: Env) -> None:
         await env.init_state()

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from dmq.config import BrokerConfig, LogConfig, ShareGroupSettings
 from dmq.record.records import encode_batch
 from dmq.replication.replica_manager import ReplicaManager
-from dmq.share.manager import EARLIEST, PartitionFetch, SharePartitionManager
+from dmq.share.manager import EARLIEST, InitializeCheck, PartitionFetch, SharePartitionManager
 from dmq.share.partition import SharePartitionConfig
 from dmq.share.persister import ReadStateResult, SharePartitionKey, StateSummary
 from dmq.share.records import UNKNOWN_DELIVERY_COMPLETE_COUNT, StateBatch
@@ -142,12 +142,14 @@ class ShareEnv:
         self.earliest = earliest
         self.manager = self.new_manager()
 
-    def new_manager(self) -> SharePartitionManager:
+    def new_manager(self, may_initialize: InitializeCheck | None = None) -> SharePartitionManager:
+        """A manager over this env's logs and persister; ``may_initialize`` as the broker's
+        (None: every request may initialize a state)."""
         settings = ShareGroupSettings(record_lock_duration_ms=self.config.lock_duration_ms,
                                       delivery_count_limit=self.config.delivery_count_limit,
                                       auto_offset_reset=EARLIEST if self.earliest else "latest")
         return SharePartitionManager(self.rm, self.persister, {TID: "t"}.get, config=self.config,
-                                     group_settings=lambda g: settings)
+                                     group_settings=lambda g: settings, may_initialize=may_initialize)
 
     async def init_state(self, group: str = "g", partitions: tuple[int, ...] = (0, 1)) -> None:
         for p in partitions:
