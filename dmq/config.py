@@ -530,6 +530,9 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+_CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
 class LogConfig:
     """Effective configuration of one topic's logs: topic overrides over broker defaults."""
 
@@ -568,6 +571,12 @@ class LogConfig:
     @property
     def max_message_bytes(self) -> int:
         return int(self._values["max.message.bytes"])
+
+    @property
+    def compression_codec(self) -> int | None:
+        """The codec produced batches are stored with (compression.type: 0 uncompressed, 1
+        gzip, 2 snappy, 3 lz4, 4 zstd); None for ``producer``: as the producer sent them."""
+        return _CODECS.get(str(self._values["compression.type"]))
 
     @property
     def index_interval_bytes(self) -> int:

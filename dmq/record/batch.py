@@ -228,6 +228,42 @@ def _check_records(buf: bytes | bytearray | memoryview, pos: int, header: BatchH
         raise InvalidRecordError("invalid_record", f"the records of a batch do not parse: {e}") from None
 
 
+def recompressed(buf: bytes | bytearray | memoryview, validated: ValidatedBatches, target: int,
+                 max_batch_size: int, level: int | None = None) -> bytearray | None:
+    """The batches of ``buf`` with their records compressed by codec ``target`` (Kafka's
+    topic ``compression.type`` other than ``producer``: LogValidator's recompression), or
+    None when every batch already is (or is a control batch, which no producer sends).
+
+    Only the records section and the header's codec bits, ``batchLength`` and CRC change:
+    offsets, timestamps, the producer id, epoch and sequence stay, so idempotence and
+    transactions see the batch the producer sent. ``level``: the codec's level (None:
+    its default). The caller validates the result again (its size against
+    ``max.message.bytes``, as Kafka checks the recompressed batch)."""
+    if all(h.compression == target or h.is_control for h in validated.headers):
+        return None
+    view = memoryview(buf)
+    out = bytearray()
+    limit = max(DECOMPRESSED_LIMIT, 4 * max_batch_size)
+    for header, pos in zip(validated.headers, validated.positions, strict=True):
+        if header.compression == target or header.is_control:
+            out += view[pos : pos + header.size]
+            continue
+        body = bytes(view[pos + HEADER_SIZE : pos + header.size])
+        if header.compression:
+            body = bytes(compression.decompress_bounded(header.compression, body, limit))
+        if target:
+            body = compression.compress(target, body, level)
+        start = len(out)
+        out += _HEADER.pack(header.base_offset, MIN_BATCH_LENGTH + len(body), header.partition_leader_epoch,
+                            header.magic, 0, (header.attributes & ~COMPRESSION_MASK) | target,
+                            header.last_offset_delta, header.base_timestamp, header.max_timestamp,
+                            header.producer_id, header.producer_epoch, header.base_sequence,
+                            header.record_count)
+        out += body
+        _U32.pack_into(out, start + 17, compute_crc(out, start, len(out) - start))
+    return out
+
+
 def set_base_offset(buf: bytearray, pos: int, base_offset: int) -> None:
     _I64.pack_into(buf, pos, base_offset)
 

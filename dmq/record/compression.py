@@ -189,15 +189,17 @@ def _zstd_bounded(data: bytes, limit: int) -> bytes:
     return bytes(cramjam.zstd.decompress(data))
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """``data`` compressed by ``codec`` as Kafka's clients frame it; ``level``: the
+    codec's level (None: its default; snappy has none)."""
     if codec == GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == SNAPPY:
         return bytes(cramjam.snappy.compress_raw(data))
     if codec == LZ4:
-        return bytes(cramjam.lz4.compress(data))
+        return bytes(cramjam.lz4.compress(data, level=level))
     if codec == ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     if codec == NONE:
         return data
     raise UnsupportedCodecError(f"unknown compression codec {codec}")

@@ -65,6 +65,7 @@ from dmq.record.batch import (
     HEADER_SIZE,
     InvalidRecordError,
     parse_header,
+    recompressed,
     validate_batches,
 )
 from dmq.replication.partition import Partition, PartitionError, ReadResult
@@ -415,7 +416,13 @@ class ReplicaManager:
         if records is None:
             return ProduceResult(ErrorCode.invalid_record, error_message="null record set")
         try:
-            batches = validate_batches(records, partition.log.config.max_message_bytes)
+            config = partition.log.config
+            batches = validate_batches(records, config.max_message_bytes)
+            codec = config.compression_codec
+            if codec is not None and (changed := recompressed(records, batches, codec, config.max_message_bytes)):
+                # compression.type: stored with the topic's codec, as Kafka's LogValidator does.
+                records = bytes(changed)
+                batches = validate_batches(records, config.max_message_bytes)
             result = partition.append_records_to_leader(records, batches, required_acks, origin, verification)
         except InvalidRecordError as e:
             log.info("rejected produce to %s-%d: %s: %s", topic, index, e.error, e)

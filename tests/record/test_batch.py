@@ -8,6 +8,7 @@ from dmq.record.batch import (
     InvalidRecordError,
     compute_crc,
     parse_header,
+    recompressed,
     set_base_offset,
     set_log_append_time,
     validate_batches,
@@ -67,3 +68,34 @@ def test_size_limits_and_truncation() -> None:
     two = data + encode_batch([(None, b"y", [])])
     assert len(validate_batches(two, 10**6).headers) == 2
     assert compute_crc(data, 0, len(data)) == parse_header(data).crc
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(records, st.sampled_from([0, 1, 2, 3, 4])), min_size=1, max_size=3),
+       st.sampled_from([0, 1, 2, 3, 4]), st.integers(0, 2**31 - 1000))
+def test_recompressing_keeps_records_offsets_and_producer_fields(batches, target, sequence) -> None:  # noqa: ANN001
+    """A topic's compression.type rewrites each batch's records with its codec; the records,
+    the offsets and the idempotence fields (producer id, epoch, sequence) stay as sent."""
+    data = b"".join(encode_batch(recs, codec=codec, base_offset=i * 100, timestamp=7, producer_id=42,
+                                 producer_epoch=3, base_sequence=sequence)
+                    for i, (recs, codec) in enumerate(batches))
+    validated = validate_batches(data, 10**7)
+    out = recompressed(data, validated, target, 10**7)
+    if all(codec == target for _, codec in batches):
+        assert out is None
+        return
+    assert out is not None
+    again = validate_batches(out, 10**7)  # sizes and CRCs right
+    assert again.record_count == validated.record_count
+    for before, (after, pos) in zip(validated.headers, zip(again.headers, again.positions, strict=True),
+                                    strict=True):
+        assert after.compression == target
+        assert (after.base_offset, after.last_offset_delta, after.producer_id, after.producer_epoch,
+                after.base_sequence, after.max_timestamp) == (
+            before.base_offset, before.last_offset_delta, before.producer_id, before.producer_epoch,
+            before.base_sequence, before.max_timestamp)
+        assert after.attributes & ~0x07 == before.attributes & ~0x07
+        decoded = decode_batch(bytes(out[pos : pos + after.size]))[1]
+        original = decode_batch(bytes(data[validated.positions[again.positions.index(pos)]:][: before.size]))[1]
+        assert [(r.offset, r.key, r.value, r.headers, r.timestamp) for r in decoded] == [
+            (r.offset, r.key, r.value, r.headers, r.timestamp) for r in original]
