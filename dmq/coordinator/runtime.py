@@ -38,7 +38,10 @@ NOT_COORDINATOR; a new leader epoch is an unload and a load. Only leadership
 unloads: a failed write is answered with an error and the shard stays. A request
 for a partition without a shard is answered COORDINATOR_LOAD_IN_PROGRESS while
 metadata already names this broker its leader (``absent_error``), else
-NOT_COORDINATOR.
+NOT_COORDINATOR. A partition whose load fails (its log cannot be read, a record
+cannot be replayed) is logged and left unloaded, answered NOT_COORDINATOR as
+Kafka's failed coordinator is, until its leadership changes (a new leader epoch
+loads it again); the other partitions load as if it were not there.
 
 Uncommitted state: a shard replays its own writes only once committed, but it is
 loaded from its partition's whole log, whose tail a new leader may hold uncommitted
@@ -243,6 +246,7 @@ class CoordinatorRuntime(Generic[S]):
         self.clock = clock or (lambda: int(time.time() * 1000))
         self._contexts: dict[int, _Context[S]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._load_failed: dict[int, int] = {}  # partition -> the leader epoch whose load failed
         self.closed = False
 
     # ------------------------------------------------------------- leadership
@@ -268,7 +272,8 @@ class CoordinatorRuntime(Generic[S]):
 
     def loading(self, partition: int) -> bool:
         """Metadata names this broker the partition's leader but its shard is not loaded."""
-        return partition not in self._contexts and self.writer.leads(partition)
+        return (partition not in self._contexts and partition not in self._load_failed
+                and self.writer.leads(partition))
 
     def any_loading(self, num_partitions: int) -> bool:
         """Whether a partition of ``range(num_partitions)`` is ``loading``: a listing of every
@@ -284,12 +289,22 @@ class CoordinatorRuntime(Generic[S]):
         for partition, ctx in list(self._contexts.items()):
             if led.get(partition) != ctx.leader_epoch:
                 self.unload(partition)
+        self._load_failed = {p: epoch for p, epoch in self._load_failed.items() if led.get(p) == epoch}
         for partition, epoch in sorted(led.items()):
-            if partition not in self._contexts:
+            if partition in self._contexts or self._load_failed.get(partition) == epoch:
+                continue
+            try:
                 self.load(partition, epoch)
+            except Exception:
+                # Kafka's loader fails the partition's load too; here it must not stop the
+                # other partitions' loads (nor the caller's pass over the other topics).
+                log.exception("%s: loading partition %d (leader epoch %d) failed; not coordinating "
+                              "it until its leadership changes", self.name, partition, epoch)
+                self._load_failed[partition] = epoch
 
     def load(self, partition: int, leader_epoch: int) -> int:
-        """Build the shard by replaying the partition; returns the records read."""
+        """Build the shard by replaying the partition; returns the records read. Raises
+        what reading or replaying the log raised, the partition left unloaded."""
         self.unload(partition)
         shard = self.new_shard(partition, leader_epoch)
         count = 0
@@ -302,12 +317,13 @@ class CoordinatorRuntime(Generic[S]):
                              offset=entry.offset)
             count += 1
             last = entry.offset
+        loaded = shard.on_loaded(self.clock())
         ctx: _Context[S] = _Context(partition, leader_epoch, shard, last_written=last,
                                     loaded_through=last)
         self._contexts[partition] = ctx
         if last >= 0:
             self._spawn(self._watch_loaded(ctx))
-        self._process(ctx, shard.on_loaded(self.clock()))
+        self._process(ctx, loaded)
         if count:
             log.info("%s: loaded %d records of partition %d", self.name, count, partition)
         return count

@@ -14,6 +14,14 @@ classic records strings are int16-length prefixed, bytes int32-length prefixed.
   rebalance timeout int32, session timeout int32, subscription bytes,
   assignment bytes).
 
+dmq writes v3 of both; it reads every version Kafka has written (0-4 of each,
+Kafka's ``OffsetCommitValue.json`` and ``GroupMetadataValue.json``): offset
+values v0-2 have no leader epoch, v1 alone an expire timestamp after the
+commit timestamp; group values v0 have no rebalance timeout (the session
+timeout stands for it, as Kafka reads it), state timestamp (v2+) or group
+instance id (v3+); v4 of both is v3 in the flexible encoding (compact strings,
+bytes and arrays, tagged fields closing every struct).
+
 Share groups (KIP-932; Kafka 4.2's ``ShareGroup*.json``): the key is the int16
 record type and then a non-flexible version-0 struct (int16-length strings);
 the value is an int16 version 0 and then a *flexible* struct: compact strings
@@ -89,6 +97,7 @@ class OffsetValue:
     leader_epoch: int
     metadata: str
     commit_timestamp: int
+    expire_timestamp: int = -1  # v1 only: when the commit asked it to expire (-1: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,10 +289,16 @@ class _Reader:
 
     def string(self) -> str | None:
         n = self.i16()
-        return None if n < 0 else self._take(n).decode()
+        return None if n < 0 else _utf8(self._take(n))
 
     def blob(self) -> bytes:
         return self._take(self.i32())
+
+    def compact_blob(self) -> bytes:
+        n = self.uvarint()
+        if n == 0:
+            raise RecordFormatError("null in non-nullable bytes")
+        return self._take(n - 1)
 
     def i8(self) -> int:
         return int(struct.unpack(">b", self._take(1))[0])
@@ -303,10 +318,7 @@ class _Reader:
         n = self.uvarint()
         if n == 0:
             return None
-        try:
-            return self._take(n - 1).decode()
-        except UnicodeDecodeError as e:
-            raise RecordFormatError(f"string is not UTF-8: {e}") from None
+        return _utf8(self._take(n - 1))
 
     def compact_str(self) -> str:
         value = self.compact_string()
@@ -333,6 +345,13 @@ class _Reader:
     def end(self) -> None:
         if self.pos != len(self.data):
             raise RecordFormatError(f"{len(self.data) - self.pos} bytes after the record")
+
+
+def _utf8(data: bytes) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise RecordFormatError(f"string is not UTF-8: {e}") from None
 
 
 def encode_offset_key(key: OffsetKey) -> bytes:
@@ -384,28 +403,50 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | ShareKey | OtherKey:
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:
+    """An OffsetCommitValue of any version Kafka has written (0-4)."""
     r = _Reader(data)
     version = r.i16()
-    if version in (0, 1):
+    if version in (0, 1, 2):
         offset, metadata, ts = r.i64(), r.string() or "", r.i64()
-        return OffsetValue(offset, -1, metadata, ts)
+        expire = r.i64() if version == 1 else -1
+        return OffsetValue(offset, -1, metadata, ts, expire)
     if version == 3:
         return OffsetValue(r.i64(), r.i32(), r.string() or "", r.i64())
+    if version == 4:
+        offset, epoch, metadata, ts = r.i64(), r.i32(), r.compact_string() or "", r.i64()
+        r.skip_tags()
+        return OffsetValue(offset, epoch, metadata, ts)
     raise RecordFormatError(f"unsupported offset value version {version}")
 
 
 def decode_group_value(data: bytes) -> GroupValue:
+    """A GroupMetadataValue of any version Kafka has written (0-4)."""
     r = _Reader(data)
     version = r.i16()
-    if version != 3:
+    if not 0 <= version <= 4:
         raise RecordFormatError(f"unsupported group metadata value version {version}")
-    protocol_type = r.string() or ""
+    flexible = version >= 4
+    text = r.compact_string if flexible else r.string
+    blob = r.compact_blob if flexible else r.blob
+    protocol_type = text() or ""
     generation = r.i32()
-    protocol, leader, ts = r.string(), r.string(), r.i64()
+    protocol, leader = text(), text()
+    ts = r.i64() if version >= 2 else -1
     members = []
-    for _ in range(r.i32()):
-        members.append(MemberValue(r.string() or "", r.string(), r.string() or "", r.string() or "",
-                                   r.i32(), r.i32(), r.blob(), r.blob()))
+    for _ in range(r.compact_count() if flexible else r.i32()):
+        member_id = text() or ""
+        instance_id = text() if version >= 3 else None
+        client_id, client_host = text() or "", text() or ""
+        rebalance_timeout = r.i32() if version >= 1 else None
+        session_timeout = r.i32()
+        subscription, assignment = blob(), blob()
+        if flexible:
+            r.skip_tags()
+        members.append(MemberValue(member_id, instance_id, client_id, client_host,
+                                   session_timeout if rebalance_timeout is None else rebalance_timeout,
+                                   session_timeout, subscription, assignment))
+    if flexible:
+        r.skip_tags()
     return GroupValue(protocol_type, generation, protocol, leader, ts, tuple(members))
 
 

@@ -148,21 +148,29 @@ class GroupShard:
     def replay(self, key_bytes: bytes, value: bytes | None, *, loading: bool, producer_id: int = -1,
                offset: int = -1) -> None:
         """Apply one committed ``__consumer_offsets`` record (of a transaction when
-        ``producer_id`` is set: held until the transaction's marker)."""
+        ``producer_id`` is set: held until the transaction's marker). A record that cannot
+        be read (a version or record type dmq does not know, or corrupt) is logged and
+        skipped, leaving the state as it was: one such record must not keep the partition's
+        other groups from loading."""
         try:
-            key = rec.decode_key(key_bytes)
-            if isinstance(key, rec.OtherKey):
-                return  # a consumer- or streams-group record of a Kafka-written log
-            if isinstance(key, rec.ShareKey):
-                if not loading:
-                    return  # written by this shard: the live share group already holds it
-                if key.group in self.groups:
-                    log.warning("skipping a share-group record of classic group %s", key.group)
-                    return
-                self.share.replay(key, value)
-                return
+            self._replay(key_bytes, value, loading=loading, producer_id=producer_id, offset=offset)
         except rec.RecordFormatError as e:
-            log.warning("skipping unreadable __consumer_offsets record: %s", e)
+            log.warning("skipping unreadable record at offset %d of __consumer_offsets-%d: %s",
+                        offset, self.partition, e)
+
+    def _replay(self, key_bytes: bytes, value: bytes | None, *, loading: bool, producer_id: int,
+                offset: int) -> None:
+        """``replay``; every value is decoded before anything changes."""
+        key = rec.decode_key(key_bytes)
+        if isinstance(key, rec.OtherKey):
+            return  # a consumer- or streams-group record of a Kafka-written log
+        if isinstance(key, rec.ShareKey):
+            if not loading:
+                return  # written by this shard: the live share group already holds it
+            if key.group in self.groups:
+                log.warning("skipping a share-group record of classic group %s", key.group)
+                return
+            self.share.replay(key, value)
             return
         if isinstance(key, rec.OffsetKey) and producer_id >= 0:
             if value is not None:
@@ -182,9 +190,9 @@ class GroupShard:
                 for pending in self.txn_offsets.values():
                     pending.get(key.group, {}).pop(tp, None)
                 return
+            v = rec.decode_offset_value(value)
             if group is None:
                 group = self.groups[key.group] = GroupMetadata(key.group)
-            v = rec.decode_offset_value(value)
             group.offsets[tp] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, offset)
             return
         group = self.groups.get(key.group)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import uuid
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -21,6 +22,7 @@ from dmq.coordinator.runtime import (
     Schedule,
     coordinator_broker,
 )
+from dmq.group import records as rec
 from dmq.group.coordinator import GroupConfig, GroupCoordinator, ShareConfig, ShareTopic
 from dmq.group.metadata import GroupState
 from dmq.group.share_group import DescribedShareGroup
@@ -783,4 +785,69 @@ def test_a_read_of_a_loaded_tail_not_yet_committed_is_load_in_progress() -> None
         await asyncio.sleep(0.01)  # the runtime watches the tail commit
         assert rt.read(0, lambda s: list(s.values), error) == [b"a", b"b"]
 
+    asyncio.run(scenario())
+
+
+class BrokenLogWriter(MemoryWriter):
+    """Reading partition ``broken``'s log fails (a corrupt batch, say)."""
+
+    def __init__(self, broken: int) -> None:
+        super().__init__()
+        self.broken = broken
+        self.reads = 0
+
+    def read(self, partition: int) -> Iterator[LogEntry]:
+        if partition == self.broken:
+            self.reads += 1
+            raise ValueError("corrupt batch")
+        return super().read(partition)
+
+
+def test_a_partition_whose_load_fails_does_not_stop_the_others() -> None:
+    async def scenario() -> None:
+        w = BrokenLogWriter(broken=1)
+        for p in (0, 1, 2):
+            w.logs[p] = [LogEntry(0, b"k", f"v{p}".encode())]
+            w.committed[p] = 1
+        w.leading = {0, 1, 2}
+        rt: CoordinatorRuntime[ListShard] = CoordinatorRuntime(w, ListShard)
+        rt.set_led({0: 1, 1: 1, 2: 1})  # does not raise
+        assert rt.loaded_partitions() == {0, 2}
+        # As Kafka's failed coordinator: NOT_COORDINATOR, not LOAD_IN_PROGRESS for ever (nor a
+        # ListGroups answering LOAD_IN_PROGRESS for ever), until its leadership changes.
+        assert rt.absent_error(1) == ErrorCode.not_coordinator and not rt.any_loading(3)
+        assert await rt.write(2, add(b"x"), error) == "added x"
+        rt.set_led({0: 1, 1: 1, 2: 1})  # another reconcile: the same epoch is not read again
+        assert w.reads == 1
+        w.broken = -1
+        rt.set_led({0: 1, 1: 2, 2: 1})  # a new leader epoch loads it again
+        assert rt.loaded_partitions() == {0, 1, 2}
+        shard = rt.shard(1)
+        assert shard is not None and shard.values == [b"v1"]
+        await rt.close()
+    asyncio.run(scenario())
+
+
+def test_an_unreadable_offsets_record_does_not_stop_loading() -> None:
+    """A GroupMetadataValue v2 (written by Kafka before 2.3) and a value no Kafka wrote, in
+    one partition: both partitions load, the v2 group with them, the other record skipped."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        v2 = (struct.pack(">hh", 2, 8) + b"consumer" + struct.pack(">ihhqi", 1, -1, -1, 0, 0))
+        w.logs[0] = [LogEntry(0, rec.encode_group_key(rec.GroupKey("old")), v2),
+                     LogEntry(1, rec.encode_group_key(rec.GroupKey("odd")), b"\x00\x63"),
+                     LogEntry(2, rec.encode_offset_key(rec.OffsetKey("g0", "t", 0)),
+                              rec.encode_offset_value(rec.OffsetValue(3, -1, "", 1)))]
+        w.logs[1] = [LogEntry(0, rec.encode_offset_key(rec.OffsetKey("g1", "t", 0)),
+                              rec.encode_offset_value(rec.OffsetValue(5, -1, "", 1)))]
+        w.committed = {0: 3, 1: 1}
+        w.leading = {0, 1}
+        gc = GroupCoordinator(GroupConfig(num_partitions=2), w, lambda t, p: True)
+        gc.set_led({0: 0, 1: 0})
+        assert gc.runtime.loaded_partitions() == {0, 1}
+        shard0, shard1 = gc.runtime.shard(0), gc.runtime.shard(1)
+        assert shard0 is not None and shard1 is not None
+        assert set(shard0.groups) == {"old", "g0"} and shard0.groups["old"].generation == 1
+        assert shard1.groups["g1"].offsets[("t", 0)].offset == 5
+        await gc.close()
     asyncio.run(scenario())

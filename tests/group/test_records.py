@@ -178,3 +178,68 @@ def test_classic_keys_still_decode() -> None:
     assert rec.decode_key(rec.encode_group_key(rec.GroupKey("g"))) == rec.GroupKey("g")
     with pytest.raises(rec.RecordFormatError):
         rec.decode_key(struct.pack(">h", -1))
+
+
+# Kafka's OffsetCommitValue and GroupMetadataValue, every version it has written (0-4),
+# hand-built from OffsetCommitValue.json and GroupMetadataValue.json: i16/i32/i64 fields,
+# int16-length strings and int32-length bytes up to v3, compact ones and tagged fields in v4.
+
+def b32(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+def compact(data: bytes | None) -> bytes:
+    return b"\x00" if data is None else bytes([len(data) + 1]) + data  # short: one varint byte
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    (struct.pack(">hq", 0, 42) + s16("m") + struct.pack(">q", 1000), rec.OffsetValue(42, -1, "m", 1000)),
+    (struct.pack(">hq", 1, 42) + s16("m") + struct.pack(">qq", 1000, 9000),
+     rec.OffsetValue(42, -1, "m", 1000, 9000)),
+    (struct.pack(">hq", 2, 42) + s16("") + struct.pack(">q", 1000), rec.OffsetValue(42, -1, "", 1000)),
+    (struct.pack(">hqi", 3, 42, 7) + s16("m") + struct.pack(">q", 1000), rec.OffsetValue(42, 7, "m", 1000)),
+    # v4: flexible, with an unknown tagged field (tag 5, 2 bytes) at the end
+    (struct.pack(">hqi", 4, 42, 7) + compact(b"m") + struct.pack(">q", 1000) + bytes.fromhex("01 05 02 abcd"),
+     rec.OffsetValue(42, 7, "m", 1000)),
+])
+def test_every_kafka_offset_value_version_decodes(data: bytes, expected: rec.OffsetValue) -> None:
+    assert rec.decode_offset_value(data) == expected
+
+
+def group_value(version: int) -> bytes:
+    """Group "consumer" generation 5, protocol range, leader m1, state timestamp 77 (v2+),
+    one member m1 (instance i1 in v3+, rebalance timeout 300 in v1+, session 100)."""
+    if version == 4:
+        return (struct.pack(">h", 4) + compact(b"consumer") + struct.pack(">i", 5) + compact(b"range")
+                + compact(b"m1") + struct.pack(">q", 77) + bytes([2])  # one member
+                + compact(b"m1") + compact(b"i1") + compact(b"c") + compact(b"/h")
+                + struct.pack(">ii", 300, 100) + compact(b"sub") + compact(b"asg")
+                + bytes.fromhex("01 00 01 ff")  # the member's tagged fields: tag 0, 1 byte
+                + b"\x00")
+    member = (s16("m1") + (s16("i1") if version >= 3 else b"") + s16("c") + s16("/h")
+              + (struct.pack(">i", 300) if version >= 1 else b"") + struct.pack(">i", 100)
+              + b32(b"sub") + b32(b"asg"))
+    return (struct.pack(">h", version) + s16("consumer") + struct.pack(">i", 5) + s16("range") + s16("m1")
+            + (struct.pack(">q", 77) if version >= 2 else b"") + struct.pack(">i", 1) + member)
+
+
+@pytest.mark.parametrize("version", range(5))
+def test_every_kafka_group_value_version_decodes(version: int) -> None:
+    value = rec.decode_group_value(group_value(version))
+    assert (value.protocol_type, value.generation, value.protocol, value.leader) == ("consumer", 5, "range", "m1")
+    assert value.state_timestamp == (77 if version >= 2 else -1)
+    # v0 has no rebalance timeout: the session timeout stands for it (as Kafka reads it)
+    assert value.members == (rec.MemberValue("m1", "i1" if version >= 3 else None, "c", "/h",
+                                             300 if version >= 1 else 100, 100, b"sub", b"asg"),)
+
+
+@pytest.mark.parametrize("data", [
+    struct.pack(">h", 5) + b"\x00" * 40,  # a version Kafka has not written
+    struct.pack(">hq", 3, 1)[:-3],  # truncated
+    struct.pack(">hq", 0, 1) + struct.pack(">h", 2) + b"\xff\xfe" + struct.pack(">q", 0),  # not UTF-8
+])
+def test_unreadable_values_are_format_errors(data: bytes) -> None:
+    with pytest.raises(rec.RecordFormatError):
+        rec.decode_offset_value(data)
+    with pytest.raises(rec.RecordFormatError):
+        rec.decode_group_value(data)

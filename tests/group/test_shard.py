@@ -11,7 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from kio.schema.errors import ErrorCode
 from support.coordinator import ShardDriver, replay_into
 
-from dmq.coordinator.runtime import Deferred
+from dmq.coordinator.runtime import Deferred, LogEntry
 from dmq.group import records as rec
 from dmq.group.metadata import GroupMetadata, GroupState, IllegalStateTransition
 from dmq.group.shard import GroupConfig, GroupShard, JoinResult, SyncResult
@@ -546,3 +546,24 @@ def test_a_member_committing_in_a_transaction_is_fenced_like_any_commit() -> Non
     assert stale == [ErrorCode.illegal_generation]
     gone = d.run(d.shard.txn_offset_commit, "tx", "g", 5, 0, 1, "nobody", None, [("t", 0, 1, -1, None)])
     assert gone == [ErrorCode.unknown_member_id]
+
+
+def test_an_unreadable_record_is_skipped_and_the_others_load() -> None:
+    """A value dmq cannot read (a version Kafka never wrote, truncated) is logged and
+    skipped, leaving the state as it was; the partition's other records load."""
+    offset_key = rec.encode_offset_key(rec.OffsetKey("g", "t", 0))
+    log = [
+        LogEntry(0, offset_key, rec.encode_offset_value(rec.OffsetValue(5, -1, "", 1))),
+        LogEntry(1, offset_key, b"\x00\x09" + b"\x00" * 20),  # offset value v9
+        LogEntry(2, rec.encode_offset_key(rec.OffsetKey("new", "t", 0)), b"\x00\x03\x00"),  # truncated
+        LogEntry(3, rec.encode_group_key(rec.GroupKey("g")), b"\x00\x07"),  # group value v7
+        LogEntry(4, rec.encode_group_key(rec.GroupKey("h")), b"\x00\x03\x00"),  # truncated
+        LogEntry(5, rec.encode_offset_key(rec.OffsetKey("h", "t", 1)),
+                 rec.encode_offset_value(rec.OffsetValue(9, -1, "", 1))),
+        LogEntry(6, offset_key, b"\x00\x03\x00", producer_id=7),  # a transaction's, truncated
+    ]
+    s = replay_into(shard(), log)
+    assert set(s.groups) == {"g", "h"}  # no empty group left by the unreadable "new" offset
+    assert s.groups["g"].offsets[("t", 0)].offset == 5 and s.groups["g"].state == GroupState.EMPTY
+    assert s.groups["h"].offsets[("t", 1)].offset == 9 and not s.groups["h"].members
+    assert s.txn_offsets == {}
