@@ -114,6 +114,34 @@ class _Out:
         return CoordinatorResult(response, self.records, self.replies, self.timers, **more)  # type: ignore[arg-type]
 
 
+def _offset_commit_error(group: GroupMetadata, generation: int, member_id: str, instance_id: str | None,
+                         transactional: bool) -> ErrorCode | None:
+    """Whether a (transactional) offset commit to an existing group is refused (Kafka's
+    ClassicGroup.validateOffsetCommit). Generation -1 commits to an Empty group whatever
+    member id it names: the admin client, a consumer assigning partitions itself, or one
+    that kept its member id after leaving the group (the Java consumer does)."""
+    if group.state == GroupState.DEAD:
+        return ErrorCode.coordinator_not_available
+    if generation < 0 and group.state == GroupState.EMPTY:
+        return None
+    if generation >= 0 or member_id or instance_id is not None:
+        if instance_id is not None:
+            static = group.static_members.get(instance_id)
+            if static is None:
+                return ErrorCode.unknown_member_id
+            if static != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+    elif not transactional:
+        return ErrorCode.unknown_member_id  # the group has members: only they commit
+    if not transactional and group.state == GroupState.COMPLETING_REBALANCE:
+        return ErrorCode.rebalance_in_progress
+    return None
+
+
 def _heartbeat_key(group_id: str, member_id: str) -> tuple[str, str, str]:
     return ("heartbeat", group_id, member_id)
 
@@ -739,23 +767,18 @@ class GroupShard:
         if group_id in self.share.groups:
             return all_(ErrorCode.group_id_not_found)  # "not a consumer group"
         group = self.groups.get(group_id)
-        if generation < 0 and not member_id:
-            # A commit from outside the group protocol (manual assignment, admin tools).
-            if group is not None and not group.is_empty:
-                return all_(ErrorCode.unknown_member_id)
+        if group is None:
+            # A commit from outside the group protocol (manual assignment, admin tools)
+            # makes a simple group, whatever member id it names (Kafka's validateOffsetCommit).
+            if generation >= 0:
+                return all_(ErrorCode.illegal_generation)
         else:
-            if group is None:
-                return all_(ErrorCode.illegal_generation)
-            if instance_id is not None and group.static_members.get(instance_id) not in (None, member_id):
-                return all_(ErrorCode.fenced_instance_id)
+            error = _offset_commit_error(group, generation, member_id, instance_id, transactional=False)
+            if error is not None:
+                return all_(error)
             member = group.members.get(member_id)
-            if member is None:
-                return all_(ErrorCode.unknown_member_id)
-            if generation != group.generation:
-                return all_(ErrorCode.illegal_generation)
-            if group.state == GroupState.COMPLETING_REBALANCE:
-                return all_(ErrorCode.rebalance_in_progress)
-            self._schedule_heartbeat(out, group, member)
+            if member is not None and generation == group.generation:
+                self._schedule_heartbeat(out, group, member)
         result = self._offset_records(group_id, offsets, now_ms)
         result.timers.extend(out.timers)
         return result
@@ -773,16 +796,14 @@ class GroupShard:
         if group_id in self.share.groups:
             return all_(ErrorCode.group_id_not_found)
         group = self.groups.get(group_id)
-        if generation >= 0 or member_id:
+        if group is None:
+            if generation >= 0:
+                return all_(ErrorCode.illegal_generation)
+        else:
             # A member of the group commits: fenced like a plain commit (KIP-447).
-            if group is None:
-                return all_(ErrorCode.illegal_generation)
-            if instance_id is not None and group.static_members.get(instance_id) not in (None, member_id):
-                return all_(ErrorCode.fenced_instance_id)
-            if member_id not in group.members:
-                return all_(ErrorCode.unknown_member_id)
-            if generation != group.generation:
-                return all_(ErrorCode.illegal_generation)
+            error = _offset_commit_error(group, generation, member_id, instance_id, transactional=True)
+            if error is not None:
+                return all_(error)
         result = self._offset_records(group_id, offsets, now_ms)
         result.producer = (producer_id, producer_epoch)
         return result

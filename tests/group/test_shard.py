@@ -567,3 +567,32 @@ def test_an_unreadable_record_is_skipped_and_the_others_load() -> None:
     assert s.groups["g"].offsets[("t", 0)].offset == 5 and s.groups["g"].state == GroupState.EMPTY
     assert s.groups["h"].offsets[("t", 1)].offset == 9 and not s.groups["h"].members
     assert s.txn_offsets == {}
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_generation_minus_one_commits_to_an_empty_group_whatever_its_member_id(transactional: bool) -> None:
+    """Kafka's validateOffsetCommit: generation -1 on an absent or Empty group commits,
+    member id or not (a Java consumer keeps its member id with generation -1 after some
+    errors); on a group with members it is checked like any member's commit."""
+    d = ShardDriver(shard())
+
+    def commit(group: str, generation: int, member: str, instance: str | None = None) -> Any:
+        if transactional:
+            return d.run(d.shard.txn_offset_commit, "tx", group, 5, 0, generation, member, instance,
+                         [("t", 0, 1, -1, None)])[0]
+        return d.run(d.shard.commit_offsets, group, generation, member, instance, [("t", 0, 1, -1, None)])[0]
+
+    assert commit("absent", -1, "consumer-1-abc") == ErrorCode.none
+    assert commit("absent2", 3, "consumer-1-abc") == ErrorCode.illegal_generation
+    d.run(d.shard.commit_offsets, "empty", -1, "", None, [("t", 1, 1, -1, None)])
+    assert d.shard.groups["empty"].state == GroupState.EMPTY
+    assert commit("empty", -1, "old-member") == ErrorCode.none
+    assert commit("empty", -1, "old-member", "inst") == ErrorCode.none
+    a = d.answer(join(d, "g"))
+    d.run(d.shard.sync_group, "g", 1, a.member_id, None, None, None, {a.member_id: b""})
+    assert commit("g", -1, "old-member") == ErrorCode.unknown_member_id
+    assert commit("g", -1, a.member_id) == ErrorCode.illegal_generation
+    assert commit("g", 1, a.member_id, "no-such-instance") == ErrorCode.unknown_member_id
+    # No member id: the group's members alone commit, but a transaction may (older
+    # TxnOffsetCommit versions have no member id).
+    assert commit("g", -1, "") == (ErrorCode.none if transactional else ErrorCode.unknown_member_id)
