@@ -48,7 +48,8 @@ loaded from its partition's whole log, whose tail a new leader may hold uncommit
 (written by the old leader, on too few replicas; a later leader may not have it).
 An operation that writes nothing is answered only once every offset the shard has
 seen (loaded or appended) is committed, else with the commit's error; a ``read``
-answers COORDINATOR_LOAD_IN_PROGRESS until the loaded tail is committed.
+answers COORDINATOR_LOAD_IN_PROGRESS until the loaded tail is committed, and sees only
+replayed writes: ``read_after_writes`` first waits for those appended before it.
 
 Everything after an append is the runtime's own task, so a request whose
 client goes away cannot leave a write half done; a write whose wait for the
@@ -376,6 +377,29 @@ class CoordinatorRuntime(Generic[S]):
         if ctx.committed_through < ctx.loaded_through:
             return error_response(ErrorCode.coordinator_load_in_progress)
         return op(ctx.shard)
+
+    async def read_after_writes(self, partition: int, op: Callable[[S], Any],
+                                error_response: Callable[[ErrorCode], Any]) -> Any:
+        """A ``read`` that also sees every write appended before it: run once those are
+        committed and replayed (writes appended meanwhile do not hold it up, nor does it
+        hold them up). Kafka runs such a read as a write operation with no records
+        (OffsetFetch with require_stable: an offset a TxnOffsetCommit has appended but not
+        yet replicated is unstable already). COORDINATOR_NOT_AVAILABLE when those writes
+        are not committed within the commit timeout, NOT_COORDINATOR if the shard goes."""
+        ctx = self._contexts.get(partition)
+        if ctx is None:
+            return error_response(self.absent_error(partition))
+        if ctx.pending:
+            upto = ctx.pending[-1].last_offset
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.commit_timeout_ms / 1000
+            while ctx.pending and ctx.pending[0].last_offset <= upto:
+                if not await self._wait_changed(ctx, deadline - loop.time()):
+                    return error_response(ErrorCode.coordinator_not_available)
+                if ctx.unloaded:
+                    return error_response(ErrorCode.not_coordinator)
+        return self.read(partition, op, error_response) if not ctx.unloaded else \
+            error_response(ErrorCode.not_coordinator)
 
     async def write(self, partition: int, op: Callable[[S, int], CoordinatorResult],
                     error_response: Callable[[ErrorCode], Any], exclusive: bool = False,

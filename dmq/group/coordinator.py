@@ -211,9 +211,26 @@ class GroupCoordinator:
         assert isinstance(result, ErrorCode)
         return result
 
-    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
-        shard = self.runtime.shard(self.partition_for(group_id))
-        return shard.unstable_offsets(group_id) if shard is not None else set()
+    async def fetch_stable_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                                   ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None],
+                                              set[tuple[str, int]]]:
+        """OffsetFetch with require_stable (KIP-447): ``fetch_offsets`` and the partitions
+        whose offset an open transaction will replace, read once every write appended before
+        is committed and replayed, as Kafka's fetchOffsets runs it as a write operation: a
+        TxnOffsetCommit appended but not yet on every in-sync replica counts (its partitions
+        are unstable) where a plain read would answer the offset it is about to replace."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}, set()
+
+        def read(shard: GroupShard) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None],
+                                             set[tuple[str, int]]]:
+            error, committed = shard.fetch_offsets(group_id, partitions)
+            return error, committed, shard.unstable_offsets(group_id) if error == ErrorCode.none else set()
+
+        result = await self.runtime.read_after_writes(self.partition_for(group_id), read,
+                                                      lambda error: (error, {}, set()))
+        assert isinstance(result, tuple)
+        return result
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:

@@ -38,46 +38,47 @@ def _partitions(cls: Any, committed: dict, refused: frozenset[str] = frozenset()
     return by_topic
 
 
-def _unstable(services: BrokerServices, request: Any, group_id: str, error: ErrorCode
-              ) -> frozenset[tuple[str, int]]:
-    if error != ErrorCode.none or not getattr(request, "require_stable", False):
-        return frozenset()
-    return frozenset(services.coordinators.group.unstable_offsets(group_id))
-
-
-def _fetch(services: BrokerServices, ctx: RequestContext, group_id: str, topics: Any
-           ) -> tuple[ErrorCode, dict, frozenset[str]]:
+async def _fetch(services: BrokerServices, ctx: RequestContext, group_id: str, topics: Any,
+                 require_stable: bool) -> tuple[ErrorCode, dict, frozenset[str], frozenset[tuple[str, int]]]:
     """Kafka's rules: DESCRIBE on the group; of the topics, those without DESCRIBE are
-    refused when named, left out when the request asks for all."""
+    refused when named, left out when the request asks for all. With ``require_stable``,
+    also the partitions an open transaction will commit (read after every write the
+    coordinator has appended: see ``GroupCoordinator.fetch_stable_offsets``)."""
     if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-        return ErrorCode.group_authorization_failed, {}, frozenset()
+        return ErrorCode.group_authorization_failed, {}, frozenset(), frozenset()
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    error, committed = services.coordinators.group.fetch_offsets(group_id, wanted)
+    unstable: frozenset[tuple[str, int]] = frozenset()
+    if require_stable:
+        error, committed, pending = await services.coordinators.group.fetch_stable_offsets(group_id, wanted)
+        unstable = frozenset(pending)
+    else:
+        error, committed = services.coordinators.group.fetch_offsets(group_id, wanted)
     if services.authorizer is None:
-        return error, committed, frozenset()
+        return error, committed, frozenset(), unstable
     refused = frozenset(topic for topic, _ in committed
                         if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic))
     if wanted is None:
-        return error, {tp: om for tp, om in committed.items() if tp[0] not in refused}, frozenset()
-    return error, committed, refused
+        return error, {tp: om for tp, om in committed.items() if tp[0] not in refused}, frozenset(), unstable
+    return error, committed, refused, unstable
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
+    require_stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= 8:
         groups = []
         for g in request.groups:
-            error, committed, refused = _fetch(services, ctx, g.group_id, g.topics)
-            by_topic = _partitions(schema.OffsetFetchResponsePartitions, committed, refused,
-                                   _unstable(services, request, g.group_id, error))
+            error, committed, refused, unstable = await _fetch(services, ctx, g.group_id, g.topics,
+                                                               require_stable)
+            by_topic = _partitions(schema.OffsetFetchResponsePartitions, committed, refused, unstable)
             groups.append(make(schema.OffsetFetchResponseGroup, group_id=g.group_id, error_code=error,
                                topics=tuple(make(schema.OffsetFetchResponseTopics, name=name,
                                                  partitions=tuple(parts))
                                             for name, parts in by_topic.items())))
         return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
-    error, committed, refused = _fetch(services, ctx, request.group_id, request.topics)
-    by_topic = _partitions(schema.OffsetFetchResponsePartition, committed, refused,
-                           _unstable(services, request, request.group_id, error))
+    error, committed, refused, unstable = await _fetch(services, ctx, request.group_id, request.topics,
+                                                       require_stable)
+    by_topic = _partitions(schema.OffsetFetchResponsePartition, committed, refused, unstable)
     topics = tuple(make(schema.OffsetFetchResponseTopic, name=name, partitions=tuple(parts))
                    for name, parts in by_topic.items())
     return make(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=error)

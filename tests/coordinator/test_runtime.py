@@ -851,3 +851,38 @@ def test_an_unreadable_offsets_record_does_not_stop_loading() -> None:
         assert shard1.groups["g1"].offsets[("t", 0)].offset == 5
         await gc.close()
     asyncio.run(scenario())
+
+
+def test_read_after_writes_sees_every_write_appended_before_it() -> None:
+    """A read that waits for the writes appended before it (Kafka's write operation with
+    no records): answered from their replayed state, not held up by later writes."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        rt = runtime(w, timeout_ms=300)
+        w.hold()
+        first = asyncio.ensure_future(rt.write(0, add(b"a"), error))
+        await asyncio.sleep(0)
+        assert rt.read(0, lambda s: list(s.values), error) == []  # a plain read: at once
+        read = asyncio.ensure_future(rt.read_after_writes(0, lambda s: list(s.values), error))
+        await asyncio.sleep(0.01)
+        assert not read.done()
+        second = asyncio.ensure_future(rt.write(0, add(b"b"), error))  # not queued behind the read
+        await asyncio.sleep(0.01)
+        assert len(w.logs[0]) == 2
+        w.release(0, upto=1)  # the first write only
+        assert await read == [b"a"]
+        w.release()
+        assert await first == "added a" and await second == "added b"
+        # Not committed in time: COORDINATOR_NOT_AVAILABLE; the shard unloaded: NOT_COORDINATOR.
+        w.hold()
+        pending = asyncio.ensure_future(rt.write(0, add(b"c"), error))
+        await asyncio.sleep(0)
+        assert await rt.read_after_writes(0, lambda s: list(s.values), error) == \
+            error(ErrorCode.coordinator_not_available)
+        read = asyncio.ensure_future(rt.read_after_writes(0, lambda s: list(s.values), error))
+        await asyncio.sleep(0.01)
+        rt.set_led({})
+        assert await read == error(ErrorCode.not_coordinator)
+        pending.cancel()
+        await rt.close()
+    asyncio.run(scenario())
