@@ -853,6 +853,11 @@ class GroupShard:
         group = self.groups.get(group_id)
         if group is None:  # a share group's id too: it has no offsets to delete
             return out.result((ErrorCode.group_id_not_found, {}))
+        if group.state in (GroupState.STABLE, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE) \
+                and group.protocol_type != "consumer":
+            # Kafka's validateOffsetDelete: which topics a group of another protocol type
+            # (Connect's, say) reads is unknown; only an empty one loses offsets.
+            return out.result((ErrorCode.non_empty_group, {}))
         subscribed = group.subscribed_topics() if not group.is_empty else set()
         results: dict[tuple[str, int], ErrorCode] = {}
         for topic, partition in partitions:

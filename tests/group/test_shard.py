@@ -596,3 +596,21 @@ def test_generation_minus_one_commits_to_an_empty_group_whatever_its_member_id(t
     # No member id: the group's members alone commit, but a transaction may (older
     # TxnOffsetCommit versions have no member id).
     assert commit("g", -1, "") == (ErrorCode.none if transactional else ErrorCode.unknown_member_id)
+
+
+def test_offset_delete_refuses_a_non_empty_group_of_another_protocol() -> None:
+    """Kafka's validateOffsetDelete: NON_EMPTY_GROUP for a group with members whose protocol
+    type is not "consumer" (which topics it reads is unknown), nothing written; a consumer
+    group is refused per subscribed topic only, and any group once empty loses offsets."""
+    d = ShardDriver(shard())
+    d.run(d.shard.commit_offsets, "c", -1, "", None, [("t", 0, 1, -1, None)])
+    a = d.answer(d.run(d.shard.join_group, "c", "", None, "c", "h", 10_000, 10_000, "connect",
+                       [("default", b"x")], False))
+    assert a.error == ErrorCode.none
+    written = len(d.log)
+    assert d.run(d.shard.delete_offsets, "c", [("t", 0)]) == (ErrorCode.non_empty_group, {})
+    assert len(d.log) == written and ("t", 0) in d.shard.groups["c"].offsets
+    d.run(d.shard.leave_group, "c", [(a.member_id, None)])
+    assert d.shard.groups["c"].state == GroupState.EMPTY
+    assert d.run(d.shard.delete_offsets, "c", [("t", 0)]) == (ErrorCode.none, {("t", 0): ErrorCode.none})
+    assert ("t", 0) not in d.shard.groups["c"].offsets
