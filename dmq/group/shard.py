@@ -887,20 +887,31 @@ class GroupShard:
         return out.result(ErrorCode.none)
 
     def expire_offsets(self, now_ms: int) -> CoordinatorResult:
-        """offsets.retention.minutes: tombstones for old offsets of groups without members."""
+        """offsets.retention.minutes (Kafka's offsetExpirationCondition): of a group without
+        members, every offset once the retention has passed since it became empty (and
+        since its commit), then the group; of a Stable consumer group whose subscriptions
+        are known, the offsets of topics it no longer subscribes to, by commit time."""
         out = _Out()
         for group in self.groups.values():
-            if not group.is_empty or group.state != GroupState.EMPTY or group.pending_members:
-                continue  # (pending members: a JoinGroup v4+ between its two requests)
+            if group.pending_members:
+                continue  # a JoinGroup v4+ between its two requests
+            empty = group.is_empty and group.state == GroupState.EMPTY
+            subscribed: set[str] = set()
+            if not empty:
+                known = group.subscribed_topics() if group.state == GroupState.STABLE else None
+                if known is None:
+                    continue  # rebalancing, another protocol type, or subscriptions unknown
+                subscribed = known
             # As Kafka: an offset an open transaction will replace does not expire (its
             # tombstone would drop the pending one too), nor does the group meanwhile.
             unstable = self.unstable_offsets(group.group_id)
+            since = group.state_timestamp if empty else -1
             expired = [(rec.encode_offset_key(rec.OffsetKey(group.group_id, topic, partition)), None)
                        for (topic, partition), om in group.offsets.items()
-                       if now_ms - max(om.commit_timestamp, group.state_timestamp)
-                       > self.config.offsets_retention_ms and (topic, partition) not in unstable]
+                       if topic not in subscribed and (topic, partition) not in unstable
+                       and now_ms - max(om.commit_timestamp, since) > self.config.offsets_retention_ms]
             out.records.extend(expired)
-            if len(expired) == len(group.offsets) and not unstable:
+            if empty and len(expired) == len(group.offsets) and not unstable:
                 out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
         return out.result(len(out.records))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pytest
@@ -20,6 +21,14 @@ from dmq.group.shard import GroupConfig, GroupShard, JoinResult, SyncResult
 def shard(**kw: int) -> GroupShard:
     config = GroupConfig(num_partitions=5, initial_rebalance_delay_ms=0, **kw)
     return GroupShard(0, config, lambda t, p: t == "t" and p < 4)
+
+
+def subscription(*topics: str) -> bytes:
+    """A ConsumerProtocolSubscription v0 of ``topics``."""
+    data = struct.pack(">hi", 0, len(topics))
+    for topic in topics:
+        data += struct.pack(">h", len(topic)) + topic.encode()
+    return data + struct.pack(">i", -1)  # no user data
 
 
 def reloaded(driver: ShardDriver) -> GroupShard:
@@ -614,3 +623,33 @@ def test_offset_delete_refuses_a_non_empty_group_of_another_protocol() -> None:
     assert d.shard.groups["c"].state == GroupState.EMPTY
     assert d.run(d.shard.delete_offsets, "c", [("t", 0)]) == (ErrorCode.none, {("t", 0): ErrorCode.none})
     assert ("t", 0) not in d.shard.groups["c"].offsets
+
+
+def test_offsets_of_topics_a_stable_consumer_group_left_expire() -> None:
+    """Kafka's offsetExpirationCondition: a Stable consumer group whose subscriptions are
+    known loses, by commit time, the offsets of topics it no longer subscribes to; those of
+    its topics, or that an open transaction will replace, stay, and so does the group. A
+    group of another protocol type keeps all of its offsets while it has members."""
+    d = ShardDriver(GroupShard(0, GroupConfig(num_partitions=5, initial_rebalance_delay_ms=0,
+                                              offsets_retention_ms=60_000), lambda t, p: p < 4))
+    a = d.answer(join(d, "g", protocols=[("range", subscription("t"))]))
+    d.run(d.shard.sync_group, "g", 1, a.member_id, None, None, None, {a.member_id: b""})
+    c = d.answer(d.run(d.shard.join_group, "c", "", None, "c", "h", 10_000, 10_000, "connect",
+                       [("default", b"x")], False))
+    d.run(d.shard.sync_group, "c", 1, c.member_id, None, None, None, {c.member_id: b""})
+    assert d.shard.groups["g"].state == d.shard.groups["c"].state == GroupState.STABLE
+    for group, member in (("g", a.member_id), ("c", c.member_id)):
+        d.run(d.shard.commit_offsets, group, 1, member, None,
+              [("t", 0, 5, -1, None), ("u", 0, 5, -1, None), ("v", 0, 5, -1, None)])
+    d.run(d.shard.txn_offset_commit, "tx", "g", 7, 0, 1, a.member_id, None, [("v", 0, 6, -1, None)])
+    d.now += 30_000
+    for group, member in (("g", a.member_id), ("c", c.member_id)):
+        d.run(d.shard.heartbeat, group, 1, member, None)
+    assert d.run(d.shard.expire_offsets) == 0
+    d.now += 31_000
+    for group, member in (("g", a.member_id), ("c", c.member_id)):
+        d.run(d.shard.heartbeat, group, 1, member, None)
+    assert d.run(d.shard.expire_offsets) == 1
+    assert set(d.shard.groups["g"].offsets) == {("t", 0), ("v", 0)}
+    assert set(d.shard.groups["c"].offsets) == {("t", 0), ("u", 0), ("v", 0)}
+    assert set(reloaded(d).groups["g"].offsets) == {("t", 0), ("v", 0)}
