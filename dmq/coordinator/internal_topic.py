@@ -12,15 +12,17 @@ from kio.schema.errors import ErrorCode
 from dmq.cluster.admin_manager import AdminManager
 from dmq.cluster.metadata import MetadataError
 from dmq.coordinator.runtime import EndMarker, LogEntry
-from dmq.record.batch import InvalidRecordError
+from dmq.record.batch import InvalidRecordError, iter_headers
 from dmq.record.control import parse_end_txn_marker
 from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.replica_manager import ReplicaManager
+from dmq.storage.log import OffsetOutOfRangeError
 from dmq.storage.producer_state import SKIP_VERIFICATION, AppendOrigin, VerificationGuard
 
 log = logging.getLogger("dmq.coordinator")
 
 TRANSACTIONAL = 0x10  # the transactional bit of a batch's attributes
+LOAD_BUFFER_BYTES = 1 << 20  # read at a time when loading a partition (Kafka's offsets.load.buffer.size is 5 MiB)
 
 
 class InternalTopic:
@@ -135,22 +137,38 @@ class InternalTopic:
         return state is not None and state.leader == self.replica_manager.broker_id
 
     def read(self, partition: int) -> Iterator[LogEntry]:
+        """The partition's records and markers, read ``LOAD_BUFFER_BYTES`` at a time from
+        the log's segments as they are when each chunk is read (Kafka's loader reads so
+        too): the runtime replays a large partition in slices, yielding to the event loop
+        between them, and the cleaner may replace segments meanwhile (the reader then goes
+        on from its next offset in the cleaned ones)."""
         p = self.replica_manager.get_partition(self.name, partition)
         if p is None:
             return
         lg = p.log
-        for segment, pos, header in lg.batches_from(lg.log_start_offset):
-            _, records = decode_batch(segment.read_batch(pos, header))
-            producer_id = header.producer_id if header.is_transactional else -1
-            for r in records:
-                if r.offset < lg.log_start_offset:
-                    continue
-                if header.is_control:
-                    marker = _end_marker(header.producer_id, header.producer_epoch, r.key, r.value)
-                    if marker is not None:
-                        yield LogEntry(r.offset, None, None, header.producer_id, marker)
-                elif r.key is not None:
-                    yield LogEntry(r.offset, r.key, r.value, producer_id)
+        offset = lg.log_start_offset
+        while offset < lg.log_end_offset:
+            try:
+                chunk = lg.read(offset, LOAD_BUFFER_BYTES, lg.log_end_offset)
+            except OffsetOutOfRangeError:
+                return  # truncated meanwhile: leadership moved, the load is being dropped
+            data = chunk.read() if chunk is not None else b""
+            headers = iter_headers(data)
+            if not headers:
+                return
+            for pos, header in headers:
+                _, records = decode_batch(data[pos : pos + header.size])
+                producer_id = header.producer_id if header.is_transactional else -1
+                for r in records:
+                    if r.offset < max(offset, lg.log_start_offset):
+                        continue
+                    if header.is_control:
+                        marker = _end_marker(header.producer_id, header.producer_epoch, r.key, r.value)
+                        if marker is not None:
+                            yield LogEntry(r.offset, None, None, header.producer_id, marker)
+                    elif r.key is not None:
+                        yield LogEntry(r.offset, r.key, r.value, producer_id)
+            offset = max(offset, headers[-1][1].last_offset + 1)
 
 
 def _end_marker(producer_id: int, epoch: int, key: bytes | None, value: bytes | None) -> EndMarker | None:

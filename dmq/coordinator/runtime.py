@@ -33,8 +33,10 @@ every earlier write has been replayed.
 
 Load and unload: ``set_led({partition: leader_epoch})`` loads the shards of
 partitions this broker starts leading (replaying the partition from its log
-start) and unloads the others, failing their parked requests with
-NOT_COORDINATOR; a new leader epoch is an unload and a load. Only leadership
+start: at once when that takes at most ``LOAD_SLICE_S``, else in slices of that
+long with the event loop serving connections between them) and unloads the
+others, failing their parked requests with NOT_COORDINATOR; a new leader epoch
+is an unload and a load. Only leadership
 unloads: a failed write is answered with an error and the shard stays. A request
 for a partition without a shard is answered COORDINATOR_LOAD_IN_PROGRESS while
 metadata already names this broker its leader (``absent_error``), else
@@ -63,6 +65,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterator
@@ -75,6 +78,9 @@ from dmq.cluster.metadata import BrokerInfo, MetadataStore
 from dmq.storage.producer_state import SKIP_VERIFICATION, VerificationGuard
 
 log = logging.getLogger("dmq.coordinator")
+
+# The longest a partition's load replays its log before it yields to the event loop.
+LOAD_SLICE_S = 0.01
 
 Record = tuple[bytes, bytes | None]
 
@@ -233,6 +239,35 @@ class _Context(Generic[S]):
     loaded_through: int = -1  # the last offset loaded: reads wait until it is committed
 
 
+@dataclass(eq=False)
+class _Loader(Generic[S]):
+    """A partition being loaded: its shard, how far the replay of its log has come."""
+    partition: int
+    leader_epoch: int
+    shard: S
+    entries: Iterator[LogEntry]
+    count: int = 0
+    last: int = -1
+    started: float = field(default_factory=time.monotonic)
+    task: asyncio.Task[Any] | None = None
+
+    def replay(self, deadline: float) -> bool:
+        """Replay records until the log ends (True) or ``deadline`` (monotonic) passes
+        (looked at every 64 records: a smaller log loads whole)."""
+        shard = self.shard
+        for entry in self.entries:
+            if entry.marker is not None:
+                shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=True)
+            elif entry.key is not None:
+                shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id,
+                             offset=entry.offset)
+            self.count += 1
+            self.last = entry.offset
+            if self.count % 64 == 0 and time.monotonic() >= deadline:
+                return False
+        return True
+
+
 class CoordinatorRuntime(Generic[S]):
     def __init__(self, writer: PartitionWriter, new_shard: Callable[[int, int], S],
                  commit_timeout_ms: int = 5000, name: str = "coordinator",
@@ -248,6 +283,7 @@ class CoordinatorRuntime(Generic[S]):
         self._contexts: dict[int, _Context[S]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._load_failed: dict[int, int] = {}  # partition -> the leader epoch whose load failed
+        self._loading: dict[int, _Loader[S]] = {}  # partitions being replayed in slices
         self.closed = False
 
     # ------------------------------------------------------------- leadership
@@ -273,8 +309,8 @@ class CoordinatorRuntime(Generic[S]):
 
     def loading(self, partition: int) -> bool:
         """Metadata names this broker the partition's leader but its shard is not loaded."""
-        return (partition not in self._contexts and partition not in self._load_failed
-                and self.writer.leads(partition))
+        return partition in self._loading or (partition not in self._contexts and partition not in
+                                               self._load_failed and self.writer.leads(partition))
 
     def any_loading(self, num_partitions: int) -> bool:
         """Whether a partition of ``range(num_partitions)`` is ``loading``: a listing of every
@@ -290,44 +326,84 @@ class CoordinatorRuntime(Generic[S]):
         for partition, ctx in list(self._contexts.items()):
             if led.get(partition) != ctx.leader_epoch:
                 self.unload(partition)
+        for partition, loader in list(self._loading.items()):
+            if led.get(partition) != loader.leader_epoch:
+                self._stop_loading(partition)
         self._load_failed = {p: epoch for p, epoch in self._load_failed.items() if led.get(p) == epoch}
+        deadline = time.monotonic() + LOAD_SLICE_S  # for all the loads this call starts
         for partition, epoch in sorted(led.items()):
-            if partition in self._contexts or self._load_failed.get(partition) == epoch:
+            if partition in self._contexts or partition in self._loading \
+                    or self._load_failed.get(partition) == epoch:
                 continue
-            try:
-                self.load(partition, epoch)
-            except Exception:
-                # Kafka's loader fails the partition's load too; here it must not stop the
-                # other partitions' loads (nor the caller's pass over the other topics).
-                log.exception("%s: loading partition %d (leader epoch %d) failed; not coordinating "
-                              "it until its leadership changes", self.name, partition, epoch)
-                self._load_failed[partition] = epoch
+            self._start_load(partition, epoch, deadline)
+
+    def _start_load(self, partition: int, leader_epoch: int, deadline: float) -> None:
+        """Replay the partition: at once when that ends by ``deadline`` (monotonic), else
+        in slices of ``LOAD_SLICE_S`` in a task that yields to the event loop between them,
+        the partition answered COORDINATOR_LOAD_IN_PROGRESS meanwhile (as Kafka's, which
+        loads on a thread of its own)."""
+        try:
+            loader = _Loader(partition, leader_epoch, self.new_shard(partition, leader_epoch),
+                             self.writer.read(partition))
+            done = loader.replay(deadline)
+        except Exception:
+            self._load_error(partition, leader_epoch)
+            return
+        if done:
+            self._loaded(loader)
+            return
+        self._loading[partition] = loader
+        loader.task = self._spawn(self._load_rest(loader))
+
+    async def _load_rest(self, loader: _Loader[S]) -> None:
+        try:
+            done = False
+            while not done:
+                await asyncio.sleep(0)
+                done = loader.replay(time.monotonic() + LOAD_SLICE_S)
+        except Exception:
+            if self._loading.get(loader.partition) is loader:
+                del self._loading[loader.partition]
+                self._load_error(loader.partition, loader.leader_epoch)
+            return
+        if self._loading.get(loader.partition) is loader:
+            del self._loading[loader.partition]
+            self._loaded(loader)
+
+    def _stop_loading(self, partition: int) -> None:
+        loader = self._loading.pop(partition, None)
+        if loader is not None and loader.task is not None:
+            loader.task.cancel()
+
+    def _load_error(self, partition: int, leader_epoch: int) -> None:
+        # Kafka's loader fails the partition's load too; here it must not stop the
+        # other partitions' loads (nor the caller's pass over the other topics).
+        log.exception("%s: loading partition %d (leader epoch %d) failed; not coordinating it until its "
+                      "leadership changes", self.name, partition, leader_epoch)
+        self._load_failed[partition] = leader_epoch
 
     def load(self, partition: int, leader_epoch: int) -> int:
-        """Build the shard by replaying the partition; returns the records read. Raises
-        what reading or replaying the log raised, the partition left unloaded."""
+        """Build the shard by replaying the partition, all at once; returns the records
+        read. Raises what reading or replaying the log raised, the partition left unloaded."""
         self.unload(partition)
-        shard = self.new_shard(partition, leader_epoch)
-        count = 0
-        last = -1
-        for entry in self.writer.read(partition):
-            if entry.marker is not None:
-                shard.replay_marker(entry.marker.producer_id, entry.marker.commit, loading=True)
-            elif entry.key is not None:
-                shard.replay(entry.key, entry.value, loading=True, producer_id=entry.producer_id,
-                             offset=entry.offset)
-            count += 1
-            last = entry.offset
+        loader = _Loader(partition, leader_epoch, self.new_shard(partition, leader_epoch),
+                         self.writer.read(partition))
+        loader.replay(math.inf)
+        self._loaded(loader)
+        return loader.count
+
+    def _loaded(self, loader: _Loader[S]) -> None:
+        shard, last = loader.shard, loader.last
         loaded = shard.on_loaded(self.clock())
-        ctx: _Context[S] = _Context(partition, leader_epoch, shard, last_written=last,
+        ctx: _Context[S] = _Context(loader.partition, loader.leader_epoch, shard, last_written=last,
                                     loaded_through=last)
-        self._contexts[partition] = ctx
+        self._contexts[loader.partition] = ctx
         if last >= 0:
             self._spawn(self._watch_loaded(ctx))
         self._process(ctx, loaded)
-        if count:
-            log.info("%s: loaded %d records of partition %d", self.name, count, partition)
-        return count
+        if loader.count:
+            log.info("%s: loaded %d records of partition %d in %.3f s", self.name, loader.count,
+                     loader.partition, time.monotonic() - loader.started)
 
     async def _watch_loaded(self, ctx: _Context[S]) -> None:
         """Until the log this shard was loaded from is committed (reads wait for it)."""
@@ -341,6 +417,7 @@ class CoordinatorRuntime(Generic[S]):
                 await asyncio.sleep(0.1)
 
     def unload(self, partition: int) -> None:
+        self._stop_loading(partition)
         ctx = self._contexts.pop(partition, None)
         if ctx is None:
             return
@@ -358,7 +435,7 @@ class CoordinatorRuntime(Generic[S]):
 
     async def close(self) -> None:
         self.closed = True
-        for partition in list(self._contexts):
+        for partition in list(self._contexts) + list(self._loading):
             self.unload(partition)
         for task in list(self._tasks):
             task.cancel()

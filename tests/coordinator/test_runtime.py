@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 import uuid
 from collections.abc import Hashable, Iterator
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 from support.coordinator import MemoryWriter
 
@@ -885,4 +887,81 @@ def test_read_after_writes_sees_every_write_appended_before_it() -> None:
         assert await read == error(ErrorCode.not_coordinator)
         pending.cancel()
         await rt.close()
+    asyncio.run(scenario())
+
+
+@pytest.mark.run_alone  # measures the event loop's stalls
+def test_a_large_load_leaves_the_event_loop_serving() -> None:
+    """Replaying a large partition (100k commits) runs in slices: the loop's longest stall
+    stays near LOAD_SLICE_S (before, the whole load, about a second here, ran in one go),
+    the partition answers COORDINATOR_LOAD_IN_PROGRESS meanwhile, and leadership moving
+    away stops the load."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        n = 100_000
+        w.logs[0] = [LogEntry(i, rec.encode_offset_key(rec.OffsetKey(f"g{i % 100}", "t", i // 100 % 50)),
+                              rec.encode_offset_value(rec.OffsetValue(i, -1, "", 1))) for i in range(n)]
+        w.committed[0] = n
+        w.leading = {0}
+        gc = GroupCoordinator(GroupConfig(num_partitions=1), w, lambda t, p: True)
+        stalls: list[float] = []
+        ticking = True
+
+        async def tick() -> None:
+            loop = asyncio.get_running_loop()
+            last = loop.time()
+            while ticking:
+                await asyncio.sleep(0.001)
+                now = loop.time()
+                stalls.append(now - last)
+                last = now
+
+        ticker = asyncio.ensure_future(tick())
+        await asyncio.sleep(0.01)
+        started = time.monotonic()
+        gc.set_led({0: 0})
+        assert gc.runtime.loading(0) and gc.fetch_offsets("g1", None) == (ErrorCode.coordinator_load_in_progress, {})
+        assert await gc.commit_offsets("g1", -1, "", None, [("t", 0, 1, -1, None)]) == \
+            [ErrorCode.coordinator_load_in_progress]
+        while gc.runtime.shard(0) is None:
+            await asyncio.sleep(0.001)
+        took = time.monotonic() - started
+        ticking = False
+        await ticker
+        error, offsets = gc.fetch_offsets("g1", None)
+        assert error == ErrorCode.none and len(offsets) == 50
+        # Before: one stall as long as the load. (A garbage collection in a long test run
+        # can stall the loop on its own for a while: hence the bound's slack.)
+        assert max(stalls) < min(0.25, took / 3), (max(stalls), took)
+        # Leadership moving away while it loads: the load stops, nothing is loaded after.
+        gc.set_led({0: 1})
+        assert gc.runtime.loading(0)
+        w.leading = set()
+        gc.set_led({})
+        await asyncio.sleep(0.2)
+        assert gc.runtime.shard(0) is None and not gc.runtime.loading(0)
+        await gc.close()
+    asyncio.run(scenario())
+
+
+@pytest.mark.run_alone  # measures the event loop's stalls
+def test_many_partitions_starting_to_load_at_once_share_one_slice() -> None:
+    """Twenty partitions of 3000 commits led at once: set_led replays them for one
+    LOAD_SLICE_S in all, not one each, before the loop serves again; they all load."""
+    async def scenario() -> None:
+        w = MemoryWriter()
+        partitions = 20
+        for p in range(partitions):
+            w.logs[p] = [LogEntry(i, rec.encode_offset_key(rec.OffsetKey(f"g{i % 10}", "t", i % 7)),
+                                  rec.encode_offset_value(rec.OffsetValue(i, -1, "", 1))) for i in range(3000)]
+            w.committed[p] = 3000
+        w.leading = set(range(partitions))
+        gc = GroupCoordinator(GroupConfig(num_partitions=partitions), w, lambda t, p: True)
+        started = time.monotonic()
+        gc.set_led(dict.fromkeys(range(partitions), 0))
+        took = time.monotonic() - started
+        while gc.runtime.loaded_partitions() != set(range(partitions)):
+            await asyncio.sleep(0.005)
+        assert took < 0.08, took  # before: about LOAD_SLICE_S per partition (0.2 s)
+        await gc.close()
     asyncio.run(scenario())
