@@ -753,8 +753,10 @@ class GroupShard:
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                        offsets: list[tuple[str, int, int, int, str | None]],
-                       now_ms: int) -> CoordinatorResult:
+                       now_ms: int, *, unknown_group: ErrorCode = ErrorCode.illegal_generation) -> CoordinatorResult:
         """Commit ``(topic, partition, offset, leader epoch, metadata)``; one error per entry.
+        ``unknown_group``: the answer to a commit of a generation to a group that does not
+        exist (OffsetCommit v9+ says GROUP_ID_NOT_FOUND, earlier versions ILLEGAL_GENERATION).
 
         The offsets are readable once their records are committed (replayed)."""
         out = _Out()
@@ -771,7 +773,7 @@ class GroupShard:
             # A commit from outside the group protocol (manual assignment, admin tools)
             # makes a simple group, whatever member id it names (Kafka's validateOffsetCommit).
             if generation >= 0:
-                return all_(ErrorCode.illegal_generation)
+                return all_(unknown_group)
         else:
             error = _offset_commit_error(group, generation, member_id, instance_id, transactional=False)
             if error is not None:

@@ -38,9 +38,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if group_allowed and (entries or not refused):
         await services.coordinators.ensure_offsets_topic()  # group writes go to its log
         # Answered once the commit is on every in-sync replica of the group's partition.
+        # A generation's commit to a group that does not exist: v9+ say GROUP_ID_NOT_FOUND,
+        # earlier versions ILLEGAL_GENERATION (Kafka's validateOffsetCommit).
         results = await services.coordinators.group.commit_offsets(
             request.group_id, generation, request.member_id,
-            getattr(request, "group_instance_id", None), entries)
+            getattr(request, "group_instance_id", None), entries,
+            unknown_group=ErrorCode.group_id_not_found if ctx.api_version >= 9 else ErrorCode.illegal_generation)
     committed = iter(results)
     errors = (refused[t.name] if t.name in refused else next(committed)
               for t in request.topics for _ in t.partitions)

@@ -60,6 +60,25 @@ def test_commit_errors(broker: BrokerProcess) -> None:
                       member=joined.member_id) == ErrorCode.none
 
 
+def test_a_generation_commit_to_an_unknown_group(broker: BrokerProcess) -> None:
+    """Kafka's validateOffsetCommit: OffsetCommit v9+ answers GROUP_ID_NOT_FOUND, earlier
+    versions ILLEGAL_GENERATION (generation -1 makes a simple group, any version)."""
+    from kio.schema.offset_commit.v8 import request as v8
+
+    with WireClient("127.0.0.1", broker.port) as c:
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="ge-topic"),),  # type: ignore[arg-type]
+                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        assert commit(c, "ge-unknown", "ge-topic", 0, generation=3, member="m") == ErrorCode.group_id_not_found
+        old = c.request(v8.OffsetCommitRequest(
+            group_id="ge-unknown", generation_id_or_member_epoch=3, member_id="m",  # type: ignore[arg-type]
+            group_instance_id=None, topics=(v8.OffsetCommitRequestTopic(name="ge-topic", partitions=(  # type: ignore[arg-type]
+                v8.OffsetCommitRequestPartition(partition_index=0, committed_offset=5,  # type: ignore[arg-type]
+                                                committed_leader_epoch=-1, committed_metadata=""),)),)))
+        assert old.topics[0].partitions[0].error_code == ErrorCode.illegal_generation
+        assert commit(c, "ge-unknown", "ge-topic", 0, member="m") == ErrorCode.none
+
+
 def test_membership_errors(broker: BrokerProcess) -> None:
     with WireClient("127.0.0.1", broker.port) as c:
         first = join(c, "ge-3")
