@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.group.metadata import GroupState
 from dmq.handlers.authorize import (
     NOT_REQUESTED,
     AclOperation,
@@ -44,15 +45,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                   group_state="Dead", protocol_type="", protocol_data="", members=(),
                                   authorized_operations=operations))
             continue
+        # As Kafka's describeGroups: the protocol and the members' metadata only of a Stable
+        # group (during a rebalance they are those of a generation being replaced).
+        protocol = group.protocol if group.state == GroupState.STABLE else None
         members = tuple(
             make(schema.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.group_instance_id,
                  client_id=m.client_id, client_host=m.client_host,
-                 member_metadata=m.metadata_for(group.protocol) if group.protocol else b"",
+                 member_metadata=m.metadata_for(protocol) if protocol else b"",
                  member_assignment=m.assignment)
             for m in group.members.values()
         )
         described.append(make(schema.DescribedGroup, error_code=ErrorCode.none, group_id=group_id,
                               group_state=group.state.value, protocol_type=group.protocol_type or "",
-                              protocol_data=group.protocol or "", members=members,
+                              protocol_data=protocol or "", members=members,
                               authorized_operations=operations))
     return make(schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(described))
