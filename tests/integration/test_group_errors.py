@@ -134,3 +134,28 @@ def test_offset_fetch_for_several_groups_and_list_filter(broker: BrokerProcess) 
         live = {g.group_id for g in c.request(ListGroupsRequest(states_filter=("CompletingRebalance",))).groups}  # type: ignore[arg-type]
         assert "multi-a" in empty and "multi-live" not in empty
         assert "multi-live" in live and "multi-a" not in live
+
+
+def test_offset_delete_of_partitions_the_cluster_does_not_have(broker: BrokerProcess) -> None:
+    """Kafka's handleOffsetDeleteRequest: UNKNOWN_TOPIC_OR_PARTITION for a topic or a
+    partition that does not exist (before: NONE); the others are deleted."""
+    from kio.schema.offset_delete.v0.request import (
+        OffsetDeleteRequest,
+        OffsetDeleteRequestPartition,
+        OffsetDeleteRequestTopic,
+    )
+
+    with WireClient("127.0.0.1", broker.port) as c:
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="ge-del"),),  # type: ignore[arg-type]
+                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        assert commit(c, "ge-del-group", "ge-del", 0) == ErrorCode.none
+        response = c.request(OffsetDeleteRequest(group_id="ge-del-group", topics=(  # type: ignore[arg-type]
+            OffsetDeleteRequestTopic(name="ge-del", partitions=(  # type: ignore[arg-type]
+                OffsetDeleteRequestPartition(partition_index=0), OffsetDeleteRequestPartition(partition_index=99))),  # type: ignore[arg-type]
+            OffsetDeleteRequestTopic(name="ge-no-such-topic", partitions=(  # type: ignore[arg-type]
+                OffsetDeleteRequestPartition(partition_index=0),)))))  # type: ignore[arg-type]
+        assert response.error_code == ErrorCode.none
+        assert [(t.name, p.partition_index, p.error_code) for t in response.topics for p in t.partitions] == [
+            ("ge-del", 0, ErrorCode.none), ("ge-del", 99, ErrorCode.unknown_topic_or_partition),
+            ("ge-no-such-topic", 0, ErrorCode.unknown_topic_or_partition)]
