@@ -147,15 +147,17 @@ class GroupCoordinator:
     async def commit_offsets(self, group_id: str, generation: int, member_id: str,
                              instance_id: str | None,
                              offsets: list[tuple[str, int, int, int, str | None]], *,
-                             unknown_group: ErrorCode = ErrorCode.illegal_generation) -> list[ErrorCode]:
+                             unknown_group: ErrorCode = ErrorCode.illegal_generation,
+                             retention_ms: int = -1) -> list[ErrorCode]:
         """Commit ``(topic, partition, offset, leader epoch, metadata)``; one error per entry,
         answered once the commit is on every in-sync replica of the group's partition.
-        ``unknown_group``: see ``GroupShard.commit_offsets``."""
+        ``unknown_group``, ``retention_ms``: see ``GroupShard.commit_offsets``."""
         if not group_id:
             return [ErrorCode.invalid_group_id] * len(offsets)
 
         return await self._write_offsets(group_id, len(offsets), lambda shard, now: shard.commit_offsets(
-            group_id, generation, member_id, instance_id, offsets, now, unknown_group=unknown_group))
+            group_id, generation, member_id, instance_id, offsets, now, unknown_group=unknown_group,
+            retention_ms=retention_ms))
 
     async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
                                 producer_epoch: int, generation: int, member_id: str,

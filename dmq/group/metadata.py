@@ -57,6 +57,9 @@ class OffsetAndMetadata:
     metadata: str
     commit_timestamp: int
     record_offset: int = field(default=-1, compare=False)
+    # When it expires, if its commit said (OffsetCommit v2-4's retention time, written as
+    # OffsetCommitValue v1); -1: by offsets.retention.minutes.
+    expire_timestamp: int = -1
 
 
 @dataclass(eq=False, slots=True)

@@ -364,6 +364,11 @@ def encode_group_key(key: GroupKey) -> bytes:
 
 
 def encode_offset_value(v: OffsetValue) -> bytes:
+    """Version 3; version 1, which has no leader epoch, when the commit set an expire
+    timestamp (Kafka writes it so)."""
+    if v.expire_timestamp >= 0:
+        return bytes(_Writer().i16(1).i64(v.offset).string(v.metadata).i64(v.commit_timestamp)
+                     .i64(v.expire_timestamp).buf)
     return bytes(_Writer().i16(OFFSET_VALUE_VERSION).i64(v.offset).i32(v.leader_epoch)
                  .string(v.metadata).i64(v.commit_timestamp).buf)
 

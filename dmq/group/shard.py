@@ -205,7 +205,8 @@ class GroupShard:
                 v = rec.decode_offset_value(value)
                 self.txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[
                     (key.topic, key.partition)] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata,
-                                                                    v.commit_timestamp, offset)
+                                                                    v.commit_timestamp, offset,
+                                                                    v.expire_timestamp)
             return
         if isinstance(key, rec.OffsetKey):
             group = self.groups.get(key.group)
@@ -221,7 +222,8 @@ class GroupShard:
             v = rec.decode_offset_value(value)
             if group is None:
                 group = self.groups[key.group] = GroupMetadata(key.group)
-            group.offsets[tp] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, offset)
+            group.offsets[tp] = OffsetAndMetadata(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp, offset,
+                                                  v.expire_timestamp)
             return
         group = self.groups.get(key.group)
         if value is None:
@@ -753,10 +755,13 @@ class GroupShard:
 
     def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
                        offsets: list[tuple[str, int, int, int, str | None]],
-                       now_ms: int, *, unknown_group: ErrorCode = ErrorCode.illegal_generation) -> CoordinatorResult:
+                       now_ms: int, *, unknown_group: ErrorCode = ErrorCode.illegal_generation,
+                       retention_ms: int = -1) -> CoordinatorResult:
         """Commit ``(topic, partition, offset, leader epoch, metadata)``; one error per entry.
         ``unknown_group``: the answer to a commit of a generation to a group that does not
         exist (OffsetCommit v9+ says GROUP_ID_NOT_FOUND, earlier versions ILLEGAL_GENERATION).
+        ``retention_ms`` (OffsetCommit v2-4; -1: none): the offsets expire that long after
+        the commit rather than by offsets.retention.minutes (Kafka's expireTimestampMs).
 
         The offsets are readable once their records are committed (replayed)."""
         out = _Out()
@@ -781,7 +786,8 @@ class GroupShard:
             member = group.members.get(member_id)
             if member is not None and generation == group.generation:
                 self._schedule_heartbeat(out, group, member)
-        result = self._offset_records(group_id, offsets, now_ms)
+        result = self._offset_records(group_id, offsets, now_ms,
+                                      now_ms + retention_ms if retention_ms >= 0 else -1)
         result.timers.extend(out.timers)
         return result
 
@@ -811,7 +817,7 @@ class GroupShard:
         return result
 
     def _offset_records(self, group_id: str, offsets: list[tuple[str, int, int, int, str | None]],
-                        now_ms: int) -> CoordinatorResult:
+                        now_ms: int, expire_ms: int = -1) -> CoordinatorResult:
         out = _Out()
         errors: list[ErrorCode] = []
         for topic, partition, offset, epoch, metadata in offsets:
@@ -823,7 +829,7 @@ class GroupShard:
                 errors.append(ErrorCode.none)
                 out.records.append((rec.encode_offset_key(rec.OffsetKey(group_id, topic, partition)),
                                     rec.encode_offset_value(rec.OffsetValue(offset, epoch, metadata or "",
-                                                                            now_ms))))
+                                                                            now_ms, expire_ms))))
         return out.result(errors)
 
     def complete_transaction(self, producer_id: int, producer_epoch: int, commit: bool,
@@ -911,11 +917,19 @@ class GroupShard:
             expired = [(rec.encode_offset_key(rec.OffsetKey(group.group_id, topic, partition)), None)
                        for (topic, partition), om in group.offsets.items()
                        if topic not in subscribed and (topic, partition) not in unstable
-                       and now_ms - max(om.commit_timestamp, since) > self.config.offsets_retention_ms]
+                       and self._expired(om, since, now_ms)]
             out.records.extend(expired)
             if empty and len(expired) == len(group.offsets) and not unstable:
                 out.records.append((rec.encode_group_key(rec.GroupKey(group.group_id)), None))
         return out.result(len(out.records))
+
+    def _expired(self, om: OffsetAndMetadata, since: int, now_ms: int) -> bool:
+        """Kafka's isOffsetExpired: at the commit's own expire timestamp if it set one, else
+        once offsets.retention.minutes have passed since the later of its commit and
+        ``since`` (when its group became empty)."""
+        if om.expire_timestamp >= 0:
+            return now_ms >= om.expire_timestamp
+        return now_ms - max(om.commit_timestamp, since) > self.config.offsets_retention_ms
 
     def delete_topic_offsets(self, topics: Collection[str], noticed_ms: int, limit: int,
                              now_ms: int) -> CoordinatorResult:

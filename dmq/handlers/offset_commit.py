@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -13,6 +14,15 @@ from dmq.protocol.codec import make
 API_KEY = 8
 MIN_VERSION = 2
 MAX_VERSION = 9
+
+
+def _retention_ms(request: Any) -> int:
+    """OffsetCommit v2-4's retention time in ms; -1 (the default, and later versions): none."""
+    retention = getattr(request, "retention_time", None)
+    if retention is None:
+        return -1
+    ms = retention // timedelta(milliseconds=1)
+    return ms if ms >= 0 else -1
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -43,7 +53,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         results = await services.coordinators.group.commit_offsets(
             request.group_id, generation, request.member_id,
             getattr(request, "group_instance_id", None), entries,
-            unknown_group=ErrorCode.group_id_not_found if ctx.api_version >= 9 else ErrorCode.illegal_generation)
+            unknown_group=ErrorCode.group_id_not_found if ctx.api_version >= 9 else ErrorCode.illegal_generation,
+            retention_ms=_retention_ms(request))
     committed = iter(results)
     errors = (refused[t.name] if t.name in refused else next(committed)
               for t in request.topics for _ in t.partitions)

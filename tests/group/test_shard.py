@@ -653,3 +653,22 @@ def test_offsets_of_topics_a_stable_consumer_group_left_expire() -> None:
     assert set(d.shard.groups["g"].offsets) == {("t", 0), ("v", 0)}
     assert set(d.shard.groups["c"].offsets) == {("t", 0), ("u", 0), ("v", 0)}
     assert set(reloaded(d).groups["g"].offsets) == {("t", 0), ("v", 0)}
+
+
+def test_a_commit_with_its_own_retention_expires_then() -> None:
+    """OffsetCommit v2-4's retention time (Kafka's expireTimestampMs): written as an
+    OffsetCommitValue v1 with the expire timestamp, which expiry honours, loaded or not,
+    instead of offsets.retention.minutes; the other offsets keep the broker's retention."""
+    d = ShardDriver(shard(offsets_retention_ms=60_000))
+    d.run(lambda now: d.shard.commit_offsets("g", -1, "", None, [("t", 0, 5, -1, "m")], now, retention_ms=10_000))
+    d.run(d.shard.commit_offsets, "g", -1, "", None, [("t", 1, 6, -1, None)])
+    value = rec.decode_offset_value(d.log[0].value or b"")
+    assert d.log[0].value is not None and d.log[0].value[:2] == b"\x00\x01"
+    assert value == rec.OffsetValue(5, -1, "m", d.now, d.now + 10_000)
+    again = reloaded(d)
+    assert again.groups["g"].offsets[("t", 0)].expire_timestamp == d.now + 10_000
+    d.now += 9_999
+    assert d.run(d.shard.expire_offsets) == 0
+    d.now += 1
+    assert d.run(d.shard.expire_offsets) == 1 and set(d.shard.groups["g"].offsets) == {("t", 1)}
+    assert again.expire_offsets(d.now).records == [(d.log[-1].key, None)]  # the loaded shard too
