@@ -151,10 +151,9 @@ class GroupCoordinator:
                              retention_ms: int = -1) -> list[ErrorCode]:
         """Commit ``(topic, partition, offset, leader epoch, metadata)``; one error per entry,
         answered once the commit is on every in-sync replica of the group's partition.
-        ``unknown_group``, ``retention_ms``: see ``GroupShard.commit_offsets``."""
-        if not group_id:
-            return [ErrorCode.invalid_group_id] * len(offsets)
-
+        ``unknown_group``, ``retention_ms``: see ``GroupShard.commit_offsets``. The empty
+        group id is a group like any (Kafka keeps it for old clients), as for OffsetFetch
+        and DeleteGroups."""
         return await self._write_offsets(group_id, len(offsets), lambda shard, now: shard.commit_offsets(
             group_id, generation, member_id, instance_id, offsets, now, unknown_group=unknown_group,
             retention_ms=retention_ms))
@@ -223,9 +222,6 @@ class GroupCoordinator:
         is committed and replayed, as Kafka's fetchOffsets runs it as a write operation: a
         TxnOffsetCommit appended but not yet on every in-sync replica counts (its partitions
         are unstable) where a plain read would answer the offset it is about to replace."""
-        if not group_id:
-            return ErrorCode.invalid_group_id, {}, set()
-
         def read(shard: GroupShard) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None],
                                              set[tuple[str, int]]]:
             error, committed = shard.fetch_offsets(group_id, partitions)
@@ -238,8 +234,6 @@ class GroupCoordinator:
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
-        if not group_id:
-            return ErrorCode.invalid_group_id, {}
         result = self.runtime.read(self.partition_for(group_id),
                                    lambda shard: shard.fetch_offsets(group_id, partitions),
                                    lambda error: (error, {}))
@@ -248,6 +242,8 @@ class GroupCoordinator:
 
     async def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]
                              ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}  # unlike OffsetCommit's, as Kafka's
         result = await self.runtime.write(
             self.partition_for(group_id),
             lambda shard, now: shard.delete_offsets(group_id, partitions, now),
@@ -336,8 +332,6 @@ class GroupCoordinator:
 
     async def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         async def delete(group_id: str) -> ErrorCode:
-            if not group_id:
-                return ErrorCode.invalid_group_id
             result = await self.runtime.write(
                 self.partition_for(group_id),
                 lambda shard, now: shard.delete_group(group_id, now),

@@ -769,8 +769,6 @@ class GroupShard:
         def all_(error: ErrorCode) -> CoordinatorResult:
             return out.result([error] * len(offsets))
 
-        if not group_id:
-            return all_(ErrorCode.invalid_group_id)
         if group_id in self.share.groups:
             return all_(ErrorCode.group_id_not_found)  # "not a consumer group"
         group = self.groups.get(group_id)
@@ -845,8 +843,6 @@ class GroupShard:
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> tuple[ErrorCode, dict[tuple[str, int], OffsetAndMetadata | None]]:
-        if not group_id:
-            return ErrorCode.invalid_group_id, {}
         if group_id in self.share.groups:
             return ErrorCode.group_id_not_found, {}
         group = self.groups.get(group_id)
@@ -880,8 +876,6 @@ class GroupShard:
     def delete_group(self, group_id: str, now_ms: int) -> CoordinatorResult:
         out = _Out()
         group = self.groups.get(group_id)
-        if not group_id:
-            return out.result(ErrorCode.invalid_group_id)
         if group_id in self.share.groups:
             return self.share.delete(group_id)
         if group is None:

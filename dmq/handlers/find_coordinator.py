@@ -56,9 +56,7 @@ async def _lookup(services: BrokerServices, ctx: RequestContext, key: str, key_t
         node = await services.transactions.coordinator_node(key)
     elif key_type != KEY_TYPE_GROUP:
         return ErrorCode.invalid_request, f"unknown coordinator key type {key_type}", -1, "", -1
-    elif not key:
-        return ErrorCode.invalid_group_id, "empty group id", -1, "", -1
-    else:
+    else:  # the empty group id too: Kafka keeps it for old clients' offset commits
         node = await services.coordinators.group_coordinator_node(key)
     if node is None:
         return ErrorCode.coordinator_not_available, None, -1, "", -1

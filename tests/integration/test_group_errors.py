@@ -43,7 +43,6 @@ def test_commit_errors(broker: BrokerProcess) -> None:
         assert commit(c, "ge-1", "no-such-topic", 0) == ErrorCode.unknown_topic_or_partition
         assert commit(c, "ge-1", "ge-topic", 7) == ErrorCode.unknown_topic_or_partition
         assert commit(c, "ge-1", "ge-topic", 0, metadata="m" * 5000) == ErrorCode.offset_metadata_too_large
-        assert commit(c, "", "ge-topic", 0) == ErrorCode.invalid_group_id
         # A group with members: generation and member must match.
         joined = join(c, "ge-2", instance="i1")
         assert joined.error_code == ErrorCode.none
@@ -159,3 +158,41 @@ def test_offset_delete_of_partitions_the_cluster_does_not_have(broker: BrokerPro
         assert [(t.name, p.partition_index, p.error_code) for t in response.topics for p in t.partitions] == [
             ("ge-del", 0, ErrorCode.none), ("ge-del", 99, ErrorCode.unknown_topic_or_partition),
             ("ge-no-such-topic", 0, ErrorCode.unknown_topic_or_partition)]
+
+
+def test_the_empty_group_id(broker: BrokerProcess) -> None:
+    """Kafka keeps the empty group id for old clients: FindCoordinator, OffsetCommit,
+    OffsetFetch, DescribeGroups and DeleteGroups treat it as any group (before: all but
+    DescribeGroups answered INVALID_GROUP_ID); the group membership APIs, OffsetDelete and
+    TxnOffsetCommit refuse it."""
+    from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+    from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+    from kio.schema.offset_delete.v0.request import (
+        OffsetDeleteRequest,
+        OffsetDeleteRequestPartition,
+        OffsetDeleteRequestTopic,
+    )
+    from kio.schema.offset_fetch.v7.request import OffsetFetchRequest, OffsetFetchRequestTopic
+
+    with WireClient("127.0.0.1", broker.port) as c:
+        from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+        c.request(MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="ge-topic"),),  # type: ignore[arg-type]
+                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False))
+        found = c.request(FindCoordinatorRequest(key=""))  # type: ignore[arg-type]
+        assert found.error_code == ErrorCode.none and found.port == broker.port
+        assert commit(c, "", "ge-topic", 0) == ErrorCode.none
+        fetched = c.request(OffsetFetchRequest(group_id="", require_stable=True, topics=(  # type: ignore[arg-type]
+            OffsetFetchRequestTopic(name="ge-topic", partition_indexes=(0,)),)))  # type: ignore[arg-type]
+        assert fetched.error_code == ErrorCode.none and fetched.topics[0].partitions[0].committed_offset == 5
+        (described,) = c.request(DescribeGroupsRequest(groups=("",), include_authorized_operations=False)).groups  # type: ignore[arg-type]
+        assert (described.error_code, described.group_state) == (ErrorCode.none, "Empty")
+        assert join(c, "").error_code == ErrorCode.invalid_group_id
+        deleted = c.request(OffsetDeleteRequest(group_id="", topics=(OffsetDeleteRequestTopic(  # type: ignore[arg-type]
+            name="ge-topic", partitions=(OffsetDeleteRequestPartition(partition_index=0),)),)))  # type: ignore[arg-type]
+        assert deleted.error_code == ErrorCode.invalid_group_id
+        (result,) = c.request(DeleteGroupsRequest(groups_names=("",))).results  # type: ignore[arg-type]
+        assert (result.group_id, result.error_code) == ("", ErrorCode.none)
+        fetched = c.request(OffsetFetchRequest(group_id="", require_stable=False, topics=(  # type: ignore[arg-type]
+            OffsetFetchRequestTopic(name="ge-topic", partition_indexes=(0,)),)))  # type: ignore[arg-type]
+        assert fetched.topics[0].partitions[0].committed_offset == -1
