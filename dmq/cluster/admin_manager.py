@@ -203,7 +203,7 @@ class AdminManager:
         """The store's entity for a BROKER config resource: a broker id, or the default for ``""``."""
         if resource_name in ("", DEFAULT_BROKER_ENTITY):
             return DEFAULT_BROKER_ENTITY
-        if not resource_name.isdigit():
+        if not (resource_name.isascii() and resource_name.isdigit()):  # isdigit alone takes "²", "١"
             raise MetadataError("invalid_request", f"Invalid broker id {resource_name!r}: give a broker "
                                                    f"id, or an empty name for the cluster-wide default")
         return resource_name

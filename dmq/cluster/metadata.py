@@ -30,7 +30,9 @@ from dmq.cluster.acls import (
     encode_embedded,
 )
 
-LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+# fullmatch only: "$" also matches before a final newline, and Python's \w and \d take
+# non-ASCII letters and digits (Kafka's Topic.containsValidPattern checks every char).
+LEGAL_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
@@ -45,20 +47,18 @@ class MetadataError(Exception):
 
 
 def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: INVALID_TOPIC_EXCEPTION with its wording."""
+    reason = None
     if not name:
-        raise MetadataError("invalid_topic_exception", "Topic name is empty")
-    if name in (".", ".."):
-        raise MetadataError("invalid_topic_exception", f"Topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise MetadataError(
-            "invalid_topic_exception",
-            f"Topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters",
-        )
-    if not LEGAL_TOPIC_CHARS.match(name):
-        raise MetadataError(
-            "invalid_topic_exception",
-            f"Topic name {name!r} is illegal: it may only contain ASCII alphanumerics, '.', '_' and '-'",
-        )
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME_LENGTH:
+        reason = f"the length of '{name}' is longer than the max allowed length {MAX_TOPIC_NAME_LENGTH}"
+    elif not LEGAL_TOPIC_CHARS.fullmatch(name):
+        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    if reason is not None:
+        raise MetadataError("invalid_topic_exception", f"Topic name is invalid: {reason}")
 
 
 @dataclass(slots=True)

@@ -1,0 +1,27 @@
+"""CreateTopics (and Metadata's auto-creation) against a real broker."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+from support.admin import create_topic
+from support.broker import BrokerProcess
+
+from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class, request_module
+
+
+def test_a_name_ending_in_a_newline_is_an_invalid_topic(broker: BrokerProcess) -> None:
+    """"foo\\n" was created; the partition checkpoints (a line per partition) then lost its
+    lines, and records deleted by DeleteRecords came back after a restart."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        error, message, _ = create_topic(c, "nl-topic\n", 1, 1)
+        assert error == ErrorCode.invalid_topic_exception, message
+        assert message is not None and "contains one or more characters other than" in message
+        mod = request_module(3, 9)
+        answer = c.request(make(request_class(3, 9), allow_auto_topic_creation=True,
+                                include_topic_authorized_operations=False, include_cluster_authorized_operations=False,
+                                topics=(make(mod.MetadataRequestTopic, name="auto-nl\n"),)))
+        assert [ErrorCode(t.error_code) for t in answer.topics] == [ErrorCode.invalid_topic_exception]
+        names = c.request(make(request_class(3, 9), allow_auto_topic_creation=False,
+                               include_topic_authorized_operations=False, include_cluster_authorized_operations=False, topics=None)).topics
+        assert not [t.name for t in names if "\n" in t.name]
