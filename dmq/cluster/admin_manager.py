@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dmq.cluster.metadata import (
     DEFAULT_BROKER_ENTITY,
     INTERNAL_TOPICS,
+    ConfigChange,
     MetadataError,
     MetadataStore,
     TopicMetadata,
@@ -211,42 +212,78 @@ class AdminManager:
     async def alter_broker_configs(self, resource_name: str, configs: dict[str, str],
                              validate_only: bool = False) -> None:
         """Replace the dynamic overrides of one broker (its id) or of all (``""``)."""
+        await self.update_broker_configs(resource_name, lambda _current: dict(configs), validate_only)
+
+    async def update_broker_configs(self, resource_name: str, change: ConfigChange,
+                                    validate_only: bool = False) -> None:
+        """Change the dynamic overrides of one broker (its id) or of all (``""``) by
+        ``change(current)``, atomically (the store's ``update_broker_configs``)."""
         entity = self.broker_config_entity(resource_name)
-        try:
-            validate_dynamic_broker_configs(configs)
-        except ConfigError as e:
-            raise MetadataError("invalid_config", str(e)) from None
+
+        def checked(current: dict[str, str]) -> dict[str, str]:
+            new = change(current)
+            try:
+                validate_dynamic_broker_configs(new)
+            except ConfigError as e:
+                raise MetadataError("invalid_config", str(e)) from None
+            return new
         if validate_only:
+            checked(self.store.broker_configs(entity))
             return
-        await self.store.set_broker_configs(entity, configs)
+        await self.store.update_broker_configs(entity, checked)
         if self.on_broker_config_change is not None:
             self.on_broker_config_change()
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str],
                             validate_only: bool = False) -> None:
         """Replace the topic's config overrides with ``configs``."""
-        if self.store.topic(name) is None:
+        await self.update_topic_configs(name, lambda _current: dict(configs), validate_only)
+
+    async def update_topic_configs(self, name: str, change: ConfigChange,
+                                   validate_only: bool = False) -> None:
+        """Change the topic's config overrides by ``change(current)``: read, changed and
+        written as one step (the store's ``update_topic_configs``), so that two requests
+        changing the same topic at once both take effect (Kafka's controller applies them
+        in turn)."""
+        topic = self.store.topic(name)
+        if topic is None:
             raise MetadataError("unknown_topic_or_partition",
                                 f"Topic {name} does not exist.")
-        try:
-            validate_topic_configs(configs)
-        except ConfigError as e:
-            raise MetadataError("invalid_config", str(e)) from None
+
+        def checked(current: dict[str, str]) -> dict[str, str]:
+            new = change(current)
+            try:
+                validate_topic_configs(new)
+            except ConfigError as e:
+                raise MetadataError("invalid_config", str(e)) from None
+            return new
         if validate_only:
+            checked(dict(topic.configs))
             return
-        await self.store.set_topic_configs(name, configs)
+        await self.store.update_topic_configs(name, checked)
         self.on_config_change(name)
 
     async def alter_group_configs(self, group_id: str, configs: dict[str, str],
                                   validate_only: bool = False) -> None:
         """Replace a group's config overrides (Kafka's GROUP resource; the group need not
-        exist). Validated as Kafka's GroupConfig does (``validate_group_configs``)."""
+        exist)."""
+        await self.update_group_configs(group_id, lambda _current: dict(configs), validate_only)
+
+    async def update_group_configs(self, group_id: str, change: ConfigChange,
+                                   validate_only: bool = False) -> None:
+        """Change a group's config overrides by ``change(current)``, atomically. Validated as
+        Kafka's GroupConfig does (``validate_group_configs``)."""
         if not group_id:
             raise MetadataError("invalid_request", "Group name must not be empty")
-        try:
-            validate_group_configs(configs, self.config)
-        except ConfigError as e:
-            raise MetadataError("invalid_config", str(e)) from None
+
+        def checked(current: dict[str, str]) -> dict[str, str]:
+            new = change(current)
+            try:
+                validate_group_configs(new, self.config)
+            except ConfigError as e:
+                raise MetadataError("invalid_config", str(e)) from None
+            return new
         if validate_only:
+            checked(self.store.group_configs(group_id))
             return
-        await self.store.set_group_configs(group_id, configs)
+        await self.store.update_group_configs(group_id, checked)

@@ -38,6 +38,10 @@ OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
 
 
+# A config read-modify-write: the new overrides from the current ones.
+ConfigChange = Callable[[dict[str, str]], dict[str, str]]
+
+
 class MetadataError(Exception):
     """A metadata change was refused; ``error`` names the Kafka error code."""
 
@@ -151,7 +155,14 @@ class MetadataStore(ABC):
     async def create_partitions(self, name: str, total: int) -> TopicMetadata: ...
 
     @abstractmethod
-    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    async def update_topic_configs(self, name: str, change: ConfigChange) -> dict[str, str]:
+        """Replace the topic's config overrides by ``change(current)`` atomically, and return
+        them: a concurrent change of the same topic (through this broker or another) is
+        neither lost nor overwritten. ``change`` may be called more than once (with what
+        was current each time); if it raises, nothing is written."""
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        await self.update_topic_configs(name, lambda _current: dict(configs))
 
     @abstractmethod
     async def allocate_producer_ids(self, count: int) -> int:
@@ -175,13 +186,13 @@ class MetadataStore(ABC):
     def broker_configs(self, entity: str) -> dict[str, str]:
         """Dynamic config overrides of one broker (``"<id>"``) or of all (DEFAULT_BROKER_ENTITY)."""
 
-    async def current_broker_configs(self, entity: str) -> dict[str, str]:
-        """``broker_configs``, read through where the store does not cache ``entity``."""
-        return self.broker_configs(entity)
-
     @abstractmethod
+    async def update_broker_configs(self, entity: str, change: ConfigChange) -> dict[str, str]:
+        """Replace the dynamic overrides of ``entity`` by ``change(current)`` atomically
+        (``update_topic_configs``); every broker it concerns applies them."""
+
     async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
-        """Replace the dynamic overrides of ``entity``; every broker it concerns applies them."""
+        await self.update_broker_configs(entity, lambda _current: dict(configs))
 
     @abstractmethod
     def group_configs(self, group_id: str) -> dict[str, str]:
@@ -189,8 +200,12 @@ class MetadataStore(ABC):
         every broker sees them (share-partition leaders read them too)."""
 
     @abstractmethod
+    async def update_group_configs(self, group_id: str, change: ConfigChange) -> dict[str, str]:
+        """Replace a group's config overrides by ``change(current)`` atomically
+        (``update_topic_configs``; none: the group has no overrides)."""
+
     async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
-        """Replace a group's config overrides (none: the group has no overrides)."""
+        await self.update_group_configs(group_id, lambda _current: dict(configs))
 
     # ACLs (dmq.security's authorizer decides with them): ``acl_version`` grows with every
     # change of ``acls()`` this store applies, whoever made it.
@@ -368,38 +383,44 @@ class EmbeddedMetadataStore(MetadataStore):
                                 lambda: setattr(topic, "partitions", parts))
             return topic
 
-    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        async with self._write_lock:
+    async def update_topic_configs(self, name: str, change: ConfigChange) -> dict[str, str]:
+        async with self._write_lock:  # read, change and write under it: no change lost
             topic = self._existing(name)
-            changed = TopicMetadata(topic.name, topic.topic_id, topic.partitions, dict(configs))
+            configs = dict(change(dict(topic.configs)))
+            changed = TopicMetadata(topic.name, topic.topic_id, topic.partitions, configs)
             await self._persist(self._snapshot(topics={**self._topics, name: changed}),
-                                lambda: setattr(topic, "configs", dict(configs)))
+                                lambda: setattr(topic, "configs", configs))
+            return dict(configs)
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         return dict(self._broker_configs.get(entity, {}))
 
-    async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+    async def update_broker_configs(self, entity: str, change: ConfigChange) -> dict[str, str]:
         async with self._write_lock:
+            configs = dict(change(self.broker_configs(entity)))
             new = dict(self._broker_configs)
             if configs:
-                new[entity] = dict(configs)
+                new[entity] = configs
             else:
                 new.pop(entity, None)
             await self._persist(self._snapshot(broker_configs=new),
                                 lambda: setattr(self, "_broker_configs", new))
+            return dict(configs)
 
     def group_configs(self, group_id: str) -> dict[str, str]:
         return dict(self._group_configs.get(group_id, {}))
 
-    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
+    async def update_group_configs(self, group_id: str, change: ConfigChange) -> dict[str, str]:
         async with self._write_lock:
+            configs = dict(change(self.group_configs(group_id)))
             new = dict(self._group_configs)
             if configs:
-                new[group_id] = dict(configs)
+                new[group_id] = configs
             else:
                 new.pop(group_id, None)
             await self._persist(self._snapshot(group_configs=new),
                                 lambda: setattr(self, "_group_configs", new))
+            return dict(configs)
 
     def acls(self) -> AclMap:
         return self._acls

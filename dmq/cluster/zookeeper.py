@@ -47,7 +47,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dmq.cluster.acls import LITERAL as LITERAL_ACLS
@@ -56,6 +56,7 @@ from dmq.cluster.acls import AclChange, AclMap, AclResource, StoredAce, decode_a
 from dmq.cluster.metadata import (
     DEFAULT_BROKER_ENTITY,
     BrokerInfo,
+    ConfigChange,
     MetadataError,
     MetadataStore,
     PartitionState,
@@ -991,49 +992,62 @@ class ZooKeeperMetadataStore(MetadataStore):
         # Read through: the watch-fed cache may lag just after a registration.
         return sorted(int(c) for c in await self.client.children(paths.BROKER_IDS) if c.isdigit())
 
-    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        path = paths.topic_config(name)
-        try:
-            await self.client.set(path, codecs.encode_config(configs))
-        except NoNodeError:
-            await self.client.create(path, codecs.encode_config(configs), makepath=True)
+    async def _update_config(self, path: str, change: ConfigChange, sensitive: bool = False,
+                             remove_empty: bool = False,
+                             may_create: Callable[[], Awaitable[None]] | None = None) -> dict[str, str]:
+        """Compare-and-set of a config znode (its version), read again and retried when
+        another writer (this broker or another) changed it in between: no change is lost.
+        ``remove_empty``: an empty map removes the znode. ``may_create``: awaited before
+        creating a missing znode (it raises MetadataError to refuse)."""
+        while True:
+            found = await self.client.get_or_none(path)
+            current = codecs.decode_config(found[0]) if found is not None else {}
+            new = dict(change(dict(current)))
+            if found is not None and new == current:
+                return new
+            try:
+                if found is None:
+                    if not new and remove_empty:
+                        return new
+                    if may_create is not None:
+                        await may_create()
+                    await self.client.create(path, codecs.encode_config(new), makepath=True,
+                                             sensitive=sensitive)
+                elif not new and remove_empty:
+                    await self.client.delete(path, version=found[1].version)
+                else:
+                    await self.client.set(path, codecs.encode_config(new), version=found[1].version)
+            except (NodeExistsError, BadVersionError, NoNodeError):
+                continue
+            return new
+
+    async def update_topic_configs(self, name: str, change: ConfigChange) -> dict[str, str]:
+        async def topic_exists() -> None:
+            if await self.client.exists(paths.topic(name)) is None:
+                raise MetadataError("unknown_topic_or_partition", f"Topic {name} does not exist.")
+        configs = await self._update_config(paths.topic_config(name), change, may_create=topic_exists)
         await self.refresh_topic(name)
+        return configs
 
     def broker_configs(self, entity: str) -> dict[str, str]:
         return dict(self._broker_configs.get(entity, {}))
 
-    async def current_broker_configs(self, entity: str) -> dict[str, str]:
-        if entity in self._broker_configs:
-            return self.broker_configs(entity)
-        found = await self.client.get_or_none(paths.broker_config(entity))
-        return codecs.decode_config(found[0]) if found is not None else {}
-
-    async def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
-        path = paths.broker_config(entity)
-        try:
-            await self.client.set(path, codecs.encode_config(configs))
-        except NoNodeError:
-            await self.client.create(path, codecs.encode_config(configs), makepath=True, sensitive=True)
+    async def update_broker_configs(self, entity: str, change: ConfigChange) -> dict[str, str]:
+        configs = await self._update_config(paths.broker_config(entity), change, sensitive=True)
         if entity in self._broker_configs:  # watched: what the watch will bring
             self._broker_configs[entity] = dict(configs)
+        return configs
 
     def group_configs(self, group_id: str) -> dict[str, str]:
         return dict(self._group_configs.get(group_id, {}))
 
-    async def set_group_configs(self, group_id: str, configs: dict[str, str]) -> None:
-        path = paths.group_config(group_id)
-        if not configs:
-            try:
-                await self.client.delete(path)
-            except NoNodeError:
-                pass
+    async def update_group_configs(self, group_id: str, change: ConfigChange) -> dict[str, str]:
+        configs = await self._update_config(paths.group_config(group_id), change, remove_empty=True)
+        if configs:
+            self._group_configs[group_id] = dict(configs)  # what the watch will bring
+        else:
             self._group_configs.pop(group_id, None)
-            return
-        try:
-            await self.client.set(path, codecs.encode_config(configs))
-        except NoNodeError:
-            await self.client.create(path, codecs.encode_config(configs), makepath=True)
-        self._group_configs[group_id] = dict(configs)  # what the watch will bring
+        return configs
 
     # ------------------------------------------------------------------ ACLs
 

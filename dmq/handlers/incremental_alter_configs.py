@@ -67,6 +67,27 @@ def apply_operations(current: dict[str, str], effective: Any, ops: Any,
     return out
 
 
+async def alter(services: BrokerServices, resource_type: int, name: str, ops: Any,
+                validate_only: bool) -> None:
+    """Apply ``ops`` to one resource's overrides as the store holds them when it writes (not
+    as read before): a concurrent change of the same resource is kept."""
+    if resource_type == RESOURCE_TOPIC:
+        await services.admin_manager.update_topic_configs(
+            name, lambda current: apply_operations(current, LogConfig(services.config, current), ops),
+            validate_only)
+    elif resource_type == RESOURCE_GROUP:
+        def group_change(current: dict[str, str]) -> dict[str, str]:
+            in_force = {n: v[0] for n, v in group_config_values(services.config, current).items()}
+            return apply_operations(current, in_force, ops, GROUP_CONFIGS, "group")
+        await services.admin_manager.update_group_configs(name, group_change, validate_only)
+    elif resource_type == RESOURCE_BROKER:
+        await services.admin_manager.update_broker_configs(
+            name, lambda current: apply_operations(current, services.config, ops, BROKER_CONFIGS, "broker"),
+            validate_only)
+    else:
+        raise MetadataError("invalid_request", unsupported_resource(resource_type))
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     results = []
@@ -77,30 +98,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         try:
             if refused != ErrorCode.none:
                 raise MetadataError(refused.name, "Authorization failed.")
-            if res.resource_type == RESOURCE_TOPIC:
-                topic = services.metadata.topic(res.resource_name)
-                if topic is None:
-                    raise MetadataError("unknown_topic_or_partition",
-                                        f"Topic {res.resource_name} does not exist.")
-                effective = LogConfig(services.config, topic.configs)
-                configs = apply_operations(topic.configs, effective, res.configs)
-                await services.admin_manager.alter_topic_configs(res.resource_name, configs,
-                                                        request.validate_only)
-            elif res.resource_type == RESOURCE_GROUP:
-                current = services.metadata.group_configs(res.resource_name)
-                in_force = {n: v[0] for n, v in group_config_values(services.config, current).items()}
-                configs = apply_operations(current, in_force, res.configs, GROUP_CONFIGS, "group")
-                await services.admin_manager.alter_group_configs(res.resource_name, configs,
-                                                                 request.validate_only)
-            elif res.resource_type == RESOURCE_BROKER:
-                entity = services.admin_manager.broker_config_entity(res.resource_name)
-                configs = apply_operations(await services.metadata.current_broker_configs(entity),
-                                           services.config,
-                                           res.configs, BROKER_CONFIGS, "broker")
-                await services.admin_manager.alter_broker_configs(res.resource_name, configs,
-                                                         request.validate_only)
-            else:
-                raise MetadataError("invalid_request", unsupported_resource(res.resource_type))
+            await alter(services, res.resource_type, res.resource_name, res.configs, request.validate_only)
         except MetadataError as e:
             error, message = ErrorCode[e.error], str(e)
         results.append(make(schema.AlterConfigsResourceResponse, error_code=error,

@@ -291,3 +291,48 @@ def test_a_topic_created_again_starts_above_the_deleted_topics_leader_epochs(zoo
         finally:
             await a.stop()
     run(body)
+
+
+def test_config_changes_are_compare_and_set(zookeeper: ZooKeeperProcess) -> None:
+    """A config change is a read-modify-write of one znode. Another broker's write landing
+    between this one's read and write was overwritten (the write had no version), so one of
+    two concurrent IncrementalAlterConfigs through different brokers was lost. Now the write
+    checks the version read and, having lost, reads again and applies the change to that."""
+    from dmq.cluster.zk import codecs, paths
+
+    async def body() -> None:
+        a, b = await store(zookeeper, 1), await store(zookeeper, 2)
+        try:
+            await a.create_topic("configured", 1, 1, {"cleanup.policy": "compact"})
+            for path, update in ((paths.topic_config("configured"),
+                                  lambda change: a.update_topic_configs("configured", change)),
+                                 (paths.broker_config("1"), lambda change: a.update_broker_configs("1", change)),
+                                 (paths.group_config("g"), lambda change: a.update_group_configs("g", change))):
+                seen: list[dict[str, str]] = []
+
+                def change(current: dict[str, str], path: str = path,
+                           seen: list[dict[str, str]] = seen) -> dict[str, str]:
+                    if not seen:  # the other broker's write lands after this read
+                        other = {**current, "segment.ms": "5"}
+                        if b.client.kazoo.exists(path) is None:
+                            b.client.kazoo.create(path, codecs.encode_config(other), makepath=True)
+                        else:
+                            b.client.kazoo.set(path, codecs.encode_config(other))
+                    seen.append(current)
+                    return {**current, "retention.ms": "9"}
+                written = await update(change)
+                assert written["segment.ms"] == "5" and written["retention.ms"] == "9", path
+                assert len(seen) == 2 and seen[1]["segment.ms"] == "5"
+                assert codecs.decode_config(b.client.kazoo.get(path)[0]) == written
+            await wait_for(lambda: b.topic("configured") is not None and b.topic("configured").configs == {
+                "cleanup.policy": "compact", "segment.ms": "5", "retention.ms": "9"})
+            def refuse(current: dict[str, str]) -> dict[str, str]:
+                raise MetadataError("invalid_config", "no")
+            with pytest.raises(MetadataError) as refused:  # a change that raises writes nothing
+                await a.update_group_configs("g", refuse)
+            assert refused.value.error == "invalid_config"
+            assert a.group_configs("g") == {"segment.ms": "5", "retention.ms": "9"}
+        finally:
+            await a.stop()
+            await b.stop()
+    run(body)

@@ -10,13 +10,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.client.wire import WireClient
+from dmq.client.wire import WireClient, decode_response
 from dmq.protocol.codec import make, request_class, request_module
 
-__all__ = ["TOPIC", "BROKER", "SET", "DELETE", "APPEND", "SUBTRACT", "create_topics", "create_topic",
-           "create_partitions", "incremental_alter", "alter_configs", "describe_configs"]
+__all__ = ["TOPIC", "BROKER", "GROUP", "SET", "DELETE", "APPEND", "SUBTRACT", "create_topics", "create_topic",
+           "create_partitions", "incremental_alter", "incremental_alter_request", "at_once", "alter_configs", "describe_configs"]
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, GROUP = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _TIMEOUT = timedelta(seconds=10)
 
@@ -66,18 +66,34 @@ def create_partitions(c: WireClient, name: str, count: int, assignments: list[li
     return ErrorCode(first.error_code), first.error_message
 
 
+def incremental_alter_request(resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
+                              validate_only: bool = False,
+                              more: Sequence[tuple[int, str, list[tuple[str, int, str | None]]]] = ()) -> Any:
+    """An IncrementalAlterConfigs v1 request of one resource (and each of ``more``)."""
+    mod = request_module(44, 1)
+    resources = [(resource_type, name, ops), *more]
+    return make(request_class(44, 1), validate_only=validate_only, resources=tuple(
+        make(mod.AlterConfigsResource, resource_type=rt, resource_name=n, configs=tuple(
+            make(mod.AlterableConfig, name=k, config_operation=op, value=v) for k, op, v in o))
+        for rt, n, o in resources))
+
+
 def incremental_alter(c: WireClient, resource_type: int, name: str,
                       ops: list[tuple[str, int, str | None]], validate_only: bool = False,
                       more: Sequence[tuple[int, str, list[tuple[str, int, str | None]]]] = ()
                       ) -> list[tuple[ErrorCode, str | None]]:
     """IncrementalAlterConfigs v1 of one resource (and each of ``more``): (error, message) each."""
-    mod = request_module(44, 1)
-    resources = [(resource_type, name, ops), *more]
-    answer = c.request(make(request_class(44, 1), validate_only=validate_only, resources=tuple(
-        make(mod.AlterConfigsResource, resource_type=rt, resource_name=n, configs=tuple(
-            make(mod.AlterableConfig, name=k, config_operation=op, value=v) for k, op, v in o))
-        for rt, n, o in resources)))
+    answer = c.request(incremental_alter_request(resource_type, name, ops, validate_only, more))
     return [(ErrorCode(r.error_code), r.error_message) for r in answer.responses]
+
+
+def at_once(requests: Sequence[tuple[WireClient, Any]]) -> list[Any]:
+    """Send every request (each on its client's connection) before reading any answer, so
+    that the broker handles them at the same time: their answers, in order."""
+    sent = [(c, type(r), *c.encode(r)) for c, r in requests]
+    for c, _cls, _corr, frame in sent:
+        c.send_raw(frame)
+    return [decode_response(cls, corr, c.recv_frame()) for c, cls, corr, _frame in sent]
 
 
 def alter_configs(c: WireClient, resource_type: int, name: str, configs: list[tuple[str, str | None]],
