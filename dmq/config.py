@@ -9,6 +9,7 @@ message that names the key and what is allowed.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -87,6 +88,25 @@ def _one_of(*allowed: str) -> Callable[[Any], None]:
     return check
 
 
+def _gzip_level(v: Any) -> None:
+    """Kafka's CompressionType.GZIP.levelValidator: 1-9, or -1 (zlib's default)."""
+    if v > 9 or (v < 1 and v != -1):
+        raise ConfigError("Value must be between 1 and 9 or equal to -1")
+
+
+def _throttled_replicas(v: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` items (ASCII digits)."""
+    if not (all(re.fullmatch(r"[0-9]+:[0-9]+", item) for item in v) or "".join(v) == "*"):
+        raise ConfigError("must be the literal '*' or a list of replicas in the following format: "
+                          "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
+def _no_remote_storage(v: Any) -> None:
+    if v:
+        raise ConfigError("Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                          "configured with remote log storage. (dmq has no tiered storage.)")
+
+
 def _ratio(v: Any) -> None:
     if not 0.0 <= v <= 1.0:
         raise ConfigError("must be between 0 and 1")
@@ -158,8 +178,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.flush.offset.checkpoint.interval.ms", ConfigType.INT, "60000", "How often to write the recovery point.", _at_least(0)),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", ConfigType.INT, "60000", "How often to write log start offsets.", _at_least(0)),
     ConfigDef("log.index.interval.bytes", ConfigType.INT, "4096", "Bytes between offset index entries.", _at_least(0)),
-    ConfigDef("log.index.size.max.bytes", ConfigType.INT, "10485760", "Largest offset index file.", _at_least(4)),
+    ConfigDef("log.index.size.max.bytes", ConfigType.INT, "10485760", "Accepted and ignored: indexes grow as their segment needs.", _at_least(4)),
+    ConfigDef("log.roll.jitter.ms", ConfigType.LONG, None, "Most time a segment's roll may come before log.roll.ms (random per segment).", _at_least(0)),
+    ConfigDef("log.roll.jitter.hours", ConfigType.INT, "0", "log.roll.jitter.ms in hours (when that is not set).", _at_least(0)),
     ConfigDef("log.message.timestamp.type", ConfigType.STRING, "CreateTime", "CreateTime or LogAppendTime.", _one_of("CreateTime", "LogAppendTime")),
+    ConfigDef("log.message.timestamp.difference.max.ms", ConfigType.LONG, str(LONG_MAX), "[Deprecated] Largest difference between a CreateTime record's timestamp and the broker's clock (both ways) where the before/after limits are not set.", _at_least(0)),
+    ConfigDef("log.message.timestamp.before.max.ms", ConfigType.LONG, str(LONG_MAX), "Farthest a CreateTime record's timestamp may lie in the past (INVALID_TIMESTAMP beyond).", _at_least(0)),
+    ConfigDef("log.message.timestamp.after.max.ms", ConfigType.LONG, str(LONG_MAX), "Farthest a CreateTime record's timestamp may lie in the future (INVALID_TIMESTAMP beyond).", _at_least(0)),
     ConfigDef("log.cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact")),
     ConfigDef("log.cleaner.enable", ConfigType.BOOLEAN, "true", "Run the log cleaner for compacted topics."),
     ConfigDef("log.cleaner.backoff.ms", ConfigType.LONG, "15000", "Pause between cleaner passes.", _at_least(0)),
@@ -168,6 +193,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
               "a pass cleans up to where the map reached.", _at_least(1)),
     ConfigDef("log.cleaner.delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0)),
     ConfigDef("log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5", "Dirty ratio that triggers cleaning.", _ratio),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", ConfigType.LONG, "0", "A record stays uncompacted at least this long.", _at_least(0)),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", ConfigType.LONG, str(LONG_MAX), "A record becomes eligible for compaction at most this long after it is written.", _at_least(1)),
     ConfigDef("log.key.index.enable", ConfigType.BOOLEAN, "true", "Build key indexes for message query in the background (dmq's own)."),
     ConfigDef("log.key.index.interval.ms", ConfigType.LONG, "1000", "How often an idle key indexer looks for new records (dmq's own).", _at_least(1)),
     ConfigDef("log.key.index.max.loop.share", ConfigType.DOUBLE, "0.5", "Share of the broker's event loop the key indexer may take while it is behind and the loop is otherwise idle; a tenth of it under load (dmq's own).", _ratio),
@@ -175,7 +202,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("min.insync.replicas", ConfigType.INT, "1", "Minimum ISR size for acks=all.", _at_least(1)),
     ConfigDef("delayed.delivery.enable", ConfigType.BOOLEAN, "true", "Honour the dmq-delay-ms and dmq-deliver-at record headers."),
     ConfigDef("delayed.delivery.max.ms", ConfigType.LONG, "259200000", "Longest delay a record may ask for (3 days, as RocketMQ).", _at_least(0)),
-    ConfigDef("compression.type", ConfigType.STRING, "producer", "Final compression of a topic.", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
+    ConfigDef("compression.type", ConfigType.STRING, "producer", "Accepted and ignored: batches are stored as the producer compressed them (no recompression).", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
     ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, "false", "Allow out-of-ISR leaders."),
     ConfigDef("offsets.topic.num.partitions", ConfigType.INT, "50", "Partitions of __consumer_offsets.", _at_least(1)),
     ConfigDef("offsets.topic.segment.bytes", ConfigType.INT, "104857600", "Segment size of __consumer_offsets.", _at_least(1)),
@@ -245,6 +272,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", ConfigType.INT, "3600000", "How often expired transactional ids are removed.", _at_least(1)),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", ConfigType.LONG, "5000", "How often high watermarks are saved to replication-offset-checkpoint.", _at_least(1)),
     ConfigDef("follower.replication.throttled.rate", ConfigType.LONG, str(LONG_MAX), "Bytes/s a follower fetches for throttled (reassigning) replicas; dynamic.", _at_least(1)),
+    ConfigDef("leader.replication.throttled.rate", ConfigType.LONG, str(LONG_MAX), "Accepted and ignored (dmq throttles replication on the follower side only, with follower.replication.throttled.rate); dynamic.", _at_least(1)),
     # Security (listeners, TLS, SASL): Kafka's names and defaults; see docs/security.md.
     ConfigDef("listener.security.protocol.map", ConfigType.STRING, "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", "Listener name -> security protocol (NAME:PROTOCOL,...)."),
     ConfigDef("inter.broker.listener.name", ConfigType.STRING, None, "The listener brokers use to talk to each other (default: the one of security.inter.broker.protocol)."),
@@ -281,11 +309,11 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
 # Broker configs that AlterConfigs/IncrementalAlterConfigs may change at runtime, per
 # broker or as the cluster default, like Kafka's dynamic broker configs. Everything else
 # is read once at startup.
-DYNAMIC_BROKER_CONFIGS = frozenset({"follower.replication.throttled.rate"})
+DYNAMIC_BROKER_CONFIGS = frozenset({"follower.replication.throttled.rate", "leader.replication.throttled.rate"})
 
 TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("cleanup.policy", ConfigType.LIST, "delete", "delete, compact or both.", _one_of("delete", "compact"), (("log.cleanup.policy", 1),)),
-    ConfigDef("compression.type", ConfigType.STRING, "producer", "Final compression of the topic.", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), (("compression.type", 1),)),
+    ConfigDef("compression.type", ConfigType.STRING, "producer", "Accepted and ignored: batches are stored as the producer compressed them (no recompression).", _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), (("compression.type", 1),)),
     ConfigDef("delayed.delivery.enable", ConfigType.BOOLEAN, "true", "Honour the dmq-delay-ms and dmq-deliver-at record headers.", None, (("delayed.delivery.enable", 1),)),
     ConfigDef("delayed.delivery.max.ms", ConfigType.LONG, "259200000", "Longest delay a record may ask for.", _at_least(0), (("delayed.delivery.max.ms", 1),)),
     ConfigDef("delete.retention.ms", ConfigType.LONG, "86400000", "How long tombstones are kept.", _at_least(0), (("log.cleaner.delete.retention.ms", 1),)),
@@ -300,10 +328,36 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("retention.bytes", ConfigType.LONG, "-1", "Partition size before deleting old segments.", None, (("log.retention.bytes", 1),)),
     ConfigDef("retention.ms", ConfigType.LONG, "604800000", "Delete segments older than this (-1: never).", _at_least(-1), (("log.retention.ms", 1), ("log.retention.minutes", _M), ("log.retention.hours", _H))),
     ConfigDef("segment.bytes", ConfigType.INT, "1073741824", "Segment file size.", _at_least(14), (("log.segment.bytes", 1),)),
-    ConfigDef("segment.index.bytes", ConfigType.INT, "10485760", "Largest offset index file.", _at_least(4), (("log.index.size.max.bytes", 1),)),
+    ConfigDef("segment.index.bytes", ConfigType.INT, "10485760", "Accepted and ignored: indexes grow as their segment needs.", _at_least(4), (("log.index.size.max.bytes", 1),)),
     ConfigDef("segment.ms", ConfigType.LONG, "604800000", "Roll a segment after this long.", _at_least(1), (("log.roll.ms", 1), ("log.roll.hours", _H))),
     ConfigDef("unclean.leader.election.enable", ConfigType.BOOLEAN, "false", "Allow out-of-ISR leaders.", None, (("unclean.leader.election.enable", 1),)),
+    ConfigDef("segment.jitter.ms", ConfigType.LONG, "0", "Most time a segment's roll may come before segment.ms (random per segment).", _at_least(0), (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", _H))),
+    ConfigDef("min.compaction.lag.ms", ConfigType.LONG, "0", "A record stays uncompacted at least this long.", _at_least(0), (("log.cleaner.min.compaction.lag.ms", 1),)),
+    ConfigDef("max.compaction.lag.ms", ConfigType.LONG, str(LONG_MAX), "A record becomes eligible for compaction at most this long after it is written.", _at_least(1), (("log.cleaner.max.compaction.lag.ms", 1),)),
+    ConfigDef("message.timestamp.difference.max.ms", ConfigType.LONG, str(LONG_MAX), "[Deprecated] Largest difference between a CreateTime record's timestamp and the broker's clock (both ways) where the before/after limits are not set.", _at_least(0), (("log.message.timestamp.difference.max.ms", 1),)),
+    ConfigDef("message.timestamp.before.max.ms", ConfigType.LONG, str(LONG_MAX), "Farthest a CreateTime record's timestamp may lie in the past (INVALID_TIMESTAMP beyond).", _at_least(0), (("log.message.timestamp.before.max.ms", 1),)),
+    ConfigDef("message.timestamp.after.max.ms", ConfigType.LONG, str(LONG_MAX), "Farthest a CreateTime record's timestamp may lie in the future (INVALID_TIMESTAMP beyond).", _at_least(0), (("log.message.timestamp.after.max.ms", 1),)),
+    # Accepted for Kafka's tools and clients, and ignored (README, "Topic configs"):
+    ConfigDef("preallocate", ConfigType.BOOLEAN, "false", "Accepted and ignored: dmq does not preallocate segment files."),
+    ConfigDef("message.downconversion.enable", ConfigType.BOOLEAN, "true", "Accepted and ignored: dmq serves Fetch v4 and later only, which never needs down-conversion."),
+    ConfigDef("compression.gzip.level", ConfigType.INT, "-1", "The gzip level batches are recompressed with (compression.type=gzip; -1: the codec's default).", _gzip_level),
+    ConfigDef("compression.lz4.level", ConfigType.INT, "9", "The lz4 level batches are recompressed with (compression.type=lz4).", _between(1, 17)),
+    ConfigDef("compression.zstd.level", ConfigType.INT, "3", "The zstd level batches are recompressed with (compression.type=zstd).", _between(-131072, 22)),
+    ConfigDef("leader.replication.throttled.replicas", ConfigType.LIST, "", "Accepted and ignored: dmq has no leader-side replication throttle.", _throttled_replicas),
+    ConfigDef("follower.replication.throttled.replicas", ConfigType.LIST, "", "Accepted and ignored: dmq's follower throttle applies to the replicas a reassignment adds, listed or not.", _throttled_replicas),
+    ConfigDef("remote.storage.enable", ConfigType.BOOLEAN, "false", "Tiered storage: dmq has none; only false is accepted.", _no_remote_storage),
+    ConfigDef("remote.log.copy.disable", ConfigType.BOOLEAN, "false", "Accepted and ignored: applies to tiered storage only."),
+    ConfigDef("remote.log.delete.on.disable", ConfigType.BOOLEAN, "false", "Accepted and ignored: applies to tiered storage only."),
+    ConfigDef("local.retention.ms", ConfigType.LONG, "-2", "Accepted and ignored: applies to tiered storage only.", _at_least(-2)),
+    ConfigDef("local.retention.bytes", ConfigType.LONG, "-2", "Accepted and ignored: applies to tiered storage only.", _at_least(-2)),
 )
+
+# Topic configs dmq accepts (so that Kafka's tools, MirrorMaker 2 and clients can set and
+# remove them) and ignores: what each would do cannot happen here. Listed in the README.
+IGNORED_TOPIC_CONFIGS = frozenset({
+    "preallocate", "message.downconversion.enable", "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas", "remote.log.copy.disable", "remote.log.delete.on.disable",
+    "local.retention.ms", "local.retention.bytes", "segment.index.bytes"})
 
 
 _ISO_DURATION = re.compile(
@@ -492,8 +546,10 @@ class BrokerConfig:
         return chosen[0], chosen[1], synonyms
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
-    """Validate topic config overrides; raise ConfigError naming the bad key."""
+def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConfig | None = None) -> dict[str, Any]:
+    """Validate topic config overrides; raise ConfigError naming the bad key. With ``broker``,
+    also the values together, with the broker's defaults for those not overridden (Kafka's
+    LogConfig.validateValues: min.compaction.lag.ms <= max.compaction.lag.ms)."""
     out: dict[str, Any] = {}
     for key, raw in configs.items():
         cdef = TOPIC_CONFIGS.get(key)
@@ -502,6 +558,13 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
         if raw is None:
             raise ConfigError(f"Null value not supported for topic config {key}")
         out[key] = parse_value(cdef, raw)
+    if broker is not None:
+        def value(name: str) -> Any:
+            return out[name] if name in out else broker.topic_default(name)[0]
+        low, high = value("min.compaction.lag.ms"), value("max.compaction.lag.ms")
+        if low > high:
+            raise ConfigError(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
+                              f"max.compaction.lag.ms ({high})")
     return out
 
 
@@ -579,6 +642,16 @@ class LogConfig:
         return _CODECS.get(str(self._values["compression.type"]))
 
     @property
+    def compression_level(self) -> int | None:
+        """The level of ``compression_codec`` (compression.gzip/lz4/zstd.level; None: the
+        codec's default, or a codec without levels)."""
+        name = str(self._values["compression.type"])
+        if name not in ("gzip", "lz4", "zstd"):
+            return None
+        level = int(self._values[f"compression.{name}.level"])
+        return None if name == "gzip" and level == -1 else level
+
+    @property
     def index_interval_bytes(self) -> int:
         return int(self._values["index.interval.bytes"])
 
@@ -593,6 +666,41 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return bool(self._values["message.timestamp.type"] == "LogAppendTime")
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """How far in the past a CreateTime record's timestamp may lie (Kafka's
+        getMessageTimestampBeforeMaxMs: the deprecated difference limit where unset)."""
+        before = int(self._values["message.timestamp.before.max.ms"])
+        return before if before != LONG_MAX else int(self._values["message.timestamp.difference.max.ms"])
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """How far in the future a CreateTime record's timestamp may lie."""
+        after = int(self._values["message.timestamp.after.max.ms"])
+        return after if after != LONG_MAX else int(self._values["message.timestamp.difference.max.ms"])
+
+    @property
+    def max_segment_ms(self) -> int:
+        """segment.ms, capped at max.compaction.lag.ms on a compacted topic so that records
+        leave the active segment (which is never cleaned) in time (Kafka's maxSegmentMs)."""
+        if "compact" in self.cleanup_policy:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    def random_segment_jitter(self) -> int:
+        """A new segment's roll jitter: random below min(segment.jitter.ms, segment.ms)
+        (Kafka's randomSegmentJitter); its roll comes that much before segment.ms."""
+        jitter = int(self._values["segment.jitter.ms"])
+        return 0 if jitter == 0 else random.randrange(min(jitter, self.max_segment_ms))
+
+    @property
+    def min_compaction_lag_ms(self) -> int:
+        return int(self._values["min.compaction.lag.ms"])
+
+    @property
+    def max_compaction_lag_ms(self) -> int:
+        return int(self._values["max.compaction.lag.ms"])
 
     @property
     def delayed_delivery_enable(self) -> bool:

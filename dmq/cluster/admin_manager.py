@@ -94,7 +94,7 @@ class AdminManager:
             raise MetadataError("invalid_replication_factor",
                                 "Replication factor must be larger than 0.")
         try:
-            validate_topic_configs(configs)
+            validate_topic_configs(configs, self.config)
         except ConfigError as e:
             raise MetadataError("invalid_config", str(e)) from None
         live_count = len(self.store.brokers()) or 1
@@ -253,7 +253,7 @@ class AdminManager:
         def checked(current: dict[str, str]) -> dict[str, str]:
             new = change(current)
             try:
-                validate_topic_configs(new)
+                validate_topic_configs(new, self.config)
             except ConfigError as e:
                 raise MetadataError("invalid_config", str(e)) from None
             return new

@@ -39,6 +39,9 @@ def apply_operations(current: dict[str, str], effective: Any, ops: Any,
     out = dict(current)
     for op in ops:
         name, kind, value = op.name, op.config_operation, op.value
+        if kind == DELETE:  # whatever the name (Kafka's prepareIncrementalConfigs): removing
+            out.pop(name, None)  # an override nobody knows (or set) is no error
+            continue
         cdef = defs.get(name)
         if cdef is None:
             raise MetadataError("invalid_config", f"Unknown {kind_name} config name: {name}")
@@ -46,8 +49,6 @@ def apply_operations(current: dict[str, str], effective: Any, ops: Any,
             if value is None:
                 raise MetadataError("invalid_config", f"Null value not supported for {name}")
             out[name] = value
-        elif kind == DELETE:
-            out.pop(name, None)
         elif kind in (APPEND, SUBTRACT):
             if cdef.type != ConfigType.LIST:
                 raise MetadataError("invalid_config",

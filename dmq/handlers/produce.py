@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from dmq.cluster.metadata import INTERNAL_TOPICS
 from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, CloseConnection, RequestContext
-from dmq.protocol.codec import constructor
+from dmq.protocol.codec import constructor, make
 from dmq.replication.replica_manager import ProduceResult, TopicPartition
 
 API_KEY = 0
@@ -110,6 +110,14 @@ def _internal(services: BrokerServices, ctx: RequestContext, request: Any,
             for tp in entries if tp[0] in INTERNAL_TOPICS and services.metadata.topic(tp[0]) is not None}
 
 
+def _record_errors(schema: Any, errors: tuple[tuple[int, str], ...]) -> tuple[Any, ...]:
+    """Produce v8+'s record_errors (dropped by older versions, which have none)."""
+    if not errors or not hasattr(schema, "BatchIndexAndErrorMessage"):
+        return ()
+    return tuple(make(schema.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                 for i, m in errors)
+
+
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     entries: dict[TopicPartition, bytes | None] = {
@@ -152,7 +160,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         if parts is None:
             parts = by_topic[topic] = []
         parts.append(partition_response(index, r.error, r.base_offset, _timestamp(r.log_append_time),
-                                        r.log_start_offset, (), r.error_message))
+                                        r.log_start_offset, _record_errors(schema, r.record_errors),
+                                        r.error_message))
     topic_response = constructor(schema.TopicProduceResponse, "name", "partition_responses")
     return constructor(schema.ProduceResponse, "responses", "throttle_time")(
         tuple(topic_response(name, tuple(parts)) for name, parts in by_topic.items()), NO_THROTTLE)

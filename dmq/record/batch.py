@@ -121,9 +121,12 @@ class BatchHeader(NamedTuple):
 class InvalidRecordError(Exception):
     """A batch failed validation; ``error`` names the Kafka error code to return."""
 
-    def __init__(self, error: str, message: str) -> None:
+    def __init__(self, error: str, message: str, record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.error = error  # attribute name of kio's ErrorCode, e.g. "corrupt_message"
+        # (index of the record in the request's records, why it was refused): Produce v8's
+        # record_errors, as Kafka's RecordValidationException
+        self.record_errors = record_errors
 
 
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:

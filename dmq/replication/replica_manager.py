@@ -136,6 +136,7 @@ class ProduceResult:
     log_start_offset: int = -1
     error_message: str | None = None
     last_offset: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()  # (record index, message): Produce v8+
 
 
 @dataclass(slots=True)
@@ -419,7 +420,8 @@ class ReplicaManager:
             config = partition.log.config
             batches = validate_batches(records, config.max_message_bytes)
             codec = config.compression_codec
-            if codec is not None and (changed := recompressed(records, batches, codec, config.max_message_bytes)):
+            if codec is not None and (changed := recompressed(records, batches, codec, config.max_message_bytes,
+                                                              config.compression_level)):
                 # compression.type: stored with the topic's codec, as Kafka's LogValidator does.
                 records = bytes(changed)
                 batches = validate_batches(records, config.max_message_bytes)
@@ -427,7 +429,8 @@ class ReplicaManager:
         except InvalidRecordError as e:
             log.info("rejected produce to %s-%d: %s: %s", topic, index, e.error, e)
             return ProduceResult(ErrorCode[e.error], error_message=str(e),
-                                 log_start_offset=partition.log.log_start_offset)
+                                 log_start_offset=partition.log.log_start_offset,
+                                 record_errors=e.record_errors)
         except PartitionError as e:
             return ProduceResult(e.error, error_message=str(e))
         except OSError as e:

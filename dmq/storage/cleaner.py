@@ -295,21 +295,37 @@ class LogCleaner:
         # Each log's truncation count at its last pass (see _first_dirty).
         self._truncations_seen: dict[tuple[str, int], int] = {}
 
-    @staticmethod
-    def cleanable_segments(lg: Log) -> list[LogSegment]:
-        """Non-active segments wholly below the last stable offset (Kafka's first uncleanable offset)."""
+    def cleanable_segments(self, lg: Log, now: int | None = None) -> list[LogSegment]:
+        """Non-active segments wholly below the last stable offset and before the first dirty
+        segment holding a record younger than min.compaction.lag.ms (Kafka's first
+        uncleanable offset, LogCleanerManager.cleanableOffsets)."""
         lso = lg.last_stable_offset()
         segments = lg.segments
-        return [s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset <= lso]
+        out = [s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset <= lso]
+        lag = lg.config.min_compaction_lag_ms
+        if lag > 0:
+            now = now_ms() if now is None else now
+            first_dirty = self.cleaned_to.get((lg.topic, lg.partition), 0)
+            for i, s in enumerate(out):
+                if s.next_offset > first_dirty and s.largest_timestamp > now - lag:
+                    return out[:i]
+        return out
 
-    def dirty_ratio(self, lg: Log) -> float:
-        segments = self.cleanable_segments(lg)
+    def dirty_ratio(self, lg: Log, now: int | None = None) -> float:
+        segments = self.cleanable_segments(lg, now)
         total = sum(s.size for s in segments)
         if total == 0:
             return 0.0
         first_dirty = self.cleaned_to.get((lg.topic, lg.partition), 0)
         dirty = sum(s.size for s in segments if s.next_offset > first_dirty)
         return dirty / total
+
+    def _compaction_overdue(self, lg: Log, segments: list[LogSegment], now: int) -> bool:
+        """Whether a dirty cleanable segment's first batch is older than max.compaction.lag.ms:
+        the log is cleaned whatever its dirty ratio (Kafka's needCompactionNow)."""
+        lag = lg.config.max_compaction_lag_ms
+        first_dirty = self.cleaned_to.get((lg.topic, lg.partition), 0)
+        return any(s.next_offset > first_dirty and 0 < s.first_batch_timestamp < now - lag for s in segments)
 
     def plan(self, logs: list[Log], now: int | None = None) -> CleanPlan | None:
         now = now_ms() if now is None else now
@@ -318,17 +334,19 @@ class LogCleaner:
             if "compact" not in lg.config.cleanup_policy or len(lg.segments) < 2 \
                     or (lg.topic, lg.partition) in self.uncleanable:
                 continue
-            if not self.cleanable_segments(lg):
+            segments = self.cleanable_segments(lg, now)
+            if not segments:
                 continue
-            ratio = self.dirty_ratio(lg)
+            ratio = self.dirty_ratio(lg, now)
             due = self.tombstone_due.get((lg.topic, lg.partition), 0)
             dirty_enough = ratio >= float(lg.config["min.cleanable.dirty.ratio"]) and ratio > 0
-            if (dirty_enough or now >= due) and (best is None or ratio > best[0]):
+            overdue = ratio > 0 and self._compaction_overdue(lg, segments, now)
+            if (dirty_enough or overdue or now >= due) and (best is None or ratio > best[0]):
                 best = (ratio, lg)
         if best is None:
             return None
         lg = best[1]
-        cleanable = self.cleanable_segments(lg)
+        cleanable = self.cleanable_segments(lg, now)
         end_offset = lg.segments[len(cleanable)].base_offset
         return CleanPlan(
             lg, [(s.base_offset, s.log_path, s.size) for s in cleanable], end_offset,

@@ -67,7 +67,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dmq.config import LogConfig
+from dmq.config import LONG_MAX, LogConfig
 from dmq.record import records as record_codec
 from dmq.record.batch import (
     CONTROL_MASK,
@@ -253,12 +253,10 @@ class Log:
             if not name[: -len(KEY_INDEX_SUFFIX)].isdigit() or int(name[: -len(KEY_INDEX_SUFFIX)]) not in bases:
                 os.unlink(os.path.join(self.directory, name))
         for base in sorted(bases):
-            self.segments.append(LogSegment(self.directory, base, self.config.index_interval_bytes))
+            self.segments.append(self._new_segment(base))
         # Orphan index files of a deleted segment are rebuilt or removed on load.
         if not self.segments:
-            self.segments.append(
-                LogSegment(self.directory, self.log_start_offset, self.config.index_interval_bytes)
-            )
+            self.segments.append(self._new_segment(self.log_start_offset))
         self.bases = [s.base_offset for s in self.segments]
 
         recover_from = len(self.segments)
@@ -481,6 +479,9 @@ class Log:
             if duplicate is not None:
                 return duplicate
         now = now_ms() if timestamp is None else timestamp
+        if client and not self.config.log_append_time and (
+                self.config.timestamp_before_max_ms < LONG_MAX or self.config.timestamp_after_max_ms < LONG_MAX):
+            self._check_timestamps(records, batches, now)
         made_here: frozenset[int] = frozenset()
         if client and self.config.delayed_delivery_enable:
             split = split_delayed(records, batches, now, self.config.delayed_delivery_max_ms,
@@ -517,7 +518,7 @@ class Log:
         segment = self.active_segment
         if segment.size > 0 and (
             segment.size + batches.total_size > self.config.segment_bytes
-            or now - segment.created_ms >= self.config.segment_ms
+            or self._time_to_roll(segment, now)
         ):
             segment = self.roll()
         self.leader_epochs.assign(leader_epoch, first_offset)
@@ -602,7 +603,7 @@ class Log:
         pending = self.producer_state.prepare(list(zip(headers, markers, strict=True)), AppendOrigin.REPLICATION)
         segment = self.active_segment
         if segment.size > 0 and (segment.size + len(buf) > self.config.segment_bytes
-                                 or now_ms() - segment.created_ms >= self.config.segment_ms):
+                                 or self._time_to_roll(segment, now_ms())):
             segment = self.roll()
         latest = self.leader_epochs.latest_epoch
         if any(h.partition_leader_epoch > latest for h in headers):
@@ -627,7 +628,7 @@ class Log:
         """Drop the whole log and restart it empty at ``offset`` (below the leader's start)."""
         for segment in self.segments:
             segment.delete(self.config.file_delete_delay_s)
-        segment = LogSegment(self.directory, offset, self.config.index_interval_bytes)
+        segment = self._new_segment(offset)
         self.segments = [segment]
         self.bases = [offset]
         self.log_start_offset = offset
@@ -643,6 +644,29 @@ class Log:
         if self._high_watermark is not None:
             self._high_watermark = offset
 
+    def _check_timestamps(self, records: bytes | bytearray | memoryview, batches: ValidatedBatches,
+                          now: int) -> None:
+        """Every CreateTime record's timestamp within message.timestamp.before.max.ms before
+        ``now`` and message.timestamp.after.max.ms after it (Kafka's LogValidator): else the
+        whole append is refused INVALID_TIMESTAMP, naming each record out of range."""
+        before, after = self.config.timestamp_before_max_ms, self.config.timestamp_after_max_ms
+        errors: list[tuple[int, str]] = []
+        index = 0
+        for header, pos in zip(batches.headers, batches.positions, strict=True):
+            try:
+                _, recs = record_codec.decode_batch(bytes(records[pos : pos + header.size]))
+            except ValueError as e:
+                raise InvalidRecordError("corrupt_message", f"cannot read records: {e}") from None
+            for r in recs:
+                if r.timestamp != -1 and (now - r.timestamp > before or r.timestamp - now > after):
+                    errors.append((index, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of "
+                                          f"range. The timestamp should be within [{now - before}, {now + after}]"))
+                index += 1
+        if errors:
+            raise InvalidRecordError("invalid_timestamp",
+                                     "One or more records have been rejected due to invalid timestamp",
+                                     tuple(errors))
+
     @staticmethod
     def _require_keys(records: bytes | bytearray | memoryview, batches: ValidatedBatches) -> None:
         """Compaction needs a key on every record (Kafka refuses keyless records too)."""
@@ -655,6 +679,16 @@ class Log:
                 raise InvalidRecordError("invalid_record",
                                          "Compacted topic cannot accept message without key.")
 
+    def _new_segment(self, base: int) -> LogSegment:
+        segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        segment.roll_jitter_ms = self.config.random_segment_jitter()
+        return segment
+
+    def _time_to_roll(self, segment: LogSegment, now: int) -> bool:
+        """Whether ``segment`` is old enough to roll: segment.ms (capped at
+        max.compaction.lag.ms on a compacted topic) less its jitter (segment.jitter.ms)."""
+        return now - segment.created_ms >= self.config.max_segment_ms - segment.roll_jitter_ms
+
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset."""
         old = self.active_segment
@@ -664,7 +698,7 @@ class Log:
         old.offset_index.flush(fsync=False)
         old.time_index.flush(fsync=False)
         old.txn_index.flush(fsync=False)
-        segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        segment = self._new_segment(base)
         self.segments.append(segment)
         self.bases.append(base)
         self.producer_state.take_snapshot(base, fsync=False)

@@ -145,6 +145,7 @@ class LogSegment:
         self.offset_of_max_timestamp = -1
         self.next_offset = base_offset  # one past the last offset appended
         self.created_ms = int(time.time() * 1000)
+        self.roll_jitter_ms = 0  # set by the log: its roll comes this much before segment.ms
         self.first_batch_timestamp = -1
         # The last batches tracked, contiguous up to the end of the file: (position, header)
         # and their last offsets, so reads near the log end (followers, caught-up consumers)

@@ -16,6 +16,7 @@ from dmq.config import (
     parse_properties,
     share_group_settings,
     validate_group_configs,
+    validate_topic_configs,
 )
 
 
@@ -179,3 +180,62 @@ def test_a_groups_settings_fall_back_to_the_brokers_group_share_configs() -> Non
         ("share.delivery.count.limit", "7", ConfigSource.GROUP_CONFIG),
         ("group.share.delivery.count.limit", "4", ConfigSource.STATIC_BROKER_CONFIG)])
     assert values["share.record.lock.duration.ms"][:2] == (20_000, ConfigSource.DEFAULT_CONFIG)
+
+
+@pytest.mark.parametrize(("configs", "wrong"), [
+    ({"compression.gzip.level": "0"}, "between 1 and 9 or equal to -1"),
+    ({"compression.lz4.level": "18"}, "between 1 and 17"),
+    ({"compression.zstd.level": "23"}, "between -131072 and 22"),
+    ({"leader.replication.throttled.replicas": "0:1,x:2"}, "the literal '*' or a list of replicas"),
+    ({"follower.replication.throttled.replicas": "0:1,*"}, "the literal '*' or a list of replicas"),
+    ({"follower.replication.throttled.replicas": "0:\u0661"}, "the literal '*' or a list of replicas"),
+    ({"remote.storage.enable": "true"}, "Tiered Storage functionality is disabled in the broker"),
+    ({"local.retention.ms": "-3"}, "at least -2"),
+    ({"segment.jitter.ms": "-1"}, "at least 0"),
+    ({"max.compaction.lag.ms": "0"}, "at least 1"),
+    ({"min.compaction.lag.ms": "5", "max.compaction.lag.ms": "4"},
+     "conflict topic config setting min.compaction.lag.ms (5) > max.compaction.lag.ms (4)"),
+])
+def test_kafkas_other_topic_configs_are_validated_as_kafka_does(configs: dict[str, str], wrong: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(wrong)):
+        validate_topic_configs(configs, BrokerConfig())
+
+
+def test_kafkas_other_topic_configs_are_accepted() -> None:
+    """Kafka's topic configs that dmq refused as unknown (LogConfig's list): Kafka's tools,
+    MirrorMaker 2 and Kafka Streams set them."""
+    configs = {"segment.jitter.ms": "100", "min.compaction.lag.ms": "10", "max.compaction.lag.ms": "20",
+               "message.timestamp.difference.max.ms": "1", "message.timestamp.before.max.ms": "2",
+               "message.timestamp.after.max.ms": "3", "preallocate": "true",
+               "message.downconversion.enable": "false", "compression.gzip.level": "-1",
+               "compression.lz4.level": "17", "compression.zstd.level": "-5",
+               "leader.replication.throttled.replicas": "0:1,1:2", "follower.replication.throttled.replicas": "*",
+               "remote.storage.enable": "false", "remote.log.copy.disable": "false",
+               "remote.log.delete.on.disable": "false", "local.retention.ms": "-2", "local.retention.bytes": "100"}
+    validate_topic_configs(configs, BrokerConfig())
+    lc = LogConfig(BrokerConfig(), configs)
+    assert (lc.timestamp_before_max_ms, lc.timestamp_after_max_ms) == (2, 3)
+    assert lc["follower.replication.throttled.replicas"] == ["*"]
+    # with the broker's own default: the conflict is with it
+    with pytest.raises(ConfigError, match="conflict topic config setting"):
+        validate_topic_configs({"min.compaction.lag.ms": "50"},
+                               BrokerConfig({"log.cleaner.max.compaction.lag.ms": "40"}))
+    synonyms = {n: s for n, _v, _s, s in LogConfig(BrokerConfig({"log.roll.jitter.hours": "1"})).describe()}
+    assert synonyms["segment.jitter.ms"][0] == ("log.roll.jitter.hours", "1", ConfigSource.STATIC_BROKER_CONFIG)
+    assert LogConfig(BrokerConfig({"log.roll.jitter.hours": "1"}))["segment.jitter.ms"] == 3_600_000
+
+
+def test_the_readme_names_every_topic_config_and_each_one_ignored() -> None:
+    """The README's topic-config paragraph names every topic config dmq accepts, and its
+    list of accepted-but-ignored ones is IGNORED_TOPIC_CONFIGS exactly: nothing is
+    advertised that does nothing."""
+    from dmq.config import IGNORED_TOPIC_CONFIGS, TOPIC_CONFIGS
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text[text.index("Topic configs (CreateTopics"):text.index("## Data directory")]
+    named = set(re.findall(r"`([a-z0-9.]+)`", section))
+    assert set(TOPIC_CONFIGS) - named == set()
+    ignored_part = section[section.index("<!-- ignored topic configs -->"):section.index("Values are validated")]
+    items = ignored_part.replace("\n  ", " ").splitlines()  # a bullet's continuation lines joined
+    bullets = [line[2:].split(":", 1)[0] for line in items if line.startswith("- ")]
+    assert set(re.findall(r"`([a-z0-9.]+)`", "".join(bullets))) == IGNORED_TOPIC_CONFIGS

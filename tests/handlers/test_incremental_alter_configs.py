@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 from support.admin import (
+    BROKER,
+    DELETE,
     GROUP,
     SET,
     TOPIC,
     at_once,
     create_topic,
     describe_configs,
+    incremental_alter,
     incremental_alter_request,
 )
 from support.broker import BrokerProcess
@@ -39,3 +42,55 @@ def test_concurrent_changes_of_one_resource_are_both_kept(broker: BrokerProcess,
             error, _, configs = describe_configs(a, resource_type, name, [first, second])
             assert error == ErrorCode.none
             assert (configs[first].value, configs[second].value) == (str(30_000 + i), str(3 + i % 5)), i
+
+
+def test_delete_never_fails_on_a_name(broker: BrokerProcess) -> None:
+    """DELETE removes an override whatever its name (Kafka's prepareIncrementalConfigs):
+    kafka-reassign-partitions --verify deletes Kafka's throttle configs on every topic and
+    broker it moved, and failed on the names dmq did not know."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert create_topic(c, "deletes", 1, 1)[0] == ErrorCode.none
+        assert incremental_alter(c, TOPIC, "deletes", [("no.such.config", DELETE, None),
+                                                        ("retention.ms", DELETE, None)]) == [(ErrorCode.none, None)]
+        assert incremental_alter(c, BROKER, "0", [("replica.alter.log.dirs.io.max.bytes.per.second", DELETE, None),
+                                                  ("no.such.config", DELETE, None)]) == [(ErrorCode.none, None)]
+        error, message = incremental_alter(c, TOPIC, "deletes", [("no.such.config", SET, "1")])[0]
+        assert (error, message) == (ErrorCode.invalid_config, "Unknown topic config name: no.such.config")
+
+
+def test_kafka_reassign_partitions_throttle_round_trip(broker: BrokerProcess) -> None:
+    """What kafka-reassign-partitions --execute --throttle sets (Reassign.java: the replica
+    lists on each topic, both rates on each broker) and --verify removes."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert create_topic(c, "moved", 2, 1)[0] == ErrorCode.none
+        topic_lists = [("leader.replication.throttled.replicas", "0:0,1:0"),
+                       ("follower.replication.throttled.replicas", "0:1,1:1")]
+        rates = [("leader.replication.throttled.rate", "1000000"), ("follower.replication.throttled.rate", "1000000")]
+        assert incremental_alter(c, TOPIC, "moved", [(k, SET, v) for k, v in topic_lists]) == [(ErrorCode.none, None)]
+        assert incremental_alter(c, BROKER, "0", [(k, SET, v) for k, v in rates]) == [(ErrorCode.none, None)]
+        _, _, configs = describe_configs(c, TOPIC, "moved", [k for k, _ in topic_lists])
+        assert {k: e.value for k, e in configs.items()} == dict(topic_lists)
+        assert incremental_alter(c, BROKER, "0", [(k, DELETE, None) for k, _ in rates] + [
+            ("replica.alter.log.dirs.io.max.bytes.per.second", DELETE, None)]) == [(ErrorCode.none, None)]
+        assert incremental_alter(c, TOPIC, "moved", [(k, DELETE, None) for k, _ in topic_lists]) == [
+            (ErrorCode.none, None)]
+        _, _, configs = describe_configs(c, TOPIC, "moved", [k for k, _ in topic_lists])
+        assert {k: e.value for k, e in configs.items()} == {k: "" for k, _ in topic_lists}
+
+
+def test_remote_storage_is_refused_with_a_reason(broker: BrokerProcess) -> None:
+    """dmq has no tiered storage: remote.storage.enable=true is INVALID_CONFIG, with Kafka's
+    message for a broker without it; false (and the local.retention.* that only tiered
+    topics use) is accepted."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        error, message, _ = create_topic(c, "tiered", 1, 1, configs={"remote.storage.enable": "true"})
+        assert error == ErrorCode.invalid_config
+        assert message is not None and "Tiered Storage functionality is disabled in the broker" in message
+        assert create_topic(c, "tiered", 1, 1, configs={"remote.storage.enable": "false",
+                                                         "local.retention.ms": "-2"})[0] == ErrorCode.none
+        error, message = incremental_alter(c, TOPIC, "tiered", [("remote.storage.enable", SET, "true")])[0]
+        assert error == ErrorCode.invalid_config and message is not None and "Tiered Storage" in message
+        error, message = incremental_alter(c, TOPIC, "tiered", [("min.compaction.lag.ms", SET, "10"),
+                                                                ("max.compaction.lag.ms", SET, "9")])[0]
+        assert (error, message) == (ErrorCode.invalid_config, "conflict topic config setting "
+                                    "min.compaction.lag.ms (10) > max.compaction.lag.ms (9)")

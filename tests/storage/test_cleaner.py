@@ -701,3 +701,35 @@ def test_a_crash_right_after_a_segment_is_replaced_leaves_no_old_index_beside_it
         assert sl is not None
         assert decode_batch(sl.read())[1][0].offset == offset
     assert everything(again) == expected
+
+
+def test_min_compaction_lag_ms_keeps_young_records_uncompacted(tmp_path: Path) -> None:
+    """A dirty segment holding a record younger than min.compaction.lag.ms is not cleaned,
+    nor anything after it (Kafka's first uncleanable offset). The config was refused
+    (Kafka Streams' versioned stores set it)."""
+    log = compacted_log(tmp_path / "c-0", **{"min.compaction.lag.ms": "1000"})
+    for rnd in range(4):
+        put(log, b"k", b"v%d" % rnd, ts=10_000)
+    for _ in range(8):
+        put(log, b"filler", b"x" * 200, ts=10_000)
+    assert LogCleaner(str(tmp_path)).plan([log], now=10_999) is None
+    assert run_cleaner(log, tmp_path, now=11_001) > 0
+    assert [v for _, k, v in everything(log) if k == b"k"] == [b"v3"]
+
+
+def test_max_compaction_lag_ms_cleans_a_log_below_the_dirty_ratio(tmp_path: Path) -> None:
+    """A dirty segment whose first batch is older than max.compaction.lag.ms gets cleaned
+    even though the log is not dirty enough (Kafka's needCompactionNow)."""
+    log = compacted_log(tmp_path / "c-0", **{"min.cleanable.dirty.ratio": "0.99",
+                                               "max.compaction.lag.ms": "5000"})
+    for i in range(30):
+        put(log, b"k%d" % i, b"x" * 100, ts=10_000)
+    cleaner = LogCleaner(str(tmp_path))
+    plan = cleaner.plan([log], now=10_000)  # the first pass after a start cleans anyway
+    assert plan is not None
+    cleaner.swap(cleaner.clean(plan))
+    for _ in range(6):
+        put(log, b"k0", b"y" * 100, ts=12_000)  # a little dirt, from the last pass's reach on
+    assert 0 < cleaner.dirty_ratio(log) < 0.99
+    assert cleaner.plan([log], now=15_000) is None  # its first batch (10_000): 5 s old
+    assert cleaner.plan([log], now=15_001) is not None

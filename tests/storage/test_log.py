@@ -286,3 +286,74 @@ def test_a_deleted_segment_stays_readable_for_file_delete_delay_ms(tmp_path: Pat
     assert (held.fd in due) is due_now
     close_fds(due)
     close_deferred(everything=True)
+
+
+def _age_active_segment_then_append(log: Log, age_ms: int) -> None:
+    """One record, then another ``age_ms`` after the active segment was created."""
+    created = log.active_segment.created_ms
+    for now in (created + 1, created + age_ms):
+        data = bytearray(encode_batch([(b"k", b"v", [])], timestamp=now))
+        log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=now)
+
+
+def test_segment_jitter_ms_brings_the_roll_forward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """segment.jitter.ms (Kafka's): each segment rolls up to that much before segment.ms, by
+    a random amount drawn when it is created. It was refused as an unknown config."""
+    drawn: list[int] = []
+
+    def randrange(stop: int) -> int:
+        drawn.append(stop)
+        return 5_000
+    monkeypatch.setattr("dmq.config.random.randrange", randrange)
+    log = make_log(tmp_path / "t-0", **{"segment.ms": "10000", "segment.jitter.ms": "60000"})
+    _age_active_segment_then_append(log, 6_000)  # 6 s >= 10 s - 5 s
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    assert drawn == [10_000, 10_000]  # below min(jitter, segment.ms), for each new segment
+    still = make_log(tmp_path / "u-0", **{"segment.ms": "10000"})  # no jitter: no roll yet
+    _age_active_segment_then_append(still, 6_000)
+    assert [s.base_offset for s in still.segments] == [0]
+
+
+def test_max_compaction_lag_ms_caps_the_segment_age_of_a_compacted_topic(tmp_path: Path) -> None:
+    """The active segment is never cleaned: a compacted topic's segment rolls by
+    max.compaction.lag.ms when that is below segment.ms (Kafka's maxSegmentMs)."""
+    log = make_log(tmp_path / "t-0", **{"cleanup.policy": "compact", "segment.ms": "10000",
+                                         "max.compaction.lag.ms": "2000"})
+    _age_active_segment_then_append(log, 2_500)
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    deleting = make_log(tmp_path / "u-0", **{"segment.ms": "10000", "max.compaction.lag.ms": "2000"})
+    _age_active_segment_then_append(deleting, 2_500)
+    assert [s.base_offset for s in deleting.segments] == [0]
+
+
+def test_timestamps_out_of_the_topics_bounds_are_refused(tmp_path: Path) -> None:
+    """message.timestamp.before.max.ms / after.max.ms (and the deprecated difference.max.ms
+    where they are unset), as Kafka's LogValidator: a CreateTime record further from the
+    broker's clock is INVALID_TIMESTAMP, each such record named; the append writes nothing."""
+    now = 100_000
+    log = make_log(tmp_path / "t-0", **{"message.timestamp.before.max.ms": "1000",
+                                         "message.timestamp.after.max.ms": "500"})
+
+    def produce(target: Log, *timestamps: int) -> None:
+        data = bytearray(encode_batch([(None, b"v", [])] * len(timestamps), timestamps=list(timestamps)))
+        target.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=now)
+
+    produce(log, 99_000)
+    produce(log, 100_500)
+    with pytest.raises(InvalidRecordError) as refused:
+        produce(log, 98_999)
+    assert refused.value.error == "invalid_timestamp"
+    assert str(refused.value) == "One or more records have been rejected due to invalid timestamp"
+    assert refused.value.record_errors == ((0, "Timestamp 98999 of message with offset 0 is out of range. "
+                                                "The timestamp should be within [99000, 100500]"),)
+    with pytest.raises(InvalidRecordError) as refused:
+        produce(log, 99_500, 100_501, 100_000, 10)
+    assert [i for i, _ in refused.value.record_errors] == [1, 3]
+    assert log.log_end_offset == 2
+    legacy = make_log(tmp_path / "u-0", **{"message.timestamp.difference.max.ms": "10"})
+    with pytest.raises(InvalidRecordError):
+        produce(legacy, now - 11)
+    produce(legacy, now + 10)
+    appended = make_log(tmp_path / "v-0", **{"message.timestamp.difference.max.ms": "10",
+                                              "message.timestamp.type": "LogAppendTime"})
+    produce(appended, 5)  # LogAppendTime: the broker's time replaces the producer's

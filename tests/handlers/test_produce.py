@@ -1,0 +1,43 @@
+"""Produce against a real broker."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from kio.schema.errors import ErrorCode
+from support.admin import create_topic
+from support.broker import BrokerProcess
+
+from dmq.client.wire import WireClient
+from dmq.protocol.codec import make, request_class, request_module
+from dmq.record.records import encode_batch
+
+
+def produce(c: WireClient, topic: str, timestamps: list[int]) -> object:
+    """Produce v9 of one batch, a record at each of ``timestamps``: partition 0's answer."""
+    mod = request_module(0, 9)
+    batch = encode_batch([(None, b"v", [])] * len(timestamps), timestamps=timestamps)
+    answer = c.request(make(request_class(0, 9), transactional_id=None, acks=-1, timeout=timedelta(seconds=10),
+                            topic_data=(make(mod.TopicProduceData, name=topic, partition_data=(
+                                make(mod.PartitionProduceData, index=0, records=batch),)),)))
+    return answer.responses[0].partition_responses[0]
+
+
+def test_a_record_outside_the_topics_timestamp_bounds_is_invalid_timestamp(broker: BrokerProcess) -> None:
+    """message.timestamp.before.max.ms / after.max.ms were refused as unknown topic configs;
+    now set, a record beyond them is refused as Kafka's LogValidator does: INVALID_TIMESTAMP,
+    Kafka's message, and each such record in record_errors."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert create_topic(c, "bounded", 1, 1, configs={"message.timestamp.before.max.ms": "3600000",
+                                                          "message.timestamp.after.max.ms": "60000"})[0] \
+            == ErrorCode.none
+        now = int(time.time() * 1000)
+        assert produce(c, "bounded", [now - 60_000, now]).error_code == ErrorCode.none
+        refused = produce(c, "bounded", [now, now - 7_200_000, now + 3_600_000])
+        assert refused.error_code == ErrorCode.invalid_timestamp
+        assert refused.error_message == "One or more records have been rejected due to invalid timestamp"
+        assert [e.batch_index for e in refused.record_errors] == [1, 2]
+        assert refused.record_errors[0].batch_index_error_message.startswith(
+            f"Timestamp {now - 7_200_000} of message with offset 1 is out of range. The timestamp should be within [")
+        assert produce(c, "bounded", [now]).base_offset == 2  # the refused batch wrote nothing
