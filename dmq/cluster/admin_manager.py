@@ -121,11 +121,17 @@ class AdminManager:
         await self.on_topic_delete(topic)
         return topic
 
-    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False,
+                                assignments: list[list[int]] | None = None) -> TopicMetadata:
+        """Grow ``name`` to ``total`` partitions; ``assignments``: the replicas of each new
+        partition, in order (else placed by the store). Checked as Kafka's ZkAdminManager
+        and AdminZkClient.createNewPartitionsAssignment do, with their messages."""
         topic = self.store.topic(name)
         if topic is None:
-            raise MetadataError("unknown_topic_or_partition",
-                                "This server does not host this topic-partition.")
+            raise MetadataError("unknown_topic_or_partition", f"The topic '{name}' does not exist.")
+        if any(t == name for t, _ in await self.store.ongoing_reassignments()):
+            raise MetadataError("reassignment_in_progress",
+                                f"A partition reassignment is in progress for the topic '{name}'.")
         current = len(topic.partitions)
         if total < current:
             raise MetadataError(
@@ -134,11 +140,43 @@ class AdminManager:
             )
         if total == current:
             raise MetadataError("invalid_partitions", f"Topic already has {current} partitions.")
+        assignment = None
+        if assignments is not None:
+            assignment = {current + i: list(replicas) for i, replicas in enumerate(assignments)}
+            self._check_new_partitions(topic, total - current, assignment)
         if validate_only:
             return topic
-        topic = await self.store.create_partitions(name, total)
+        topic = await self.store.create_partitions(name, total, assignment)
         await self.on_topic_change(topic)
         return topic
+
+    def _check_new_partitions(self, topic: TopicMetadata, increase: int, assignment: dict[int, list[int]]) -> None:
+        live = {b.broker_id for b in self.store.brokers()}
+        unknown = sorted({b for replicas in assignment.values() for b in replicas} - live)
+        if unknown:
+            raise MetadataError("invalid_replica_assignment",
+                                f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.")
+        if len(assignment) != increase:
+            raise MetadataError("invalid_replica_assignment",
+                                f"Increasing the number of partitions by {increase} but {len(assignment)} "
+                                f"assignments provided.")
+        for p, replicas in assignment.items():
+            if not replicas:
+                raise MetadataError("invalid_replica_assignment",
+                                    f"Cannot have replication factor of 0 for partition id {p}.")
+            if len(set(replicas)) != len(replicas):
+                raise MetadataError("invalid_replica_assignment",
+                                    f"Duplicate brokers not allowed in replica assignment: "
+                                    f"{', '.join(map(str, replicas))} for partition id {p}.")
+        rf = len(topic.partitions[0].replicas) if 0 in topic.partitions else \
+            len(next(iter(topic.partitions.values())).replicas)
+        bad = sorted((p, len(r)) for p, r in assignment.items() if len(r) != rf)
+        if bad:
+            raise MetadataError(
+                "invalid_replica_assignment",
+                f"Inconsistent replication factor between partitions, partition 0 has {rf} while partitions "
+                f"[{', '.join(str(p) for p, _ in bad)}] have replication factors "
+                f"[{', '.join(str(n) for _, n in bad)}], respectively.")
 
     async def reassign_partitions(self, targets: dict[tuple[str, int], list[int] | None]
                             ) -> dict[tuple[str, int], tuple[str, str | None]]:

@@ -152,7 +152,10 @@ class MetadataStore(ABC):
     async def delete_topic(self, name: str) -> TopicMetadata: ...
 
     @abstractmethod
-    async def create_partitions(self, name: str, total: int) -> TopicMetadata: ...
+    async def create_partitions(self, name: str, total: int,
+                                assignment: dict[int, list[int]] | None = None) -> TopicMetadata:
+        """Grow the topic to ``total`` partitions; ``assignment``: the new partitions' replicas
+        (validated by the AdminManager), else the store places them."""
 
     @abstractmethod
     async def update_topic_configs(self, name: str, change: ConfigChange) -> dict[str, str]:
@@ -372,12 +375,14 @@ class EmbeddedMetadataStore(MetadataStore):
                                 lambda: self._topics.__delitem__(name))
             return topic
 
-    async def create_partitions(self, name: str, total: int) -> TopicMetadata:
+    async def create_partitions(self, name: str, total: int,
+                                assignment: dict[int, list[int]] | None = None) -> TopicMetadata:
         async with self._write_lock:
             topic = self._existing(name)
             parts = dict(topic.partitions)
             for p in range(len(topic.partitions), total):
-                parts[p] = PartitionState([self.broker_id], self.broker_id, 0, [self.broker_id])
+                replicas = (assignment or {}).get(p) or [self.broker_id]
+                parts[p] = PartitionState(list(replicas), self.broker_id, 0, [self.broker_id])
             grown = TopicMetadata(topic.name, topic.topic_id, parts, topic.configs)
             await self._persist(self._snapshot(topics={**self._topics, name: grown}),
                                 lambda: setattr(topic, "partitions", parts))

@@ -950,16 +950,22 @@ class ZooKeeperMetadataStore(MetadataStore):
         await self.refresh_topic(name)
         return topic
 
-    async def create_partitions(self, name: str, total: int) -> TopicMetadata:
+    async def create_partitions(self, name: str, total: int,
+                                assignment: dict[int, list[int]] | None = None) -> TopicMetadata:
+        """Written with the version of the topic's znode read here: a reassignment started
+        meanwhile (or another change of the assignment) fails it."""
         found = await self.client.get_or_none(paths.topic(name))
         if found is None:
-            raise MetadataError("unknown_topic_or_partition", f"Topic {name} does not exist.")
+            raise MetadataError("unknown_topic_or_partition", f"The topic '{name}' does not exist.")
         data, stat = found
         raw = codecs.load(data)
+        if raw.get("adding_replicas") or raw.get("removing_replicas"):
+            raise MetadataError("reassignment_in_progress",
+                                f"A partition reassignment is in progress for the topic '{name}'.")
         current = len(raw["partitions"])
         rf = len(next(iter(raw["partitions"].values())))
         live = await self.broker_ids()
-        extra = assign_replicas(live, total, rf, self._racks())
+        extra = dict(assignment) if assignment is not None else assign_replicas(live, total, rf, self._racks())
         for p in range(current, total):
             raw["partitions"][str(p)] = extra[p]
         ops = [Op.set(paths.topic(name), codecs.dump(raw), version=stat.version)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -18,18 +19,23 @@ MAX_VERSION = 3
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
-    live = {b.broker_id for b in services.metadata.brokers()}
+    counts = Counter(t.name for t in request.topics)
     results = []
+    answered: set[str] = set()
     for t in request.topics:
+        if t.name in answered:
+            continue  # Kafka answers a duplicated topic once
+        answered.add(t.name)
         error, message = ErrorCode.none, None
-        bad = [a.broker_ids for a in (t.assignments or ()) if not a.broker_ids or set(a.broker_ids) - live]
-        if not authorize(services, ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name):
+        if counts[t.name] > 1:
+            error, message = ErrorCode.invalid_request, "Duplicate topic in request."
+        elif not authorize(services, ctx, AclOperation.ALTER, ResourceType.TOPIC, t.name):
             error, message = ErrorCode.topic_authorization_failed, "The topic authorization is failed."
-        elif bad:
-            error, message = ErrorCode.invalid_replica_assignment, f"Invalid replica assignment {bad[0]}"
         else:
+            assignments = None if t.assignments is None else [list(a.broker_ids) for a in t.assignments]
             try:
-                await services.admin_manager.create_partitions(t.name, t.count, request.validate_only)
+                await services.admin_manager.create_partitions(t.name, t.count, request.validate_only,
+                                                               assignments)
             except MetadataError as e:
                 error, message = ErrorCode[e.error], str(e)
         results.append(make(schema.CreatePartitionsTopicResult, name=t.name, error_code=error,

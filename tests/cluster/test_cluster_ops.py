@@ -410,3 +410,23 @@ def test_wrong_broker_and_stale_epoch_errors_make_clients_refresh(cluster: Clust
     assert fetch(follower) == 0 and fetch(follower, new_epoch) == 0
     assert fetch(follower, old_epoch) == FENCED
     assert fetch(follower, new_epoch + 1) == UNKNOWN_EPOCH
+
+
+def test_add_partitions_with_an_assignment(cluster: Cluster) -> None:
+    """CreatePartitions' replica assignment is where the new partitions go (it was checked
+    for live brokers, then dropped), and one of another replication factor is refused with
+    Kafka's INVALID_REPLICA_ASSIGNMENT message."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewPartitions
+
+    cluster.create_topic("placed", partitions=1, rf=2)
+    admin = cluster.admin()
+    with pytest.raises(KafkaException) as refused:
+        admin.create_partitions([NewPartitions("placed", 2, replica_assignment=[[1]])])["placed"].result(30)
+    assert "Inconsistent replication factor between partitions, partition 0 has 2 while partitions [1] " \
+           "have replication factors [1], respectively." in str(refused.value)
+    admin.create_partitions([NewPartitions("placed", 3, replica_assignment=[[3, 1], [2, 3]])])["placed"].result(30)
+    cluster.wait_for(lambda: {i: list(p.replicas) for i, p in cluster.metadata("placed").topics["placed"]
+                              .partitions.items() if i > 0} == {1: [3, 1], 2: [2, 3]}, "the new partitions placed")
+    cluster.wait_for(lambda: all(len(p.isrs) == 2 for p in cluster.metadata("placed").topics["placed"]
+                                 .partitions.values()), "the new partitions in sync")

@@ -336,3 +336,32 @@ def test_config_changes_are_compare_and_set(zookeeper: ZooKeeperProcess) -> None
             await a.stop()
             await b.stop()
     run(body)
+
+
+def test_new_partitions_take_the_assignment_given_and_wait_for_reassignments(
+        zookeeper: ZooKeeperProcess) -> None:
+    """create_partitions placed new partitions itself whatever CreatePartitions asked; and
+    adding partitions to a topic being reassigned is REASSIGNMENT_IN_PROGRESS (Kafka's
+    ZkAdminManager), checked against the topic znode's version it writes with."""
+    from dmq.cluster.zk import codecs, paths
+
+    async def body() -> None:
+        stores = [await store(zookeeper, i) for i in (1, 2, 3)]
+        a = stores[0]
+        try:
+            await a.create_topic("placed", 1, 2, {}, {0: [1, 2]})
+            grown = await a.create_partitions("placed", 3, {1: [3, 1], 2: [2, 3]})
+            assert {p: s.replicas for p, s in grown.partitions.items()} == {0: [1, 2], 1: [3, 1], 2: [2, 3]}
+            assert grown.partitions[1].leader == 3 and grown.partitions[2].isr == [2, 3]
+            data, stat = await a.client.get(paths.topic("placed"))
+            raw = codecs.load(data)
+            raw["adding_replicas"] = {"0": [3]}
+            await a.client.set(paths.topic("placed"), codecs.dump(raw), version=stat.version)
+            with pytest.raises(MetadataError) as refused:
+                await a.create_partitions("placed", 4)
+            assert refused.value.error == "reassignment_in_progress"
+            assert str(refused.value) == "A partition reassignment is in progress for the topic 'placed'."
+        finally:
+            for s in stores:
+                await s.stop()
+    run(body)

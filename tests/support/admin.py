@@ -14,7 +14,7 @@ from dmq.client.wire import WireClient, decode_response
 from dmq.protocol.codec import make, request_class, request_module
 
 __all__ = ["TOPIC", "BROKER", "GROUP", "SET", "DELETE", "APPEND", "SUBTRACT", "create_topics", "create_topic",
-           "create_partitions", "incremental_alter", "incremental_alter_request", "at_once", "alter_configs", "describe_configs"]
+           "create_partitions", "create_partitions_answers", "incremental_alter", "incremental_alter_request", "at_once", "alter_configs", "describe_configs"]
 
 TOPIC, BROKER, GROUP = 2, 4, 32
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -51,19 +51,23 @@ def create_topic(c: WireClient, name: str, partitions: int = -1, rf: int = -1,
     return ErrorCode(result.error_code), result.error_message, result
 
 
-def create_partitions(c: WireClient, name: str, count: int, assignments: list[list[int]] | None = None,
-                      validate_only: bool = False,
-                      more: Sequence[tuple[str, int]] = ()) -> tuple[ErrorCode, str | None]:
-    """CreatePartitions v3 growing ``name`` to ``count`` (and each of ``more``): the first result."""
+def create_partitions_answers(c: WireClient, topics: Sequence[tuple[str, int, list[list[int]] | None]],
+                              validate_only: bool = False) -> list[tuple[str, ErrorCode, str | None]]:
+    """CreatePartitions v3 of (topic, new count, assignments or None) each: every result."""
     mod = request_module(37, 3)
-    topics = [make(mod.CreatePartitionsTopic, name=name, count=count,
-                   assignments=None if assignments is None else tuple(
-                       make(mod.CreatePartitionsAssignment, broker_ids=tuple(a)) for a in assignments))]
-    topics += [make(mod.CreatePartitionsTopic, name=n, count=k, assignments=None) for n, k in more]
-    answer = c.request(make(request_class(37, 3), topics=tuple(topics), timeout=_TIMEOUT,
-                            validate_only=validate_only))
-    first = answer.results[0]
-    return ErrorCode(first.error_code), first.error_message
+    answer = c.request(make(request_class(37, 3), timeout=_TIMEOUT, validate_only=validate_only, topics=tuple(
+        make(mod.CreatePartitionsTopic, name=name, count=count,
+             assignments=None if assignments is None else tuple(
+                 make(mod.CreatePartitionsAssignment, broker_ids=tuple(a)) for a in assignments))
+        for name, count, assignments in topics)))
+    return [(r.name, ErrorCode(r.error_code), r.error_message) for r in answer.results]
+
+
+def create_partitions(c: WireClient, name: str, count: int, assignments: list[list[int]] | None = None,
+                      validate_only: bool = False) -> tuple[ErrorCode, str | None]:
+    """CreatePartitions v3 growing ``name`` to ``count``: its (error, message)."""
+    _, error, message = create_partitions_answers(c, [(name, count, assignments)], validate_only)[0]
+    return error, message
 
 
 def incremental_alter_request(resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
