@@ -32,6 +32,19 @@ from dmq.config import (
 )
 
 
+def manual_assignment(pairs: list[tuple[int, list[int]]]) -> dict[int, list[int]] | None:
+    """CreateTopics' assignments as partition -> replicas (None: there are none); a partition
+    given twice is INVALID_REPLICA_ASSIGNMENT, as in KRaft's ReplicationControlManager (a
+    map took the last one)."""
+    out: dict[int, list[int]] = {}
+    for partition, replicas in pairs:
+        if partition in out:
+            raise MetadataError("invalid_replica_assignment",
+                                f"Found multiple manual partition assignments for partition {partition}")
+        out[partition] = list(replicas)
+    return out or None
+
+
 class AdminManager:
     def __init__(self, store: MetadataStore, config: BrokerConfig,
                  on_topic_change: Callable[[TopicMetadata], Awaitable[None]],
@@ -76,14 +89,9 @@ class AdminManager:
                     "invalid_request",
                     "Both numPartitions or replicationFactor and replicasAssignments were set.",
                 )
+            self._check_manual_assignment(assignment)
             num_partitions = len(assignment)
             replication_factor = len(next(iter(assignment.values())))
-            live = {b.broker_id for b in self.store.brokers()}
-            for p, replicas in assignment.items():
-                if p not in range(num_partitions) or not replicas or set(replicas) - live \
-                        or len(set(replicas)) != len(replicas):
-                    raise MetadataError("invalid_replica_assignment",
-                                        f"Invalid replica assignment for partition {p}: {replicas}")
         if num_partitions == -1:
             num_partitions = int(self.config["num.partitions"])
         if replication_factor == -1:
@@ -113,6 +121,32 @@ class AdminManager:
         )
         await self.on_topic_change(topic)
         return topic
+
+    def _check_manual_assignment(self, assignment: dict[int, list[int]]) -> None:
+        """A CreateTopics manual assignment, as Kafka checks it (AdminZkClient.validateTopicCreate,
+        and ReplicationControlManager.validateManualPartitionAssignment where ZooKeeper-mode
+        Kafka checks nothing), with their messages: INVALID_REPLICA_ASSIGNMENT."""
+        registered = {b.broker_id for b in self.store.brokers()}
+        sizes = set()
+        for replicas in assignment.values():
+            if not replicas:
+                raise MetadataError("invalid_replica_assignment",
+                                    "The manual partition assignment includes an empty replica list.")
+            for broker in sorted(replicas):
+                if broker not in registered:
+                    raise MetadataError("invalid_replica_assignment",
+                                        f"The manual partition assignment includes broker {broker}, but no such "
+                                        f"broker is registered.")
+                if replicas.count(broker) > 1:
+                    raise MetadataError("invalid_replica_assignment",
+                                        f"The manual partition assignment includes the broker {broker} more than "
+                                        f"once.")
+            sizes.add(len(replicas))
+        if len(sizes) != 1:
+            raise MetadataError("invalid_replica_assignment", "All partitions should have the same number of replicas")
+        if sorted(assignment) != list(range(len(assignment))):
+            raise MetadataError("invalid_replica_assignment",
+                                "partitions should be a consecutive 0-based integer sequence")
 
     async def delete_topic(self, name: str) -> TopicMetadata:
         if not self.config["delete.topic.enable"]:

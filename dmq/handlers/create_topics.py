@@ -7,6 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.admin_manager import manual_assignment
 from dmq.cluster.metadata import MetadataError
 from dmq.config import LogConfig
 from dmq.handlers.authorize import AclOperation, ResourceType, authorize
@@ -37,9 +38,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                               f"multiple entries for topic {t.name}.",
                                 num_partitions=-1, replication_factor=-1, configs=None))
             continue
-        assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
         configs = {c.name: c.value for c in t.configs}
         try:
+            assignment = manual_assignment([(a.partition_index, list(a.broker_ids)) for a in t.assignments])
             topic = await services.admin_manager.create_topic(
                 t.name, t.num_partitions, t.replication_factor, configs, assignment,
                 validate_only=request.validate_only)

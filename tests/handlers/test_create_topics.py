@@ -25,3 +25,11 @@ def test_a_name_ending_in_a_newline_is_an_invalid_topic(broker: BrokerProcess) -
         names = c.request(make(request_class(3, 9), allow_auto_topic_creation=False,
                                include_topic_authorized_operations=False, include_cluster_authorized_operations=False, topics=None)).topics
         assert not [t.name for t in names if "\n" in t.name]
+
+
+def test_a_partition_assigned_twice_is_invalid_replica_assignment(broker: BrokerProcess) -> None:
+    with WireClient("127.0.0.1", broker.port) as c:
+        error, message, _ = create_topic(c, "twice-assigned", assignment=[(0, [0]), (0, [0])])
+        assert (error, message) == (ErrorCode.invalid_replica_assignment,
+                                    "Found multiple manual partition assignments for partition 0")
+        assert create_topic(c, "twice-assigned", assignment=[(0, [0]), (1, [0])])[0] == ErrorCode.none
