@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from dmq.cluster.metadata import (
+    CLUSTER_METADATA_TOPIC,
     DEFAULT_BROKER_ENTITY,
     INTERNAL_TOPICS,
     ConfigChange,
     MetadataError,
     MetadataStore,
     TopicMetadata,
+    colliding_topics,
     validate_topic_name,
 )
 from dmq.config import (
@@ -73,6 +75,9 @@ class AdminManager:
             if topic is None:
                 raise MetadataError("leader_not_available", f"{name} is being created")
             return topic
+        if name == CLUSTER_METADATA_TOPIC:
+            raise MetadataError("invalid_topic_exception",
+                                f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")
         return await self.create_topic(name, -1, -1, {})
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
@@ -80,9 +85,15 @@ class AdminManager:
                      assignment: dict[int, list[int]] | None = None,
                      validate_only: bool = False) -> TopicMetadata:
         """Create a topic; -1 partitions/replication factor mean the broker defaults."""
+        if name == CLUSTER_METADATA_TOPIC:
+            raise MetadataError("invalid_request", f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.")
         validate_topic_name(name)
         if name in self.store.topics():
             raise MetadataError("topic_already_exists", f"Topic '{name}' already exists.")
+        colliding = colliding_topics(name, self.store.topics())
+        if colliding:
+            raise MetadataError("invalid_topic_exception",
+                                f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
         if assignment:
             if num_partitions != -1 or replication_factor != -1:
                 raise MetadataError(

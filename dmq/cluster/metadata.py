@@ -18,7 +18,7 @@ import os
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from dmq.cluster.acls import (
@@ -36,6 +36,8 @@ LEGAL_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
 OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, "__transaction_state", "__share_group_state"})
+# KRaft's metadata log: no topic of that name may be created (Kafka's KafkaApis).
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
 
 
 # A config read-modify-write: the new overrides from the current ones.
@@ -63,6 +65,15 @@ def validate_topic_name(name: str) -> None:
         reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
     if reason is not None:
         raise MetadataError("invalid_topic_exception", f"Topic name is invalid: {reason}")
+
+
+def colliding_topics(name: str, existing: Iterable[str]) -> list[str]:
+    """The topics whose name differs from ``name`` only in '.' against '_' (Kafka's
+    Topic.hasCollision: their metric names would be the same)."""
+    if "." not in name and "_" not in name:
+        return []
+    unified = name.replace(".", "_")
+    return sorted(t for t in existing if t != name and t.replace(".", "_") == unified)
 
 
 @dataclass(slots=True)

@@ -8,7 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from dmq.cluster.admin_manager import manual_assignment
-from dmq.cluster.metadata import MetadataError
+from dmq.cluster.metadata import CLUSTER_METADATA_TOPIC, MetadataError
 from dmq.config import LogConfig
 from dmq.handlers.authorize import AclOperation, ResourceType, authorize
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
@@ -25,6 +25,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     results = []
     may_create_any = authorize(services, ctx, AclOperation.CREATE)
     for t in request.topics:
+        if t.name == CLUSTER_METADATA_TOPIC:  # before the duplicate and ACL checks, as Kafka's
+            results.append(make(schema.CreatableTopicResult, name=t.name, topic_id=None,
+                                error_code=ErrorCode.invalid_request,
+                                error_message=f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
+                                num_partitions=-1, replication_factor=-1, configs=None))
+            continue
         if not (may_create_any or authorize(services, ctx, AclOperation.CREATE, ResourceType.TOPIC, t.name)):
             results.append(make(schema.CreatableTopicResult, name=t.name, topic_id=None,
                                 error_code=ErrorCode.topic_authorization_failed,

@@ -70,3 +70,30 @@ def test_a_partition_assigned_twice_is_refused() -> None:
         "invalid_replica_assignment", "Found multiple manual partition assignments for partition 0")
     assert manual_assignment([]) is None
     assert manual_assignment([(1, [1]), (0, [0])]) == {1: [1], 0: [0]}
+
+
+def test_names_that_differ_only_in_dot_and_underscore_collide(tmp_path: Path) -> None:
+    """Kafka refuses "a_b" beside "a.b" (their metric names are the same): both existed."""
+    manager = two_broker_manager(tmp_path)
+    asyncio.run(manager.create_topic("metrics.a_b", 1, 1, {}))
+    for name in ("metrics_a_b", "metrics.a.b", "metrics_a.b"):
+        with pytest.raises(MetadataError) as refused:
+            asyncio.run(manager.create_topic(name, 1, 1, {}))
+        assert (refused.value.error, str(refused.value)) == (
+            "invalid_topic_exception", f"Topic '{name}' collides with existing topics: metrics.a_b")
+    with pytest.raises(MetadataError) as refused:
+        asyncio.run(manager.auto_create_topic("metrics_a_b"))
+    assert refused.value.error == "invalid_topic_exception"
+    asyncio.run(manager.create_topic("metrics-a-b", 1, 1, {}))  # '-' does not collide
+
+
+def test_cluster_metadata_cannot_be_created(tmp_path: Path) -> None:
+    manager = two_broker_manager(tmp_path)
+    with pytest.raises(MetadataError) as refused:
+        asyncio.run(manager.create_topic("__cluster_metadata", 1, 1, {}))
+    assert (refused.value.error, str(refused.value)) == (
+        "invalid_request", "Creation of internal topic __cluster_metadata is prohibited.")
+    with pytest.raises(MetadataError) as refused:
+        asyncio.run(manager.auto_create_topic("__cluster_metadata"))
+    assert refused.value.error == "invalid_topic_exception"
+    assert manager.store.topic("__cluster_metadata") is None

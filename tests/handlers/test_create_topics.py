@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
-from support.admin import create_topic
+from support.admin import create_topic, create_topics
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
@@ -33,3 +33,15 @@ def test_a_partition_assigned_twice_is_invalid_replica_assignment(broker: Broker
         assert (error, message) == (ErrorCode.invalid_replica_assignment,
                                     "Found multiple manual partition assignments for partition 0")
         assert create_topic(c, "twice-assigned", assignment=[(0, [0]), (1, [0])])[0] == ErrorCode.none
+
+
+def test_cluster_metadata_and_colliding_names(broker: BrokerProcess) -> None:
+    """__cluster_metadata could be created (Kafka: INVALID_REQUEST, whatever else the request
+    says); "coll_x" beside "coll.x" too (Kafka: INVALID_TOPIC_EXCEPTION)."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        results = create_topics(c, [{"name": "__cluster_metadata"}, {"name": "__cluster_metadata"}])
+        assert [(ErrorCode(r.error_code), r.error_message) for r in results] == [
+            (ErrorCode.invalid_request, "Creation of internal topic __cluster_metadata is prohibited.")] * 2
+        assert create_topic(c, "coll.x", 1, 1)[0] == ErrorCode.none
+        assert create_topic(c, "coll_x", 1, 1)[:2] == (
+            ErrorCode.invalid_topic_exception, "Topic 'coll_x' collides with existing topics: coll.x")
