@@ -82,9 +82,9 @@ def _describe_defaults(bootstrap: str, what: str) -> dict[str, _Entry]:
 
 
 def _set_as_defaults(configs: dict[str, _Entry]) -> dict[str, _Entry]:
-    """The configs set as cluster-wide defaults. The broker answers for the defaults' resource
-    with its own config, where a default can sit under the broker's own setting: a default is
-    an entry, or a synonym, whose source is DYNAMIC_DEFAULT_BROKER_CONFIG."""
+    """The configs set as cluster-wide defaults: the entries (or, from a broker that answers
+    the defaults' resource with its own config, as dmq did before, the synonyms) whose source
+    is DYNAMIC_DEFAULT_BROKER_CONFIG. dmq now answers with the defaults alone, as Kafka."""
     out: dict[str, _Entry] = {}
     for e in configs.values():
         for layer in (e, *e.synonyms.values()):

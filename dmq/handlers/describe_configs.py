@@ -64,6 +64,17 @@ def describe_broker(services: BrokerServices, schema: Any, request: Any, name: s
         return ErrorCode.invalid_request, f"Unexpected broker id {name!r}, expected {services.broker_id}", []
     out = []
     config = services.config
+    if name == "":
+        # The cluster-wide default resource: the dynamic defaults alone, as Kafka's
+        # ConfigHelper (currentDynamicDefaultConfigs), not this broker's whole config.
+        for cname, raw in sorted(config.dynamic_default.items()):
+            if keys is not None and cname not in keys:
+                continue
+            cdef = BROKER_CONFIGS[cname]
+            source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+            out.append(_entry(schema, request, cname, raw, source, False, [(cname, raw, source)],
+                              int(cdef.type), cdef.doc))
+        return ErrorCode.none, None, out
     for cname, cdef in BROKER_CONFIGS.items():
         if keys is not None and cname not in keys:
             continue
