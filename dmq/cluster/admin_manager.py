@@ -307,8 +307,8 @@ class AdminManager:
             new = change(current)
             try:
                 validate_dynamic_broker_configs(new)
-            except ConfigError as e:
-                raise MetadataError("invalid_config", str(e)) from None
+            except ConfigError as e:  # INVALID_REQUEST, as Kafka (KAFKA-13609 keeps it so)
+                raise MetadataError("invalid_request", str(e)) from None
             return new
         if validate_only:
             checked(self.store.broker_configs(entity))

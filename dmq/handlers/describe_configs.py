@@ -6,6 +6,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.cluster.metadata import MetadataError, validate_topic_name
 from dmq.config import (
     BROKER_CONFIGS,
     DYNAMIC_BROKER_CONFIGS,
@@ -45,6 +46,10 @@ def _entry(schema: Any, request: Any, name: str, value: str | None, source: Conf
 
 def describe_topic(services: BrokerServices, schema: Any, request: Any, name: str,
                    keys: set[str] | None) -> tuple[ErrorCode, str | None, list[Any]]:
+    try:
+        validate_topic_name(name)  # Kafka's Topic.validate before the lookup
+    except MetadataError as e:
+        return ErrorCode.invalid_topic_exception, str(e), []
     topic = services.metadata.topic(name)
     if topic is None:
         return ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist.", []

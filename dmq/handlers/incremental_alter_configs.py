@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.cluster.metadata import MetadataError
+from dmq.cluster.metadata import MetadataError, validate_topic_name
 from dmq.config import (
     BROKER_CONFIGS,
     GROUP_CONFIGS,
@@ -17,7 +17,12 @@ from dmq.config import (
     LogConfig,
     group_config_values,
 )
-from dmq.handlers.alter_configs import RESOURCE_BROKER, RESOURCE_GROUP, unsupported_resource
+from dmq.handlers.alter_configs import (
+    RESOURCE_BROKER,
+    RESOURCE_GROUP,
+    preprocess,
+    unsupported_resource,
+)
 from dmq.handlers.authorize import AclOperation, authorize_config_resource
 from dmq.handlers.context import NO_THROTTLE, BrokerServices, RequestContext
 from dmq.protocol.codec import make
@@ -43,13 +48,14 @@ def apply_operations(current: dict[str, str], effective: Any, ops: Any,
             out.pop(name, None)  # an override nobody knows (or set) is no error
             continue
         cdef = defs.get(name)
+        if kind == SET:  # the name is checked with the result (for a broker: INVALID_REQUEST)
+            if value is None:
+                raise MetadataError("invalid_request", f"Null value not supported for : {name}")
+            out[name] = value
+            continue
         if cdef is None:
             raise MetadataError("invalid_config", f"Unknown {kind_name} config name: {name}")
-        if kind == SET:
-            if value is None:
-                raise MetadataError("invalid_config", f"Null value not supported for {name}")
-            out[name] = value
-        elif kind in (APPEND, SUBTRACT):
+        if kind in (APPEND, SUBTRACT):
             if cdef.type != ConfigType.LIST:
                 raise MetadataError("invalid_config",
                                     f"Config value append/subtract is not allowed for config key {name}")
@@ -73,6 +79,7 @@ async def alter(services: BrokerServices, resource_type: int, name: str, ops: An
     """Apply ``ops`` to one resource's overrides as the store holds them when it writes (not
     as read before): a concurrent change of the same resource is kept."""
     if resource_type == RESOURCE_TOPIC:
+        validate_topic_name(name)  # INVALID_TOPIC_EXCEPTION, as Kafka, before the lookup
         await services.admin_manager.update_topic_configs(
             name, lambda current: apply_operations(current, LogConfig(services.config, current), ops),
             validate_only)
@@ -92,11 +99,14 @@ async def alter(services: BrokerServices, resource_type: int, name: str, ops: An
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     results = []
-    for res in request.resources:
+    invalid = preprocess(request.resources, incremental=True)
+    for i, res in enumerate(request.resources):
         error, message = ErrorCode.none, None
         refused = authorize_config_resource(services, ctx, AclOperation.ALTER_CONFIGS,
                                             res.resource_type, res.resource_name)
         try:
+            if i in invalid:
+                raise MetadataError("invalid_request", invalid[i])
             if refused != ErrorCode.none:
                 raise MetadataError(refused.name, "Authorization failed.")
             await alter(services, res.resource_type, res.resource_name, res.configs, request.validate_only)

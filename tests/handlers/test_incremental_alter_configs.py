@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 from support.admin import (
+    APPEND,
     BROKER,
     DELETE,
     GROUP,
     SET,
     TOPIC,
+    alter_configs,
     at_once,
     create_topic,
     describe_configs,
@@ -19,6 +21,7 @@ from support.admin import (
 from support.broker import BrokerProcess
 
 from dmq.client.wire import WireClient
+from dmq.config import ConfigSource
 
 
 @pytest.mark.parametrize(("resource_type", "first", "second"), [
@@ -94,3 +97,33 @@ def test_remote_storage_is_refused_with_a_reason(broker: BrokerProcess) -> None:
                                                                 ("max.compaction.lag.ms", SET, "9")])[0]
         assert (error, message) == (ErrorCode.invalid_config, "conflict topic config setting "
                                     "min.compaction.lag.ms (10) > max.compaction.lag.ms (9)")
+
+
+def test_requests_kafka_refuses_before_looking_at_them(broker: BrokerProcess) -> None:
+    """As Kafka's ConfigAdminManager.preprocess, INVALID_REQUEST for: a resource named twice
+    (both entries; dmq applied them in turn), a config key twice, a null value other than a
+    DELETE's. A topic resource with an invalid name is INVALID_TOPIC_EXCEPTION (Topic.validate;
+    dmq answered UNKNOWN_TOPIC_OR_PARTITION); a broker config that cannot change is
+    INVALID_REQUEST (Kafka's code, KAFKA-13609; dmq answered INVALID_CONFIG)."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert create_topic(c, "pre", 1, 1)[0] == ErrorCode.none
+        twice = incremental_alter(c, TOPIC, "pre", [("retention.ms", SET, "1000")],
+                                  more=[(TOPIC, "pre", [("segment.ms", SET, "1000")])])
+        assert twice == [(ErrorCode.invalid_request, "Each resource must appear at most once.")] * 2
+        assert incremental_alter(c, TOPIC, "pre", [("retention.ms", SET, "1"), ("retention.ms", DELETE, None)]) \
+            == [(ErrorCode.invalid_request, "Error due to duplicate config keys")]
+        assert incremental_alter(c, TOPIC, "pre", [("retention.ms", SET, None), ("segment.ms", APPEND, None)]) \
+            == [(ErrorCode.invalid_request, "Null value not supported for : retention.ms, segment.ms")]
+        error, message = incremental_alter(c, TOPIC, "bad name", [("retention.ms", SET, "1")])[0]
+        assert error == ErrorCode.invalid_topic_exception and message is not None
+        assert incremental_alter(c, TOPIC, "", [("retention.ms", SET, "1")])[0][0] == ErrorCode.invalid_topic_exception
+        assert describe_configs(c, TOPIC, "")[0] == ErrorCode.invalid_topic_exception
+        assert incremental_alter(c, BROKER, "0", [("num.partitions", SET, "3")])[0][0] == ErrorCode.invalid_request
+        _, _, configs = describe_configs(c, TOPIC, "pre", ["retention.ms", "segment.ms"])
+        assert {k: e.config_source for k, e in configs.items()} == dict.fromkeys(configs, ConfigSource.DEFAULT_CONFIG)
+        # the legacy AlterConfigs: the same, and a null value is refused, not dropped
+        assert alter_configs(c, TOPIC, "pre", [("retention.ms", "5"), ("segment.ms", None)]) == [
+            (ErrorCode.invalid_request, "Null value not supported for : segment.ms")]
+        assert alter_configs(c, TOPIC, "pre", [("retention.ms", "5")], more=[(TOPIC, "pre", [])]) == [
+            (ErrorCode.invalid_request, "Each resource must appear at most once.")] * 2
+        assert alter_configs(c, TOPIC, "bad name", [("retention.ms", "5")])[0][0] == ErrorCode.invalid_topic_exception

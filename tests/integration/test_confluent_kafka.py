@@ -269,13 +269,14 @@ def test_dynamic_broker_config_layers_and_persists(fresh_broker: BrokerProcess) 
         ConfigEntry(name, "1000000", incremental_operation=set_op)])])[this].result(10)
     entry = described()
     assert (entry.value, entry.source) == ("1000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
-    # Static configs and unknown names are refused with INVALID_CONFIG and a message saying what to do.
+    # Static configs and unknown names are refused with INVALID_REQUEST (Kafka's code, KAFKA-13609)
+    # and a message saying what to do.
     for bad, words in (("num.partitions", "static broker config"), ("no.such.config", "Unknown broker config")):
         res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
             ConfigEntry(bad, "3", incremental_operation=set_op)])
         with pytest.raises(KafkaException) as exc:
             a.incremental_alter_configs([res])[res].result(10)
-        assert exc.value.args[0].code() == KafkaError.INVALID_CONFIG
+        assert exc.value.args[0].code() == KafkaError.INVALID_REQUEST
         assert words in exc.value.args[0].str()
     bad_value = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
         ConfigEntry(name, "-5", incremental_operation=set_op)])
