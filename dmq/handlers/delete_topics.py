@@ -24,6 +24,17 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
+    refusal = None
+    if not services.config["delete.topic.enable"]:  # before anything else, as Kafka's KafkaApis
+        refusal = (ErrorCode.invalid_request if ctx.api_version < 3 else ErrorCode.topic_deletion_disabled,
+                   "Topic deletion is disabled.")
+    elif any(name is not None and topic_id not in (None, ZERO_UUID) for name, topic_id in wanted):
+        # Kafka fails the whole request (InvalidRequestException): nothing is deleted
+        refusal = (ErrorCode.invalid_request, "Topic name and topic ID can not both be specified.")
+    if refusal is not None:
+        return make(schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(
+            make(schema.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID, error_code=refusal[0],
+                 error_message=refusal[1]) for name, topic_id in wanted))
     results = []
     for name, topic_id in wanted:
         if name is None and topic_id is not None and topic_id != ZERO_UUID:
