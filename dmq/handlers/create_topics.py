@@ -66,11 +66,14 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                      config_source=int(source), is_sensitive=False)
                 for name, value, source, _syn in log_config.describe()
             )
-        num_partitions = len(topic.partitions) if topic.partitions else (
-            t.num_partitions if t.num_partitions > 0 else int(services.config["num.partitions"]))
-        rf = len(next(iter(topic.partitions.values())).replicas) if topic.partitions else (
-            t.replication_factor if t.replication_factor > 0
-            else int(services.config["default.replication.factor"]))
+        if topic.partitions:
+            num_partitions, rf = len(topic.partitions), len(next(iter(topic.partitions.values())).replicas)
+        elif assignment:  # validate_only: what the assignment would create
+            num_partitions, rf = len(assignment), len(next(iter(assignment.values())))
+        else:
+            num_partitions = t.num_partitions if t.num_partitions > 0 else int(services.config["num.partitions"])
+            rf = t.replication_factor if t.replication_factor > 0 \
+                else int(services.config["default.replication.factor"])
         results.append(make(schema.CreatableTopicResult, name=t.name,
                             topic_id=topic.uuid if topic.partitions else None,
                             error_code=ErrorCode.none, error_message=None,

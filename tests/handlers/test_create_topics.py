@@ -45,3 +45,13 @@ def test_cluster_metadata_and_colliding_names(broker: BrokerProcess) -> None:
         assert create_topic(c, "coll.x", 1, 1)[0] == ErrorCode.none
         assert create_topic(c, "coll_x", 1, 1)[:2] == (
             ErrorCode.invalid_topic_exception, "Topic 'coll_x' collides with existing topics: coll.x")
+
+
+def test_validate_only_reports_what_the_assignment_would_create(broker: BrokerProcess) -> None:
+    """CreateTopics v5+ with validate_only answers the partitions and replication factor the
+    topic would get: from a manual assignment, not the broker's defaults."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        error, _, result = create_topic(c, "validated", assignment={0: [0], 1: [0], 2: [0]}, validate_only=True)
+        assert error == ErrorCode.none
+        assert (result.num_partitions, result.replication_factor) == (3, 1)
+        assert create_topic(c, "validated", 1, 1)[0] == ErrorCode.none  # nothing was created
