@@ -239,3 +239,16 @@ def test_the_readme_names_every_topic_config_and_each_one_ignored() -> None:
     items = ignored_part.replace("\n  ", " ").splitlines()  # a bullet's continuation lines joined
     bullets = [line[2:].split(":", 1)[0] for line in items if line.startswith("- ")]
     assert set(re.findall(r"`([a-z0-9.]+)`", "".join(bullets))) == IGNORED_TOPIC_CONFIGS
+
+
+def test_the_compression_level_follows_the_topics_codec() -> None:
+    from dmq.config import BrokerConfig, LogConfig
+
+    broker = BrokerConfig()
+    assert (LogConfig(broker).compression_codec, LogConfig(broker).compression_level) == (None, None)
+    assert LogConfig(broker, {"compression.type": "gzip"}).compression_level is None  # -1: the default
+    gzip = LogConfig(broker, {"compression.type": "gzip", "compression.gzip.level": "9"})
+    assert (gzip.compression_codec, gzip.compression_level) == (1, 9)
+    assert LogConfig(broker, {"compression.type": "zstd"}).compression_level == 3
+    assert LogConfig(broker, {"compression.type": "lz4", "compression.zstd.level": "7"}).compression_level == 9
+    assert LogConfig(broker, {"compression.type": "snappy"}).compression_level is None
