@@ -99,6 +99,7 @@ from dmq.storage.producer_state import (
     VerificationGuard,
 )
 from dmq.storage.segment import FileSlice, LogSegment
+from dmq.storage.txn_index import SUFFIX as TXN_INDEX_SUFFIX
 from dmq.storage.txn_index import AbortedTxn
 
 # A batch's first bytes the leader sets: base offset, batch length (kept), partition leader epoch.
@@ -236,7 +237,8 @@ class Log:
         """Open the segments, recovering those an unclean shutdown may have left torn; the
         first offset recovery read again (None: none was)."""
         bases = []
-        key_indexes = []
+        indexes: list[tuple[str, str]] = []
+        index_suffixes = (".index", ".timeindex", TXN_INDEX_SUFFIX, KEY_INDEX_SUFFIX)
         for name in os.listdir(self.directory):
             path = os.path.join(self.directory, name)
             if name.endswith((".tmp", ".deleted", ".cleaned", ".swap")):
@@ -247,14 +249,20 @@ class Log:
                     bases.append(int(name[:-4]))
                 except ValueError:
                     continue
-            elif name.endswith(KEY_INDEX_SUFFIX):
-                key_indexes.append(name)
-        for name in key_indexes:  # a key index whose segment is gone
-            if not name[: -len(KEY_INDEX_SUFFIX)].isdigit() or int(name[: -len(KEY_INDEX_SUFFIX)]) not in bases:
+            else:
+                suffix = next((x for x in index_suffixes if name.endswith(x)), None)
+                if suffix is not None:
+                    indexes.append((name, suffix))
+        for name, suffix in indexes:
+            # An index whose segment is gone (a deletion cut short between the unlinks):
+            # kept, a segment rolled at that base later appended after its stale entries
+            # and reads landed mid-batch (Kafka's loadSegmentFiles deletes orphans).
+            stem = name[: -len(suffix)]
+            if not stem.isdigit() or int(stem) not in bases:
+                log.info("%s: removing %s, an index without its segment", self.name, name)
                 os.unlink(os.path.join(self.directory, name))
         for base in sorted(bases):
             self.segments.append(self._new_segment(base))
-        # Orphan index files of a deleted segment are rebuilt or removed on load.
         if not self.segments:
             self.segments.append(self._new_segment(self.log_start_offset))
         self.bases = [s.base_offset for s in self.segments]

@@ -83,6 +83,26 @@ def write_checkpoint(path: str, entries: dict[TopicPartition, int]) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")  # the rename itself, as Kafka's atomicMoveWithFallback
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _holds_logs(data_dir: str) -> bool:
+    """Whether some directory of ``data_dir`` holds a segment file."""
+    with os.scandir(data_dir) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                with os.scandir(entry.path) as files:
+                    if any(f.name.endswith(".log") for f in files):
+                        return True
+    return False
 
 
 class CheckpointFile:
@@ -179,9 +199,13 @@ class LogManager:
         self._removal: Callable[[], None] | None = None  # under _removal_lock
         self._removal_lock = threading.Lock()
         os.makedirs(self.data_dir, exist_ok=True)
-        # A data dir without a recovery checkpoint has never held a log: nothing to recover.
+        # Only the marker says the last shutdown was clean (Kafka's loadLogs). A data dir
+        # without a recovery checkpoint is new only when it holds no segment: one deleted
+        # by an operator, or a directory copied without it, means recovering every
+        # segment (the checkpoint reads as empty: recovery points 0). Taken as clean, a
+        # torn last batch was served and appended after.
         self.clean_shutdown = os.path.exists(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)) \
-            or not os.path.exists(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
+            or not (os.path.exists(os.path.join(self.data_dir, RECOVERY_POINT_FILE)) or _holds_logs(self.data_dir))
 
     def load_logs(self, known: Callable[[str, int], str | None]) -> float:
         """Open every partition directory; ``known(topic, p)`` gives its topic id or None.

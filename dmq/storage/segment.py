@@ -53,6 +53,7 @@ _SCAN_CHUNK = 1 << 20
 IOV_MAX = 1024  # buffers per pwritev (Linux's UIO_MAXIOV)
 Bytes = bytes | bytearray | memoryview
 RECENT_BATCHES = 256  # batch positions kept in memory per segment (between 256 and 512)
+MAX_RELATIVE_OFFSET = 2**31 - 1  # the indexes hold offsets relative to the base (Kafka: an int)
 
 
 # Kafka's file.delete.delay.ms: how long the file descriptor of a deleted or replaced
@@ -136,8 +137,12 @@ class LogSegment:
         self.key_index = SegmentKeyIndex(os.path.join(directory, segment_name(base_offset, KEY_INDEX_SUFFIX)),
                                          base_offset)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        # An index file missing beside an existing segment (deleted, or removed by the
+        # cleaner before its swap) is rebuilt: load_indexes() says so.
+        self.indexes_missing = False
         for index_path in (self.offset_index.path, self.time_index.path):
             if not os.path.exists(index_path):
+                self.indexes_missing = True
                 open(index_path, "ab").close()  # Kafka's layout: every segment has both indexes
         self.size = os.fstat(self.fd).st_size
         self.bytes_since_last_index = 0
@@ -273,7 +278,12 @@ class LogSegment:
     # ---------------------------------------------------------------- recovery
 
     def load_indexes(self) -> bool:
-        """Load the indexes; False when they are missing or not sane (rebuild needed)."""
+        """Load the indexes; False when they are missing or not sane (rebuild needed): a
+        segment with data but no offset index was read header by header for every fetch,
+        and one without its time index lost its max timestamp (Kafka's sanityCheck throws
+        NoSuchFileException and the loader recovers the segment)."""
+        if self.indexes_missing and os.fstat(self.fd).st_size > 0:
+            return False
         try:
             self.offset_index.load()
             self.time_index.load()
@@ -341,7 +351,10 @@ class LogSegment:
             if (header.magic != MAGIC_V2 or header.batch_length < MIN_BATCH_LENGTH
                     or position + size > file_size
                     or header.base_offset <= last_offset
-                    or header.last_offset_delta < 0):
+                    or header.last_offset_delta < 0
+                    or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET):
+                # (The base offset is outside the CRC: a stale block can hold one that the
+                # indexes' 32-bit relative offsets cannot, Kafka's ensureOffsetInRange.)
                 break
             body = os.pread(self.fd, size - CRC_START, position + CRC_START)
             if crc32c(body) != header.crc:

@@ -357,3 +357,84 @@ def test_timestamps_out_of_the_topics_bounds_are_refused(tmp_path: Path) -> None
     appended = make_log(tmp_path / "v-0", **{"message.timestamp.difference.max.ms": "10",
                                               "message.timestamp.type": "LogAppendTime"})
     produce(appended, 5)  # LogAppendTime: the broker's time replaces the producer's
+
+
+def _segments(d: Path, suffix: str) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.name.endswith(suffix))
+
+
+def test_an_index_left_by_a_deleted_segment_is_removed_on_load(tmp_path: Path) -> None:
+    """A deletion cut short between its unlinks left ``.index``/``.timeindex`` without
+    their ``.log``. Kept, a segment rolled at that base later appended after the stale
+    entries and a fetch landed mid-batch (Kafka's loadSegmentFiles deletes orphans)."""
+    d = tmp_path / "t-0"
+    log = make_log(d, **{"segment.bytes": "1000"})
+    for _ in range(12):
+        append(log, 2)
+    log.close()
+    last = _segments(d, ".log")[-1]
+    stale = {s: (d / (last.name[:-4] + s)).read_bytes() for s in (".index", ".timeindex")}
+    last.unlink()  # the deletion got as far as the segment file
+    base = int(last.name[:-4])
+    again = make_log(d, **{"segment.bytes": "1000"})
+    assert not any((d / (last.name[:-4] + s)).exists() for s in stale)
+    assert again.log_end_offset == base
+    for _ in range(12):  # the log grows back over the same base
+        append(again, 2)
+    assert read_offsets(again, 0) == list(range(again.log_end_offset))
+    for offset in range(base, again.log_end_offset, 3):
+        assert read_offsets(again, offset)[0] == offset
+
+
+def test_a_segment_without_its_indexes_gets_them_rebuilt(tmp_path: Path) -> None:
+    """A sealed segment whose ``.index`` and ``.timeindex`` are gone: they are rebuilt on
+    load. Before, an empty offset index was taken as sane (every fetch into the segment
+    read each header before its offset) and the missing time index lost the segment's
+    max timestamp (ListOffsets by time skipped it)."""
+    d = tmp_path / "t-0"
+    log = make_log(d, **{"segment.bytes": "100000", "index.interval.bytes": "500"})
+    for i in range(400):
+        append(log, 1, ts=1000 + i)
+    for _ in range(5):
+        log.roll()
+        append(log, 1, ts=2000)
+    log.close()
+    first = _segments(d, ".log")[0].name[:-4]
+    entries = (d / f"{first}.index").stat().st_size
+    assert entries > 0
+    (d / f"{first}.index").unlink()
+    (d / f"{first}.timeindex").unlink()
+    for clean in (True, False):
+        again = Log(str(d), "t", 0, LogConfig(BrokerConfig(), {"segment.bytes": "100000",
+                                                                 "index.interval.bytes": "500"}),
+                    recovery_point=10**6, clean_shutdown=clean)
+        assert (d / f"{first}.index").stat().st_size == entries
+        assert again.segments[0].max_timestamp == 1399
+        assert again.offset_for_timestamp(1350) == (350, 1350)
+        assert read_offsets(again, 390)[:3] == [390, 391, 392]
+        again.close()
+        (d / f"{first}.index").unlink()
+        (d / f"{first}.timeindex").unlink()
+
+
+def test_a_batch_past_the_segments_offset_range_is_cut_on_recovery(tmp_path: Path) -> None:
+    """The base offset lies outside the CRC: a stale block can hold a batch whose offset
+    the indexes' relative offsets cannot hold. Recovery crashed on it (the log, so the
+    broker, did not open); now it is torn data (Kafka's ensureOffsetInRange)."""
+    d = tmp_path / "t-0"
+    log = make_log(d)
+    for _ in range(5):
+        append(log, 2)
+    log.close()
+    seg = _segments(d, ".log")[0]
+    data = bytearray(seg.read_bytes())
+    positions = [0]
+    while positions[-1] < len(data):
+        positions.append(positions[-1] + 12 + int.from_bytes(data[positions[-1] + 8: positions[-1] + 12], "big"))
+    data[positions[-2]: positions[-2] + 8] = (2**32 + 8).to_bytes(8, "big")
+    seg.write_bytes(bytes(data))
+    again = Log(str(d), "t", 0, LogConfig(BrokerConfig()), recovery_point=0, clean_shutdown=False)
+    assert again.log_end_offset == 8
+    assert read_offsets(again, 0) == list(range(8))
+    append(again, 1)
+    assert read_offsets(again, 0) == list(range(9))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import random
 import threading
 from pathlib import Path
@@ -241,3 +242,28 @@ def test_a_queued_flush_of_a_rolled_segment_does_not_pass_a_truncation_made_befo
     lm.flush_pending()
     assert lg.log_end_offset == 5
     assert lg.recovery_point <= 5
+
+
+def test_a_directory_with_logs_but_no_recovery_checkpoint_is_recovered(tmp_path: Path) -> None:
+    """Only the clean-shutdown marker says a shutdown was clean (Kafka's loadLogs). A
+    directory holding segments but no recovery-point file (deleted by an operator, or
+    copied without it) was taken as cleanly stopped: a torn last batch was served and
+    the next append went after it."""
+    config = LogConfig(BrokerConfig())
+    lm = LogManager(str(tmp_path), lambda t: config)
+    lm.load_logs(lambda t, p: "id")
+    lm.get_or_create("t", 0, "id")
+    for _ in range(5):
+        _append(lm, "t", 2)
+    lg = lm.get("t", 0)
+    assert lg is not None
+    segment = Path(lg.active_segment.log_path)
+    torn = segment.stat().st_size - 100  # the last batch reached the disk in part
+    (tmp_path / RECOVERY_POINT_FILE).unlink()
+    os.truncate(segment, torn)
+    again = LogManager(str(tmp_path), lambda t: config)
+    assert not again.clean_shutdown
+    again.load_logs(lambda t, p: "id")
+    lg = again.get("t", 0)
+    assert lg is not None and lg.log_end_offset == 8
+    assert LogManager(str(tmp_path / "new"), lambda t: config).clean_shutdown  # a new directory
