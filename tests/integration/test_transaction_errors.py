@@ -245,5 +245,10 @@ def test_a_late_offset_commit_of_an_aborted_transaction_is_refused(broker: Broke
         while fetch_stable()[0] != ErrorCode.none and time.monotonic() < deadline:
             time.sleep(0.05)  # the ABORT marker is written just after EndTxn's answer
         assert fetch_stable() == (ErrorCode.none, -1)
+        # The coordinator completes the abort once the marker is written: until then a
+        # TxnOffsetCommit is CONCURRENT_TRANSACTIONS (retriable), as in Kafka.
+        while request(c, 65, 0, transactional_ids=("late-offsets",)).transaction_states[0].transaction_state \
+                != "CompleteAbort" and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert commit(7) == ErrorCode.invalid_txn_state
         assert fetch_stable() == (ErrorCode.none, -1)
