@@ -12,7 +12,9 @@ from typing import Annotated, Any
 
 import typer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
-from rich.table import Table
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.text import Text
 
 from dmq.cli.common import (
     Bootstrap,
@@ -157,21 +159,60 @@ def describe(
     table = make_table("name", "value", "source")
     table.columns[2].no_wrap = True  # one word, at most 29 characters: the room goes to the rest
     for e in entries:
-        table.add_row(e.name, _value(e), _source(e))
+        table.add_row(_ConfigName(e.name), _value(e), _source(e))
         if all_:
             for syn in (e.synonyms or {}).values():
                 table.add_row(_synonym_name(syn.name), _value(syn), _source(syn), style="dim")
     console.print(table)
 
 
-def _synonym_name(name: str) -> Table:
-    """"  ↳ NAME", NAME folding under itself when the column is narrower: wrapped as plain
-    text, a long synonym broke after the arrow and started the next line like a config."""
-    cell = Table.grid()
-    cell.add_column(no_wrap=True)
-    cell.add_column(overflow="fold")
-    cell.add_row("  ↳ ", name)
-    return cell
+class _ConfigName:
+    """A config name in the table's name column, ``prefix`` before it, wrapped at its dots
+    when the column is narrower, every line after the first indented by ``HANG`` spaces:
+    wrapped as plain text, the rest of a long name (``replicas`` of
+    ``follower.replication.throttled.replicas``, or a synonym's after its arrow) started
+    the next line like a config of its own."""
+
+    HANG = 4
+
+    def __init__(self, name: str, prefix: str = "") -> None:
+        self.name = name
+        self.prefix = prefix
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        longest = max(len(part) for part in self.name.split("."))
+        return Measurement(min(self.HANG + longest + 1, len(self.prefix) + len(self.name)),
+                           len(self.prefix) + len(self.name))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text("\n".join(self.lines(options.max_width)))
+
+    def lines(self, width: int) -> list[str]:
+        """The name's lines in ``width`` columns (a piece longer than a line is cut)."""
+        width = max(width, self.HANG + 1)
+        pieces = [p + "." for p in self.name.split(".")]
+        pieces[-1] = pieces[-1][:-1]
+        lines: list[str] = []
+        line = self.prefix
+        for piece in pieces:
+            while piece:
+                if len(line) + len(piece) <= width:
+                    line, piece = line + piece, ""
+                elif line.strip() and line.strip() != self.prefix.strip():
+                    lines.append(line)
+                    line = " " * self.HANG
+                else:  # one piece longer than a line: cut it
+                    room = width - len(line)
+                    line, piece = line + piece[:room], piece[room:]
+                    if piece:
+                        lines.append(line)
+                        line = " " * self.HANG
+        lines.append(line)
+        return lines
+
+
+def _synonym_name(name: str) -> _ConfigName:
+    return _ConfigName(name, "  ↳ ")
 
 
 @app.command()
