@@ -101,11 +101,23 @@ def read_delayed(lg: Log, offsets: list[int],
     return out
 
 
+class _Led:
+    __slots__ = ("log", "epoch", "decoded")
+
+    def __init__(self, lg: Log, epoch: int) -> None:
+        self.log = lg
+        self.epoch = epoch
+        self.decoded: OrderedDict[int, Decoded] = OrderedDict()
+
+
 class DelayedDelivery:
     def __init__(self, replica_manager: ReplicaManager) -> None:
         self.replica_manager = replica_manager
-        self._checked_epoch: dict[TopicPartition, int] = {}
-        self._decoded: dict[TopicPartition, OrderedDict[int, Decoded]] = {}
+        # Per partition led: the log and leader epoch checked for a torn delivery, and the
+        # decoded DELAYED batches of that log. Kept with the Log object itself: a topic
+        # deleted and created again under the same name (leader epoch 0 again) has a new
+        # Log whose offsets mean other records.
+        self._led: dict[TopicPartition, _Led] = {}
         self.delivered = 0  # records delivered by this broker since it started
 
     def tick(self, now_ms: int | None = None) -> int:
@@ -113,17 +125,19 @@ class DelayedDelivery:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         delivered = 0
         rm = self.replica_manager
+        for key in [k for k in self._led if k not in rm.partitions]:
+            del self._led[key]  # deleted or moved away
         for key, partition in list(rm.partitions.items()):
             if not partition.is_leader:
-                self._checked_epoch.pop(key, None)
-                self._decoded.pop(key, None)
+                self._led.pop(key, None)
                 continue
-            if self._checked_epoch.get(key) != partition.leader_epoch:
-                self._decoded[key] = OrderedDict()  # the log may differ under a new epoch
+            led = self._led.get(key)
+            if led is None or led.log is not partition.log or led.epoch != partition.leader_epoch:
+                self._led.pop(key, None)  # the log may differ under a new epoch, or be another
                 finished = self._finish_torn(key, partition, now)
                 if finished < 0:
                     continue  # not appended: tried again next tick, before any delivery
-                self._checked_epoch[key] = partition.leader_epoch
+                self._led[key] = _Led(partition.log, partition.leader_epoch)
                 delivered += finished
             lg = partition.log
             first = lg.delayed.next_due()
@@ -141,7 +155,8 @@ class DelayedDelivery:
     def _deliver(self, key: TopicPartition, partition: Partition, due: list[tuple[int, int]],
                  now: int) -> int:
         lg = partition.log
-        found = read_delayed(lg, [offset for _, offset in due], self._decoded.get(key))
+        led = self._led.get(key)
+        found = read_delayed(lg, [offset for _, offset in due], led.decoded if led is not None else None)
         entries = [(offset, found[offset]) for _, offset in due if offset in found]
         lost = [(offset, deliver_at) for deliver_at, offset in due if offset not in found]
         if lost:

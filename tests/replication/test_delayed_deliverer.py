@@ -155,3 +155,37 @@ def test_a_torn_delivery_that_can_never_be_finished_does_not_stop_later_deliveri
     monkeypatch.setattr(fp, "append_records_to_leader", refused)
     assert delivery.tick(T0 + 200) == 0
     assert delivery.tick(T0 + 600) == 1 and visible(fp) == [b"later"]
+
+
+def test_a_topic_created_again_under_the_same_name_delivers_its_own_records(tmp_path: Path) -> None:
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, q: "id")
+    rm = ReplicaManager(1, lm)
+    old = rm.become_leader("t", 0, "id-old", 0, replicas=[1], isr=[1])
+    delivery = DelayedDelivery(rm)  # one per broker, as long-lived as it
+    produce(old, [(b"old", T0 + 10)], T0)
+    assert delivery.tick(T0 + 100) == 1 and visible(old) == [b"old"]
+    rm.remove_partition("t", 0, delete=True)  # DeleteTopics
+    delivery.tick(T0 + 200)  # ticks go on while the topic is gone
+    new = rm.become_leader("t", 0, "id-new", 0, replicas=[1], isr=[1])  # CreateTopics, same epoch 0
+    produce(new, [(b"new", T0 + 310)], T0 + 300)
+    assert delivery.tick(T0 + 400) == 1
+    assert visible(new) == [b"new"]  # not the deleted topic's record, and not lost
+
+
+def test_a_topic_deleted_and_created_between_two_ticks_delivers_its_own_records(tmp_path: Path) -> None:
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, q: "id")
+    rm = ReplicaManager(1, lm)
+    old = rm.become_leader("t", 0, "id-old", 0, replicas=[1], isr=[1])
+    delivery = DelayedDelivery(rm)
+    produce(old, [(b"old", T0 + 10)], T0)
+    assert delivery.tick(T0 + 100) == 1
+    rm.remove_partition("t", 0, delete=True)
+    new = rm.become_leader("t", 0, "id-new", 0, replicas=[1], isr=[1])
+    produce(new, [(b"new", T0 + 310)], T0 + 300)
+    assert delivery.tick(T0 + 400) == 1
+    assert visible(new) == [b"new"]
+    rm.remove_partition("t", 0, delete=True)
+    delivery.tick(T0 + 500)
+    assert delivery._led == {}  # nothing kept for a partition no longer hosted
