@@ -33,7 +33,13 @@ from kio.schema.errors import ErrorCode
 
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
-from dmq.protocol.extensions import CheckAnswer, CheckTransactionsRequest, Resolution
+from dmq.protocol.extensions import (
+    CheckAnswer,
+    CheckAnswerV1,
+    CheckTransactionsRequest,
+    CheckTransactionsRequestV1,
+    Resolution,
+)
 
 log = logging.getLogger("dmq.client.transactions")
 
@@ -42,6 +48,9 @@ OWN_KEYS = ("producer.group", "check.poll.interval.ms", "check.fetch.timeout.ms"
 RETRIABLE = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
              ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions,
              ErrorCode.request_timed_out)
+# A coordinator that closed the connection on a CheckTransactions v1 poll (a broker from
+# before v1) is polled with v0 for this long before v1 is tried again.
+V0_RETRY_S = 300.0
 
 
 class TransactionResolution(IntEnum):
@@ -208,8 +217,12 @@ class _Checker(threading.Thread):
             if k in ("bootstrap.servers", "client.id", "log_level") or k.startswith(("security.", "sasl.", "ssl."))}
         self.stopping = threading.Event()
         self.coordinator: WireClient | None = None
+        self.coordinator_address: tuple[str, int] | None = None
+        self.v1_answered = False  # the connected coordinator answered a v1 poll
+        self.v0_until: dict[tuple[str, int], float] = {}  # coordinators polled with v0, until
         self.consumer: Any = None
-        self.answers: list[tuple[str, int, int, int]] = []
+        # (transactional id, producer id, epoch, transaction start time, resolution)
+        self.answers: list[tuple[str, int, int, int, int]] = []
 
     def stop(self, timeout: float) -> None:
         self.stopping.set()
@@ -226,8 +239,10 @@ class _Checker(threading.Thread):
                     self.stopping.wait(self.interval)
                     continue
                 for txn in handed:
-                    self.answers.append((txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
-                                         int(self._ask(txn))))
+                    answer = self._ask(txn)
+                    if answer is not None:
+                        self.answers.append((txn.transactional_id, int(txn.producer_id),
+                                             int(txn.producer_epoch), int(txn.start_time_ms), int(answer)))
                 if not self.answers:
                     self.stopping.wait(self.interval)
         finally:
@@ -239,6 +254,7 @@ class _Checker(threading.Thread):
         if self.coordinator is not None:
             self.coordinator.close()
             self.coordinator = None
+            self.v1_answered = False
 
     def _connect(self) -> WireClient:
         last: Exception | None = None
@@ -253,17 +269,48 @@ class _Checker(threading.Thread):
             coordinator = found.coordinators[0]
             if coordinator.error_code != ErrorCode.none:
                 raise TransactionError(f"no transaction coordinator: {coordinator.error_code.name}")
+            self.coordinator_address = (coordinator.host, int(coordinator.port))
             return WireClient(coordinator.host, coordinator.port, "dmq-checker", timeout=30)
         raise TransactionError(f"no broker of bootstrap.servers answered: {last}")
+
+    def _v1(self) -> bool:
+        """Whether to poll the connected coordinator with v1 (answers naming their transaction)."""
+        until = self.v0_until.get(self.coordinator_address) if self.coordinator_address else None
+        return until is None or time.monotonic() >= until
+
+    def _request(self, describe_only: bool, answers: list[tuple[str, int, int, int, int]]) -> Any:
+        """A CheckTransactions request to the connected coordinator: v1, or v0 to a broker
+        that closed the connection on v1 (it predates it; its answers are matched on the
+        producer id and epoch alone, as that broker always did)."""
+        assert self.coordinator is not None
+        if not self._v1():
+            return self.coordinator.request(make(
+                CheckTransactionsRequest, producer_group=self.producer.group, describe_only=describe_only,
+                answers=tuple(make(CheckAnswer, transactional_id=t, producer_id=p, producer_epoch=e,
+                                   resolution=r) for t, p, e, _, r in answers)))
+        request = make(CheckTransactionsRequestV1, producer_group=self.producer.group,
+                       describe_only=describe_only,
+                       answers=tuple(make(CheckAnswerV1, transactional_id=t, producer_id=p, producer_epoch=e,
+                                          start_time_ms=start, resolution=r) for t, p, e, start, r in answers))
+        try:
+            response = self.coordinator.request(request)
+        except ConnectionError:
+            if not self.v1_answered and self.coordinator_address is not None:
+                # A broker closes the connection on a version it does not know: poll it with
+                # v0 for a while (a broker that just restarted is tried with v1 again later).
+                log.info("the coordinator %s:%d of producer group %s closed the connection on "
+                         "CheckTransactions v1; polling it with v0", *self.coordinator_address,
+                         self.producer.group)
+                self.v0_until[self.coordinator_address] = time.monotonic() + V0_RETRY_S
+            raise
+        self.v1_answered = True
+        return response
 
     def _poll(self) -> list[Any]:
         if self.coordinator is None:
             self.coordinator = self._connect()
         answers = self.answers
-        request = make(CheckTransactionsRequest, producer_group=self.producer.group, describe_only=False,
-                       answers=tuple(make(CheckAnswer, transactional_id=t, producer_id=p, producer_epoch=e,
-                                          resolution=r) for t, p, e, r in answers))
-        response = self.coordinator.request(request)
+        response = self._request(False, answers)
         if response.error_code in RETRIABLE:
             raise TransactionError(f"coordinator answered {response.error_code.name}")
         if response.error_code != ErrorCode.none:
@@ -271,8 +318,34 @@ class _Checker(threading.Thread):
         self.answers = []
         return list(response.transactions)
 
-    def _ask(self, txn: Any) -> TransactionResolution:
+    def _still_open(self, txn: Any) -> bool:
+        """Whether the transaction handed out is still open. After the record at the
+        producer's current transaction start has been read: if it is, that record is this
+        transaction's (one transaction of a producer is open at a time, and one that ended
+        never opens again), not the next one's. Unknown (the coordinator did not answer): True."""
+        try:
+            if self.coordinator is None:
+                self.coordinator = self._connect()
+            response = self._request(True, [])
+        except (OSError, ValueError, TransactionError) as e:
+            log.debug("cannot describe the transactions of producer group %s: %s", self.producer.group, e)
+            self._disconnect()
+            return True
+        if response.error_code != ErrorCode.none:
+            return True
+        return any(t.transactional_id == txn.transactional_id and int(t.producer_id) == int(txn.producer_id)
+                   and int(t.producer_epoch) == int(txn.producer_epoch)
+                   and int(t.start_time_ms) == int(txn.start_time_ms) and t.state == "Ongoing"
+                   for t in response.transactions)
+
+    def _ask(self, txn: Any) -> TransactionResolution | None:
+        """The checker's answer for a transaction handed out; None: the transaction ended
+        while its half message was being read (the record read may be a later
+        transaction's), so the checker is not asked and nothing is answered."""
         message = self._first_message(txn)
+        if message.offset >= 0 and not self._still_open(txn):
+            log.debug("%s: the transaction handed out ended meanwhile; not checked", txn.transactional_id)
+            return None
         try:
             answer = self.checker(message)
             return TransactionResolution(answer)

@@ -4,6 +4,12 @@ A checker of a producer group polls the coordinator of the group's
 half-message transactions with its answers to earlier checks and gets the
 transactions now due a check; ``describe_only`` lists them for the CLI.
 Not advertised in ApiVersions: only ``dmq.client`` sends it.
+
+v1: each answer carries the start time of the transaction it answers (the
+``start_time_ms`` it was handed), so an answer that comes after the producer
+ended that transaction and began another (same producer id and epoch) is not
+applied to the new one. A v0 answer lacks it and is applied only when no other
+transaction's check can be answered (``TransactionShard.poll_checks``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dmq.transaction.shard import CheckAnswer, HalfTransaction
 
 API_KEY = CHECK_TRANSACTIONS_KEY
 MIN_VERSION = 0
-MAX_VERSION = 0
+MAX_VERSION = 1
 ADVERTISED = False
 
 
@@ -52,7 +58,8 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         error, found = services.transactions.half_transactions(group)
     else:
         poll = await services.transactions.poll_checks(group, [
-            CheckAnswer(a.transactional_id, int(a.producer_id), int(a.producer_epoch), int(a.resolution))
+            CheckAnswer(a.transactional_id, int(a.producer_id), int(a.producer_epoch), int(a.resolution),
+                        int(a.start_time_ms) if ctx.api_version >= 1 else None)
             for a in request.answers])
         error, found = poll.error, poll.transactions
     return make(schema.CheckTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,

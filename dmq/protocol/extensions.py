@@ -5,7 +5,7 @@ far from any Kafka API. They are not listed in ApiVersions (Kafka clients
 never send them); only ``dmq.client`` and the CLI do. docs/half-messages.md,
 docs/message-query.md and docs/delayed-delivery.md are their specifications.
 
-CheckTransactions (key 10000), version 0, flexible (request header v2,
+CheckTransactions (key 10000), versions 0-1, flexible (request header v2,
 response header v1)::
 
     CheckTransactionsRequest
@@ -16,7 +16,11 @@ response header v1)::
         transactional_id string
         producer_id      int64
         producer_epoch   int16
+        start_time_ms    int64  v1+: the start_time_ms of the transaction handed out,
+                                which names it among the producer's transactions
         resolution       int8   0 COMMIT, 1 ROLLBACK, 2 UNKNOWN
+
+    (The response is the same in both versions.)
 
     CheckTransactionsResponse
       throttle_time_ms int32
@@ -194,6 +198,32 @@ class CheckTransactionsRequest:
     producer_group: str = field(metadata={"kafka_type": "string"})
     describe_only: bool = field(metadata={"kafka_type": "bool"})
     answers: tuple[CheckAnswer, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckAnswerV1:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(CHECK_TRANSACTIONS_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    transactional_id: str = field(metadata={"kafka_type": "string"})
+    producer_id: i64 = field(metadata={"kafka_type": "int64"})
+    producer_epoch: i16 = field(metadata={"kafka_type": "int16"})
+    start_time_ms: i64 = field(metadata={"kafka_type": "int64"})
+    resolution: i8 = field(metadata={"kafka_type": "int8"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckTransactionsRequestV1:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(1)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(CHECK_TRANSACTIONS_KEY)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    producer_group: str = field(metadata={"kafka_type": "string"})
+    describe_only: bool = field(metadata={"kafka_type": "bool"})
+    answers: tuple[CheckAnswerV1, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -499,11 +529,19 @@ def _module(name: str, *entities: type) -> ModuleType:
 
 # api key -> version -> (request module, response module), as kio's load_entity_module gives.
 EXTENSIONS: dict[int, dict[int, tuple[ModuleType, ModuleType]]] = {
-    CHECK_TRANSACTIONS_KEY: {0: (
-        _module("check_transactions_v0_request", CheckTransactionsRequest, CheckAnswer),
-        _module("check_transactions_v0_response", CheckTransactionsResponse, CheckedTransaction,
-                CheckedTopic),
-    )},
+    CHECK_TRANSACTIONS_KEY: {
+        0: (
+            _module("check_transactions_v0_request", CheckTransactionsRequest, CheckAnswer),
+            _module("check_transactions_v0_response", CheckTransactionsResponse, CheckedTransaction,
+                    CheckedTopic),
+        ),
+        # v1: each answer names the transaction's start time; the response is unchanged.
+        1: (
+            _module("check_transactions_v1_request", CheckTransactionsRequestV1, CheckAnswerV1),
+            _module("check_transactions_v1_response", CheckTransactionsResponse, CheckedTransaction,
+                    CheckedTopic),
+        ),
+    },
     DESCRIBE_DELAYED_KEY: {0: (
         _module("describe_delayed_records_v0_request", DescribeDelayedRecordsRequest,
                 DelayedTopicRequest),

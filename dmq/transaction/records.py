@@ -18,10 +18,16 @@ so every half-message transaction of one producer group has one coordinator,
 which the group's checkers ask for checks.
 
 dmq's check-back record (an extension; Kafka writes no such key): key int16
-version 100, transactional id; value int16 version 0, producer id int64,
+version 100, transactional id; value int16 version 1, producer id int64,
 producer epoch int16, transaction start timestamp int64, checks made int32,
 last answer int8 (-1 none, 0 commit, 1 rollback, 2 unknown), last check
-timestamp int64. A null value: the check state is gone (the transaction ended).
+timestamp int64, outstanding int8 (1: the last check handed out is not
+answered yet), earlier-checks-until timestamp int64 (until then a check of an
+earlier transaction of the id may still be answered; -1 none). The producer
+id, epoch and start timestamp name the transaction the state belongs to.
+Version 0 (without the last two fields) is still read: a check made is taken
+as outstanding, and no earlier check as pending. A null value: the check state
+is gone (the transactional id expired).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from dmq.coordinator.hashing import java_string_hash, kafka_abs
 KEY_VERSION = 0
 VALUE_VERSION = 0
 CHECK_KEY_VERSION = 100
-CHECK_VALUE_VERSION = 0
+CHECK_VALUE_VERSION = 1
 HALF_PREFIX = "__dmq_half/"
 
 
@@ -61,6 +67,8 @@ class CheckValue:
     checks: int
     last_answer: int
     last_check_ms: int
+    outstanding: bool = False  # the last check handed out is not answered yet
+    earlier_until_ms: int = -1  # until then an earlier transaction's check may be answered
 
 
 def half_group(transactional_id: str) -> str | None:
@@ -98,8 +106,8 @@ def encode_check_key(transactional_id: str) -> bytes:
 
 
 def encode_check_value(v: CheckValue) -> bytes:
-    return struct.pack(">hqhqibq", CHECK_VALUE_VERSION, v.producer_id, v.producer_epoch, v.start_ms,
-                       v.checks, v.last_answer, v.last_check_ms)
+    return struct.pack(">hqhqibqbq", CHECK_VALUE_VERSION, v.producer_id, v.producer_epoch, v.start_ms,
+                       v.checks, v.last_answer, v.last_check_ms, int(v.outstanding), v.earlier_until_ms)
 
 
 def encode_value(v: TxnValue) -> bytes:
@@ -158,9 +166,15 @@ def decode_any_key(data: bytes) -> tuple[int, str]:
 def decode_check_value(data: bytes) -> CheckValue:
     r = _Reader(data)
     (version,) = r.take(">h")
-    if version != CHECK_VALUE_VERSION:
+    if version not in (0, CHECK_VALUE_VERSION):
         raise RecordFormatError(f"unsupported check state value version {version}")
-    return CheckValue(*r.take(">qhqibq"))
+    producer_id, epoch, start, checks, answer, last_check = r.take(">qhqibq")
+    if version == 0:
+        # Whether its last check was answered is not known: taken as not, which makes an
+        # answer without the transaction's identity wait rather than be misapplied.
+        return CheckValue(producer_id, epoch, start, checks, answer, last_check, checks > 0, -1)
+    outstanding, earlier_until = r.take(">bq")
+    return CheckValue(producer_id, epoch, start, checks, answer, last_check, outstanding != 0, earlier_until)
 
 
 def decode_value(data: bytes) -> TxnValue:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kio.schema.errors import ErrorCode
 
@@ -70,10 +70,15 @@ NO_ANSWER = -1
 
 @dataclass(frozen=True, slots=True)
 class CheckAnswer:
+    """A checker's answer. ``start_ms``: the start time of the transaction it was handed
+    (CheckTransactions v1+), which names it among the producer's transactions of one epoch;
+    None from a v0 checker, whose answer is applied only when it cannot belong to another
+    transaction (``TransactionShard.poll_checks``)."""
     transactional_id: str
     producer_id: int
     producer_epoch: int
     resolution: int
+    start_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,10 +340,23 @@ class TransactionShard:
         wanted = frozenset(partitions)
         if meta.state == S.ONGOING and wanted <= meta.partitions:
             return CoordinatorResult(ErrorCode.none)
-        start = meta.start_ms if meta.state == S.ONGOING else now_ms
+        start = meta.start_ms if meta.state == S.ONGOING else self._new_start_ms(meta, now_ms)
         ongoing = meta.transition_to(S.ONGOING, partitions=meta.partitions | wanted, last_update_ms=now_ms,
                                      start_ms=start)
         return self._write([ongoing], ErrorCode.none)
+
+    def _new_start_ms(self, meta: TransactionMetadata, now_ms: int) -> int:
+        """The start time of a new transaction of ``meta``'s producer. A half-message
+        transaction's start time names it to checkers (with the producer id and epoch,
+        which stay from one transaction to the next), so it is later than that of any
+        earlier transaction of the same producer id and epoch, whatever the clock did."""
+        if rec.half_group(meta.transactional_id) is None:
+            return now_ms
+        earlier = meta.start_ms
+        found = self.checks.get(meta.transactional_id)
+        if found is not None and (found.producer_id, found.producer_epoch) == (meta.producer_id, meta.producer_epoch):
+            earlier = max(earlier, found.start_ms)
+        return max(now_ms, earlier + 1)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
@@ -462,9 +480,27 @@ class TransactionShard:
                 out.append(self._fence(meta, now_ms))
         return out
 
+    def _answers_current(self, answer: CheckAnswer, meta: TransactionMetadata, state: rec.CheckValue,
+                         now_ms: int) -> bool:
+        """Whether ``answer`` answers a check of ``meta``'s open transaction (whose check state
+        is ``state``), not of an earlier transaction of the same producer id and epoch."""
+        if state.checks == 0:
+            return False  # never handed out: the answer is to an earlier transaction's check
+        if answer.start_ms is not None:
+            return answer.start_ms == meta.start_ms
+        # A v0 answer does not say which transaction it answers: only when this one's check
+        # is the only one that can be answered, handed out and not answered yet, with no
+        # earlier transaction's check still within its interval.
+        return state.outstanding and now_ms >= state.earlier_until_ms
+
     def poll_checks(self, group: str, answers: Iterable[CheckAnswer], now_ms: int) -> CoordinatorResult:
         """A checker of ``group`` polls: its answers are applied (COMMIT/ROLLBACK end the
-        transaction, UNKNOWN is recorded) and it is handed the transactions due a check."""
+        transaction, UNKNOWN is recorded) and it is handed the transactions due a check.
+
+        An answer is applied only to the transaction it was handed: its producer id and
+        epoch, its start time (v1; a v0 answer: see ``_answers_current``), a check of it
+        handed out. A check's answer that comes after its transaction ended and the producer
+        began the next one (same id and epoch) is ignored, as any stale answer."""
         changes: list[TransactionMetadata] = []
         checks: dict[str, rec.CheckValue | None] = {}
         for answer in answers:
@@ -479,9 +515,12 @@ class TransactionShard:
             except ValueError:
                 continue
             state = self._check_state(meta)
-            checks[meta.transactional_id] = rec.CheckValue(
-                state.producer_id, state.producer_epoch, state.start_ms, state.checks, int(resolution),
-                state.last_check_ms)
+            if not self._answers_current(answer, meta, state, now_ms):
+                log.info("half-message transaction %s of producer group %s: ignoring an answer (%s) "
+                         "that may be to a check of an earlier transaction of the producer",
+                         meta.transactional_id, group, resolution.name)
+                continue
+            checks[meta.transactional_id] = replace(state, last_answer=int(resolution), outstanding=False)
             if resolution != Resolution.UNKNOWN:
                 log.info("half-message transaction %s of producer group %s: the checker answered %s",
                          meta.transactional_id, group, resolution.name)
@@ -496,8 +535,16 @@ class TransactionShard:
             state = self._check_state(meta)
             if now_ms < self._next_check_ms(state):
                 continue
+            earlier_until = state.earlier_until_ms
+            previous = self.checks.get(txn_id)
+            if state.checks == 0 and previous is not None:
+                # The first check of this transaction; the id's check state was an earlier
+                # transaction's, whose last check may still be answered within its interval.
+                earlier_until = previous.earlier_until_ms
+                if previous.outstanding:
+                    earlier_until = max(earlier_until, previous.last_check_ms + self.config.check_interval_ms)
             checked = rec.CheckValue(state.producer_id, state.producer_epoch, state.start_ms,
-                                     state.checks + 1, state.last_answer, now_ms)
+                                     state.checks + 1, state.last_answer, now_ms, True, earlier_until)
             checks[txn_id] = checked
             handed.append(HalfTransaction(meta, checked.checks, checked.last_answer, now_ms))
         if not changes and not checks:

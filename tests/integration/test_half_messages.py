@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -20,10 +21,20 @@ from support.cli import run_dmq
 from support.half_messages import crash_producer as support_crash_producer
 from support.half_messages import describe_checks
 
-from dmq.client.transactions import HalfMessage, TransactionProducer, TransactionResolution
+from dmq.client.transactions import (
+    HalfMessage,
+    TransactionProducer,
+    TransactionResolution,
+    _Checker,
+)
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class
-from dmq.protocol.extensions import CheckTransactionsRequest
+from dmq.protocol.extensions import (
+    CheckAnswer,
+    CheckAnswerV1,
+    CheckTransactionsRequest,
+    CheckTransactionsRequestV1,
+)
 
 TOPIC = "orders"
 
@@ -213,3 +224,101 @@ def test_the_readme_example_runs(half_broker: BrokerProcess) -> None:
         "order_saved": lambda key: True, "save_order_in_database": lambda: saved.append("42")})
     assert saved == ["42"]
     assert committed_keys(half_broker) == [b"42"]
+
+
+@pytest.fixture
+def slow_check_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """Checks 1 s after a transaction begins, then only every minute."""
+    broker = BrokerProcess(tmp_path / "data", overrides={
+        "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "60000",
+    }).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
+        yield broker
+    finally:
+        broker.close()
+
+
+def poll_checks(c: WireClient, answers: tuple[Any, ...] = (), v0: bool = False) -> list[Any]:
+    if v0:
+        request = make(CheckTransactionsRequest, producer_group="orders", describe_only=False, answers=answers)
+    else:
+        request = make(CheckTransactionsRequestV1, producer_group="orders", describe_only=False, answers=answers)
+    resp = c.request(request)
+    assert resp.error_code == ErrorCode.none, resp
+    return list(resp.transactions)
+
+
+def handed_out(c: WireClient, transactional_id: str, v0: bool = False) -> Any:
+    found: list[Any] = []
+    wait_for(lambda: found.extend(t for t in poll_checks(c, v0=v0) if t.transactional_id == transactional_id)
+             or found, 20, "the check")
+    return found[0]
+
+
+def test_a_late_answer_to_an_ended_transaction_does_not_end_the_producers_next_one(
+        slow_check_broker: BrokerProcess) -> None:
+    broker = slow_check_broker
+    with TransactionProducer({"bootstrap.servers": broker.bootstrap, "producer.group": "orders"}) as producer, \
+            WireClient("127.0.0.1", broker.port) as checker:
+        txn = producer.begin()
+        txn.send(TOPIC, key=b"1", value=b"first", partition=0)
+        assert producer.kafka.flush(30) == 0
+        # A checker (of before v1) is asked about it, and is slow to answer.
+        first = handed_out(checker, producer.transactional_id, v0=True)
+        txn.commit()  # meanwhile the producer commits it itself
+        txn = producer.begin()  # and begins the next, with the same producer id and epoch
+        txn.send(TOPIC, key=b"2", value=b"second", partition=0)
+        assert producer.kafka.flush(30) == 0
+        # The checker's answers about the first transaction arrive: in v0 (which cannot name
+        # it) and in v1 (which does). Neither is applied to the second.
+        poll_checks(checker, (make(CheckAnswer, transactional_id=first.transactional_id,
+                                   producer_id=first.producer_id, producer_epoch=first.producer_epoch,
+                                   resolution=TransactionResolution.ROLLBACK),), v0=True)
+        assert describe(broker)[producer.transactional_id][0] == "Ongoing"
+        poll_checks(checker, (make(CheckAnswerV1, transactional_id=first.transactional_id,
+                                   producer_id=first.producer_id, producer_epoch=first.producer_epoch,
+                                   start_time_ms=first.start_time_ms,
+                                   resolution=TransactionResolution.ROLLBACK),))
+        assert describe(broker)[producer.transactional_id][0] == "Ongoing"
+        second = handed_out(checker, producer.transactional_id)
+        assert second.start_time_ms > first.start_time_ms
+        poll_checks(checker, (make(CheckAnswerV1, transactional_id=first.transactional_id,
+                                   producer_id=first.producer_id, producer_epoch=first.producer_epoch,
+                                   start_time_ms=first.start_time_ms,
+                                   resolution=TransactionResolution.ROLLBACK),))
+        assert describe(broker)[producer.transactional_id][0] == "Ongoing"
+        txn.commit()
+    assert committed_keys(broker) == [b"1", b"2"]
+
+
+def test_the_checker_is_not_shown_the_next_transactions_record(slow_check_broker: BrokerProcess) -> None:
+    broker = slow_check_broker
+    asked: list[HalfMessage] = []
+
+    def check(message: HalfMessage) -> TransactionResolution:
+        asked.append(message)
+        return TransactionResolution.ROLLBACK
+
+    config = {"bootstrap.servers": broker.bootstrap, "producer.group": "orders", "log_level": 0}
+    with TransactionProducer(config) as producer, TransactionProducer(config) as member:
+        checker = _Checker(member, check, 100, 5000, {"bootstrap.servers": broker.bootstrap, "log_level": 0})
+        try:
+            txn = producer.begin()
+            txn.send(TOPIC, key=b"1", value=b"first", partition=0)
+            assert producer.kafka.flush(30) == 0
+            handed: list[Any] = []
+            wait_for(lambda: handed.extend(checker._poll()) or handed, 20, "the check")
+            txn.commit()  # the transaction ends before the checker reads its half message
+            txn = producer.begin()
+            txn.send(TOPIC, key=b"2", value=b"second", partition=0)
+            assert producer.kafka.flush(30) == 0
+            assert checker._ask(handed[0]) is None  # not asked: the record there is the next one's
+            assert asked == []
+            txn.commit()
+        finally:
+            checker._disconnect()
+            if checker.consumer is not None:
+                checker.consumer.close()
+    assert committed_keys(broker) == [b"1", b"2"]

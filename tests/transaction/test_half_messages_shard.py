@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import struct
 
 import pytest
 from hypothesis import settings
@@ -166,6 +167,111 @@ def test_a_check_in_flight_is_not_handed_out_twice() -> None:
     assert [h.meta.transactional_id for h in shard.poll_checks("orders", [], d.now).response.transactions] == [HALF]
 
 
+def next_transaction(d: ShardDriver, commit: bool = True) -> None:
+    """The producer ends its transaction itself and begins the next one, keeping its
+    producer id and epoch (as Kafka's producer does)."""
+    assert d.run(d.shard.end_txn, HALF, 1000, 0, commit) == ErrorCode.none
+    d.run(d.shard.complete, [e for e in d.effects if isinstance(e, SendMarkers)][-1])
+    d.now += 100
+    assert d.run(d.shard.add_partitions, HALF, 1000, 0, [("orders", 2)]) == ErrorCode.none
+    assert d.shard.transactions[HALF].state == S.ONGOING
+
+
+def answer(d: ShardDriver, resolution: Resolution, start_ms: int | None) -> None:
+    d.run(d.shard.poll_checks, "orders", [CheckAnswer(HALF, 1000, 0, resolution, start_ms)])
+
+
+@pytest.mark.parametrize("start", ["v1", "v0"])
+def test_an_answer_to_an_ended_transaction_is_not_applied_to_the_next_one(start: str) -> None:
+    d = driver(check_interval_ms=60_000)
+    open_half(d)
+    d.now += 6000
+    assert poll(d) == [HALF]  # transaction 1 handed out for a check
+    first_start = d.shard.transactions[HALF].start_ms
+    next_transaction(d)  # the producer commits it and begins transaction 2
+    d.now += 100
+    answer(d, Resolution.ROLLBACK, first_start if start == "v1" else None)
+    # Transaction 2 was never checked (100 ms old): the answer was to transaction 1.
+    assert d.shard.transactions[HALF].state == S.ONGOING
+    assert d.shard.check_state(HALF).checks == 0  # type: ignore[union-attr]
+
+
+def test_a_v1_answer_is_applied_to_the_transaction_it_names_only() -> None:
+    d = driver(check_interval_ms=60_000)
+    open_half(d)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    first_start = d.shard.transactions[HALF].start_ms
+    next_transaction(d)
+    d.now += 6000
+    assert poll(d) == [HALF]  # transaction 2 handed out too
+    second_start = d.shard.transactions[HALF].start_ms
+    assert second_start > first_start
+    answer(d, Resolution.ROLLBACK, first_start)  # the late answer about transaction 1
+    assert d.shard.transactions[HALF].state == S.ONGOING
+    answer(d, Resolution.COMMIT, second_start)
+    assert d.shard.transactions[HALF].state == S.PREPARE_COMMIT
+
+
+def test_a_v0_answer_waits_while_an_earlier_transactions_check_may_still_be_answered() -> None:
+    d = driver(check_interval_ms=60_000)
+    open_half(d)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    next_transaction(d)  # transaction 1's check is still unanswered
+    d.now += 6000
+    assert poll(d) == [HALF]  # transaction 2 handed out
+    checked_at = d.now
+    answer(d, Resolution.ROLLBACK, None)  # from transaction 1's checker, or 2's: cannot tell
+    assert d.shard.transactions[HALF].state == S.ONGOING
+    # A new coordinator knows it too: the window is in the check record.
+    reloaded = ShardDriver(replay_into(TransactionShard(0, 6, d.shard.config), d.log), d.now)
+    for x in (d, reloaded):
+        x.now = checked_at + 60_000  # both checks are past their interval: 1's is taken as lost
+        assert [h.meta.transactional_id for h in x.run(x.shard.poll_checks, "orders", []).transactions] == [HALF]
+        x.run(x.shard.poll_checks, "orders", [CheckAnswer(HALF, 1000, 0, Resolution.COMMIT)])
+        assert x.shard.transactions[HALF].state == S.PREPARE_COMMIT
+
+
+def test_a_v0_answer_is_applied_when_only_the_current_transaction_was_checked() -> None:
+    d = driver(check_interval_ms=60_000)
+    open_half(d)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    answer(d, Resolution.UNKNOWN, None)  # transaction 1's check answered
+    next_transaction(d)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    answer(d, Resolution.UNKNOWN, None)
+    assert d.shard.check_state(HALF).last_answer == Resolution.UNKNOWN  # type: ignore[union-attr]
+    answer(d, Resolution.COMMIT, None)  # its check was answered already: nothing outstanding
+    assert d.shard.transactions[HALF].state == S.ONGOING
+    d.now += 60_000
+    assert poll(d) == [HALF]
+    answer(d, Resolution.COMMIT, None)
+    assert d.shard.transactions[HALF].state == S.PREPARE_COMMIT
+
+
+def test_a_transaction_starts_after_the_last_one_of_its_producer_even_if_the_clock_goes_back() -> None:
+    d = driver()
+    open_half(d)
+    d.now += 6000
+    assert poll(d) == [HALF]
+    first_start = d.shard.transactions[HALF].start_ms
+    assert d.run(d.shard.end_txn, HALF, 1000, 0, True) == ErrorCode.none
+    d.run(d.shard.complete, [e for e in d.effects if isinstance(e, SendMarkers)][-1])
+    d.now = first_start - 5000  # a coordinator with a slower clock
+    assert d.run(d.shard.add_partitions, HALF, 1000, 0, [("orders", 2)]) == ErrorCode.none
+    assert d.shard.transactions[HALF].start_ms == first_start + 1
+
+
+def test_check_records_of_version_0_are_still_read() -> None:
+    old = struct.pack(">hqhqibq", 0, 1000, 0, 5000, 2, int(Resolution.UNKNOWN), 9000)
+    assert rec.decode_check_value(old) == rec.CheckValue(1000, 0, 5000, 2, Resolution.UNKNOWN, 9000, True, -1)
+    new = rec.CheckValue(1000, 0, 5000, 2, NO_ANSWER, 9000, False, 12_000)
+    assert rec.decode_check_value(rec.encode_check_value(new)) == new
+
+
 class HalfMessageMachine(RuleBasedStateMachine):
     """A half-message transactional id: its producer (inits, adds, ends), checkers polling
     with answers for current or stale epochs, markers completing, time passing.
@@ -199,14 +305,24 @@ class HalfMessageMachine(RuleBasedStateMachine):
             pid, epoch = self.epochs[-1]
             self.d.run(self.d.shard.end_txn, HALF, pid, epoch, commit)
 
-    @rule(answer=st.sampled_from([None, *Resolution]), stale=st.booleans())
-    def checker_polls(self, answer: Resolution | None, stale: bool) -> None:
+    @rule(answer=st.sampled_from([None, *Resolution]), stale=st.booleans(),
+          start=st.sampled_from(["v0", "current", "earlier"]))
+    def checker_polls(self, answer: Resolution | None, stale: bool, start: str) -> None:
         answers = []
         meta = self.d.shard.transactions.get(HALF)
         if answer is not None and meta is not None:
             epoch = meta.producer_epoch - 1 if stale else meta.producer_epoch
-            answers.append(CheckAnswer(HALF, meta.producer_id, epoch, answer))
+            start_ms = {"v0": None, "current": meta.start_ms, "earlier": meta.start_ms - 1}[start]
+            answers.append(CheckAnswer(HALF, meta.producer_id, epoch, answer, start_ms))
+        before = self.d.shard.check_state(HALF)
         result = self.d.run(self.d.shard.poll_checks, "orders", answers)
+        after = self.d.shard.transactions.get(HALF)
+        if before is not None and before.meta.state == S.ONGOING and after is not None \
+                and (before.checks == 0
+                     or (start == "earlier" and before.checks < self.d.shard.config.check_max)):
+            # An answer to no check of this transaction never ends it (nor do checks that
+            # were never made run out).
+            assert after.state == S.ONGOING
         for half in result.transactions:
             assert half.meta.state == S.ONGOING
             assert 1 <= half.checks <= self.d.shard.config.check_max
