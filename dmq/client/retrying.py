@@ -15,7 +15,10 @@ says how it went:
 Offsets: a record's offset is stored (and auto-committed, as
 ``enable.auto.offset.store=false`` does) only once it is acked or its copy in
 the retry or dead-letter topic is acknowledged by the broker. A crash in
-between consumes it again: at least once, never lost.
+between consumes it again: at least once, never lost. A retry-topic partition
+the group has no committed offset for is read from its beginning, whatever
+``auto.offset.reset`` says (as RocketMQ starts a %RETRY% queue at 0): copies
+delivered while no member read it are not skipped.
 
 Headers a retried record carries (the record's own headers are kept first):
 
@@ -30,12 +33,22 @@ origin topics. Threads: one consumer, one thread, as confluent-kafka's.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+
+log = logging.getLogger("dmq.client.retrying")
 
 ORIGIN_TOPIC = "dmq-origin-topic"
 ORIGIN_PARTITION = "dmq-origin-partition"
@@ -125,14 +138,57 @@ class RetryingConsumer:
                                   "linger.ms": 5, **{k: v for k, v in conf.items()
                                                      if k.startswith(("security.", "sasl.", "ssl."))}})
         self._topics: list[str] = []
+        # The rebalance callbacks assign incrementally under the cooperative protocols.
+        self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) \
+            or str(conf.get("group.protocol", "classic")).lower() == "consumer"
 
     # ----------------------------------------------------------------- reading
 
     def subscribe(self, topics: Iterable[str], **kwargs: Any) -> None:
-        """Subscribe to ``topics`` and this group's retry topic (created when missing)."""
+        """Subscribe to ``topics`` and this group's retry topic (created when missing).
+        An ``on_assign`` callback given is called with the partitions, the retry topic's
+        starting offsets already set, before they are assigned (unless it assigns them)."""
         self._topics = list(topics)
         self._ensure([self.retry_topic, self.dead_letter_topic])
-        self.consumer.subscribe([*self._topics, self.retry_topic], **kwargs)
+        user_on_assign = kwargs.pop("on_assign", None)
+
+        def on_assign(consumer: Any, partitions: list[TopicPartition]) -> None:
+            self._start_retry_partitions(partitions)
+            if user_on_assign is not None:
+                user_on_assign(consumer, partitions)
+                assigned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+                if all((tp.topic, tp.partition) in assigned for tp in partitions):
+                    return  # the application's callback assigned them
+            if self._incremental:
+                consumer.incremental_assign(partitions)
+            else:
+                consumer.assign(partitions)
+
+        self.consumer.subscribe([*self._topics, self.retry_topic], on_assign=on_assign, **kwargs)
+
+    def _start_retry_partitions(self, partitions: list[TopicPartition]) -> None:
+        """Retry-topic partitions without a committed offset start at the beginning, not
+        where ``auto.offset.reset`` (librdkafka's default: latest) would: the copies sent
+        there while no member of the group read the partition are not skipped. When the
+        committed offsets cannot be read, they start at the beginning too (records
+        consumed again rather than lost)."""
+        retry = [tp for tp in partitions if tp.topic == self.retry_topic and tp.offset < 0]
+        if not retry:
+            return
+        committed: dict[int, int] | None = None
+        for _ in range(3):
+            try:
+                found = self.consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in retry],
+                                                timeout=10)
+            except KafkaException as e:
+                log.warning("group %s: reading the committed offsets of %s failed: %s", self.group,
+                            self.retry_topic, e)
+                continue
+            committed = {tp.partition: tp.offset for tp in found if tp.error is None}
+            break
+        for tp in retry:
+            offset = committed.get(tp.partition, -1) if committed is not None else -1
+            tp.offset = offset if offset >= 0 else OFFSET_BEGINNING
 
     def poll(self, timeout: float = 1.0) -> Record | None:
         """The next record, or None; errors are raised as KafkaException (end of partition

@@ -146,3 +146,46 @@ def test_bad_configs_and_a_missing_dead_letter_topic_are_one_clear_line(broker: 
     assert res.stderr.strip().count("\n") == 0 and "no-such-dlq does not exist" in res.stderr
     res = run_dmq(broker.bootstrap, "retry", "redrive", check=False)
     assert res.returncode == 2 and "--group" in res.stderr
+
+
+@pytest.mark.parametrize("strategy", ["range,roundrobin", "cooperative-sticky"])
+def test_copies_sent_while_no_member_read_the_retry_topic_are_not_skipped(
+        broker: BrokerProcess, topic_name: str, strategy: str) -> None:
+    """librdkafka's auto.offset.reset defaults to latest: a member that takes a retry-topic
+    partition the group has no committed offset for starts at its beginning all the same."""
+    setup(broker.bootstrap, topic_name, 0)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic_name, key=b"k", value=b"v")
+    assert p.flush(10) == 0
+    group = f"r-{topic_name[-30:]}"
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": group, "retry.delays.ms": "300",
+              "partition.assignment.strategy": strategy,
+              "log_level": 0}  # auto.offset.reset left to librdkafka (latest)
+    first = RetryingConsumer({**config, "auto.offset.reset": "earliest"})  # to read the record
+    first.subscribe([topic_name])
+    try:
+        got: list[Record] = []
+        consume(first, 20, got.append, lambda: bool(got))
+        assert [r.value for r in got] == [b"v"]
+        assert first.retry(got[0], "later") == first.retry_topic
+    finally:
+        first.close()  # gone before the copy is delivered: nothing read from the retry topic
+    deadline = time.monotonic() + 20
+    while not read_topic(broker.bootstrap, retry_topic(group), timeout=0.5) and time.monotonic() < deadline:
+        pass  # until the broker delivered the copy
+    second = RetryingConsumer(config)
+    second.subscribe([topic_name])
+    again: list[Record] = []
+    try:
+        consume(second, 20, lambda r: (again.append(r), second.ack(r)), lambda: bool(again))
+    finally:
+        second.close()
+    assert [(r.value, r.retries, r.topic) for r in again] == [(b"v", 1, topic_name)]
+    third = RetryingConsumer(config)  # where an offset is committed, it starts there
+    third.subscribe([topic_name])
+    leftover: list[Record] = []
+    try:
+        consume(third, 4, leftover.append)
+    finally:
+        third.close()
+    assert leftover == []
