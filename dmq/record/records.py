@@ -23,6 +23,7 @@ from crc32c import crc32c
 
 from dmq.record import compression
 from dmq.record.batch import (
+    COMPRESSION_MASK,
     CRC_START,
     DELETE_HORIZON_MASK,
     HEADER_SIZE,
@@ -416,20 +417,28 @@ def rebuild_batch(batch: bytes, kept: list[RawRecord], delete_horizon_ms: int | 
     horizon as Kafka does (attribute bit 6, base timestamp = the horizon): each
     kept record is re-encoded with its timestamp delta from the new base, so
     record timestamps do not change.
+
+    A batch left with no records is uncompressed, an empty records section (Kafka's
+    DefaultRecordBatch.writeEmptyHeader): a compressed empty section (say an lz4
+    frame of nothing) makes librdkafka's consumers abort.
     """
     header = parse_header(batch, 0)
     if delete_horizon_ms is None:
         body = b"".join(r.raw for r in kept)
     else:
         body = b"".join(_with_timestamp_base(r, delete_horizon_ms) for r in kept)
-    if header.compression:
+    attributes = header.attributes
+    if header.compression and kept:
         body = compression.compress(header.compression, body)
+    elif header.compression:
+        attributes &= ~COMPRESSION_MASK
     out = bytearray(batch[:HEADER_SIZE])
     struct.pack_into(">i", out, 8, HEADER_SIZE - LOG_OVERHEAD + len(body))
     struct.pack_into(">i", out, 57, len(kept))
     if delete_horizon_ms is not None:
-        struct.pack_into(">h", out, 21, header.attributes | DELETE_HORIZON_MASK)
+        attributes |= DELETE_HORIZON_MASK
         struct.pack_into(">q", out, 27, delete_horizon_ms)
+    struct.pack_into(">h", out, 21, attributes)
     out += body
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))
     return bytes(out)

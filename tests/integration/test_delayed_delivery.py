@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -218,3 +219,38 @@ def test_keyless_records_pending_when_the_topic_turns_compact_are_delivered(
     admin.incremental_alter_configs([resource])[resource].result(15)
     got = watcher.collect(2, 10)
     assert [(v, k) for _, v, k, _ in got] == [(b"keyless", None), (b"keyed", b"k")]
+
+
+CONSUMER = """
+import sys
+from confluent_kafka import Consumer, TopicPartition
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "reader", "log_level": 0})
+c.assign([TopicPartition(sys.argv[2], 0, 0)])
+got = []
+while len(got) < int(sys.argv[3]):
+    m = c.poll(0.5)
+    if m is not None and not m.error():
+        got.append(m.value().decode())
+c.close()
+print(",".join(got))
+"""
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_a_compressed_batch_whose_records_are_all_delayed_is_read_by_librdkafka(
+        broker: BrokerProcess, topic_name: str, codec: str) -> None:
+    """The idempotent producer's batch stays, emptied; it stayed compressed (an empty lz4
+    frame...), and librdkafka's consumer aborted the process reading it."""
+    create(broker.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 20,
+                  "compression.type": codec})
+    at = str(now_ms() + 1000).encode()
+    for v in (b"d1", b"d2"):
+        p.produce(topic_name, value=v, headers=[("dmq-deliver-at", at)])
+    assert p.flush(10) == 0
+    p.produce(topic_name, value=b"plain")
+    assert p.flush(10) == 0
+    read = subprocess.run([sys.executable, "-c", CONSUMER, broker.bootstrap, topic_name, "3"],
+                          capture_output=True, text=True, timeout=30)
+    assert read.returncode == 0, read.stderr[-500:]
+    assert sorted(read.stdout.strip().split(",")) == ["d1", "d2", "plain"]

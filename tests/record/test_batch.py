@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmq.record.batch import (
+    HEADER_SIZE,
     InvalidRecordError,
     compute_crc,
     parse_header,
@@ -13,7 +14,7 @@ from dmq.record.batch import (
     set_log_append_time,
     validate_batches,
 )
-from dmq.record.records import decode_batch, encode_batch
+from dmq.record.records import decode_batch, encode_batch, raw_records, rebuild_batch
 
 blobs = st.one_of(st.none(), st.binary(max_size=200))
 headers = st.lists(st.tuples(st.text(max_size=10), blobs), max_size=3)
@@ -109,3 +110,21 @@ def test_recompression_takes_the_codecs_level() -> None:
     fast, small = (recompressed(data, validated, 1, 10**7, level) for level in (1, 9))
     assert fast is not None and small is not None and len(small) < len(fast)
     assert [r.value for r in decode_batch(bytes(fast))[1]] == [r.value for r in decode_batch(bytes(small))[1]]
+
+
+@pytest.mark.parametrize("codec", [0, 1, 2, 3, 4])
+def test_a_batch_left_with_no_records_is_uncompressed_and_empty(codec: int) -> None:
+    """As Kafka's writeEmptyHeader (an idempotent producer's batch whose records were all
+    delayed, or all cleaned away): no compressed empty section, which librdkafka aborts on."""
+    batch = encode_batch([(b"k", b"v" * 100, [])] * 3, codec=codec, producer_id=7, producer_epoch=1,
+                         base_sequence=40, base_offset=10, timestamp=1000)
+    empty = rebuild_batch(batch, [])
+    header = parse_header(empty, 0)
+    before = parse_header(batch, 0)
+    assert header.compression == 0 and header.record_count == 0 and header.size == HEADER_SIZE
+    assert (header.base_offset, header.last_offset, header.producer_id, header.producer_epoch,
+            header.base_sequence) == (10, 12, 7, 1, 40)
+    assert header.attributes == before.attributes & ~0x07
+    assert decode_batch(empty)[1] == []
+    _, kept = raw_records(batch)
+    assert parse_header(rebuild_batch(batch, kept[1:]), 0).compression == codec  # not emptied: as it was
