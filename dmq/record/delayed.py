@@ -49,6 +49,8 @@ from dmq.record.batch import (
     InvalidRecordError,
     ValidatedBatches,
     parse_header,
+    recompressed,
+    validate_batches,
 )
 from dmq.record.compression import decompress
 from dmq.record.records import decode_batch, encode_batch, raw_records, rebuild_batch
@@ -304,19 +306,61 @@ def delivered_marker(named: list[tuple[int, int]], now_ms: int) -> bytes:
                         attributes_extra=CONTROL_MASK)
 
 
-def delivery(entries: list[tuple[int, DelayedRecord]], now_ms: int) -> bytes:
+# What a batch adds to its records (the v2 header), and an upper bound of what one record
+# adds to its key, value and headers (length, attributes, timestamp and offset deltas, and
+# the varint lengths of key, value, header count and each header's key and value).
+BATCH_OVERHEAD = HEADER_SIZE
+RECORD_OVERHEAD = 5 + 1 + 10 + 5 + 5 + 5 + 5
+HEADER_OVERHEAD = 5 + 5
+
+
+def record_size_bound(r: DelayedRecord) -> int:
+    """At least the bytes ``r`` takes in an uncompressed batch."""
+    return (RECORD_OVERHEAD + len(r.key or b"") + len(r.value or b"")
+            + sum(HEADER_OVERHEAD + len(k.encode()) + len(v or b"") for k, v in r.headers))
+
+
+def delivery_chunks(entries: list[tuple[int, DelayedRecord]],
+                    max_batch_bytes: int) -> list[list[tuple[int, DelayedRecord]]]:
+    """``entries`` cut, in order, into runs each of which fits one uncompressed batch of at
+    most ``max_batch_bytes`` (a topic's ``max.message.bytes``); a record that alone does not
+    is a run of its own (it was accepted when produced, maybe compressed)."""
+    chunks: list[list[tuple[int, DelayedRecord]]] = []
+    current: list[tuple[int, DelayedRecord]] = []
+    size = BATCH_OVERHEAD
+    for entry in entries:
+        needed = record_size_bound(entry[1])
+        if current and size + needed > max_batch_bytes:
+            chunks.append(current)
+            current, size = [], BATCH_OVERHEAD
+        current.append(entry)
+        size += needed
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def delivery(entries: list[tuple[int, DelayedRecord]], now_ms: int, codec: int = 0,
+             level: int | None = None) -> bytes:
     """What a leader appends to deliver ``entries`` ((offset of the DELAYED record,
-    record), in delivery order): a DELIVERED control batch naming them, then a batch
-    holding the records again with their own timestamps."""
+    record), in delivery order; one run of ``delivery_chunks``): a DELIVERED control
+    batch naming them, then a batch holding the records again with their own
+    timestamps (``delivery_records``)."""
     return (delivered_marker([(o, r.deliver_at) for o, r in entries], now_ms)
-            + delivery_records(entries))
+            + delivery_records(entries, codec, level))
 
 
-def delivery_records(entries: list[tuple[int, DelayedRecord]]) -> bytes:
-    """The normal batch of ``delivery`` alone (to finish a delivery whose marker made it to
-    the log and whose records did not)."""
-    return encode_batch([(r.key, r.value, r.headers) for _, r in entries],
-                        timestamps=[r.timestamp for _, r in entries])
+def delivery_records(entries: list[tuple[int, DelayedRecord]], codec: int = 0,
+                     level: int | None = None) -> bytes:
+    """The normal batch of ``delivery`` alone (also to finish a delivery whose marker made
+    it to the log and whose records did not), compressed by ``codec`` at ``level`` (a
+    topic's ``compression.type``) unless that makes it larger."""
+    plain = encode_batch([(r.key, r.value, r.headers) for _, r in entries],
+                         timestamps=[r.timestamp for _, r in entries])
+    if not codec:
+        return plain
+    compressed = recompressed(plain, validate_batches(plain, len(plain)), codec, len(plain), level)
+    return bytes(compressed) if compressed is not None and len(compressed) < len(plain) else plain
 
 
 def read_control_batch(batch: bytes | memoryview) -> list[tuple[int, int, bytes | None]]:

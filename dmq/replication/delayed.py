@@ -3,15 +3,18 @@
 Every replica knows its partitions' pending delayed records (``Log.delayed``,
 ``dmq.storage.delayed``); the leader delivers them. ``tick`` (every
 ``TICK_MS`` on the event loop) takes, for each partition it leads, the records
-whose time has come — up to ``MAX_PER_APPEND`` at a time, in deliver-time
-order — reads them back from their DELAYED control records, and appends one
-DELIVERED control record naming them followed by a batch holding them again
-(``dmq.record.delayed.delivery``), in one write. The Log observes the
-DELIVERED record, so they are no longer pending; followers do the same when
-they copy it. Consumers see the records once the high watermark passes them.
+whose time has come — up to ``MAX_PER_APPEND`` records and about
+``MAX_BYTES_PER_APPEND`` bytes at a time, in deliver-time order — reads them
+back from their DELAYED control records, and appends, in one write, for each
+run of them that fits one batch of the topic's ``max.message.bytes``, a
+DELIVERED control record naming the run followed by a batch holding it again,
+compressed with the topic's ``compression.type``
+(``dmq.record.delayed.delivery``). The Log observes the DELIVERED records, so
+they are no longer pending; followers do the same when they copy them.
+Consumers see the records once the high watermark passes them.
 
-Exactly once: a delivery is one append of the marker then the records. A
-follower that becomes leader with the marker but not the records (the old
+Exactly once: a delivery is one append of markers each followed by its records.
+A follower that becomes leader with a marker but not its records (the old
 leader died between two fetches of the two batches, or a crash tore the write)
 finds the marker as the last batch it had when its leader epoch began (any
 batch after that one is its own: a client's produce may land before the first
@@ -44,8 +47,10 @@ from dmq.record.delayed import (
     decode_delivered,
     delivered_marker,
     delivery,
+    delivery_chunks,
     delivery_records,
     read_control_batch,
+    record_size_bound,
 )
 from dmq.replication.partition import Partition, PartitionError
 from dmq.replication.replica_manager import ReplicaManager, TopicPartition
@@ -56,6 +61,8 @@ log = logging.getLogger("dmq.delayed")
 
 TICK_MS = 100
 MAX_PER_APPEND = 500
+MAX_BYTES_PER_APPEND = 4 << 20  # about: a delivery takes at least one record
+MAX_BYTES_PER_TICK = 16 << 20  # per partition: a backlog of large records goes over several ticks
 CACHED_BATCHES = 16  # decoded DELAYED control batches kept per partition led
 MAX_PER_TICK = 50_000  # a partition's backlog goes over several ticks, others' in between
 
@@ -144,35 +151,59 @@ class DelayedDelivery:
             if first is None or first > now:
                 continue
             due = lg.delayed.due(now, MAX_PER_TICK)
-            for i in range(0, len(due), MAX_PER_APPEND):
-                count = self._deliver(key, partition, due[i : i + MAX_PER_APPEND], now)
-                if count < 0:
+            i = tick_bytes = 0
+            while i < len(due) and tick_bytes < MAX_BYTES_PER_TICK:
+                done = self._deliver(key, partition, due[i : i + MAX_PER_APPEND], now)
+                if done is None:
                     break  # not appended: the rest again next tick
+                count, taken, size = done
                 delivered += count
+                i += taken
+                tick_bytes += size
         self.delivered += delivered
         return delivered
 
     def _deliver(self, key: TopicPartition, partition: Partition, due: list[tuple[int, int]],
-                 now: int) -> int:
+                 now: int) -> tuple[int, int, int] | None:
+        """Deliver the first of ``due`` (at least one, about ``MAX_BYTES_PER_APPEND``
+        bytes); (records delivered, entries of ``due`` done, their bytes), None when the
+        append failed."""
         lg = partition.log
         led = self._led.get(key)
-        found = read_delayed(lg, [offset for _, offset in due], led.decoded if led is not None else None)
-        entries = [(offset, found[offset]) for _, offset in due if offset in found]
-        lost = [(offset, deliver_at) for deliver_at, offset in due if offset not in found]
+        cache = led.decoded if led is not None else None
+        entries: list[tuple[int, DelayedRecord]] = []
+        lost: list[tuple[int, int]] = []
+        taken = size = 0
+        for deliver_at, offset in due:  # read one at a time: stop at the byte budget
+            found = read_delayed(lg, [offset], cache).get(offset)
+            taken += 1
+            if found is None:
+                lost.append((offset, deliver_at))
+                continue
+            entries.append((offset, found))
+            size += record_size_bound(found)
+            if size >= MAX_BYTES_PER_APPEND:
+                break
         if lost:
             log.error("%s: %d delayed records cannot be read back (deleted or corrupt); "
                       "they are dropped: offsets %s", lg.name, len(lost), [o for o, _ in lost[:10]])
-        # The unreadable ones are named too, so they stop being pending.
-        data = (delivered_marker(lost, now) if lost else b"") + (delivery(entries, now) if entries else b"")
+        # The unreadable ones are named too, so they stop being pending. Each run that fits
+        # one batch of max.message.bytes gets its own DELIVERED marker right before it, so
+        # a write torn between two batches leaves a marker with its records, or the last
+        # batch a marker whose records a next leader appends (_finish_torn).
+        config = lg.config
+        codec, level = config.compression_codec or 0, config.compression_level
+        data = (delivered_marker(lost, now) if lost else b"") + b"".join(
+            delivery(chunk, now, codec, level) for chunk in delivery_chunks(entries, config.max_message_bytes))
         try:
             partition.append_records_to_leader(data, validate_batches(data, len(data)), 1,
                                                AppendOrigin.DELAYED)
         except (PartitionError, InvalidRecordError, OSError) as e:
             log.warning("%s: delivering %d delayed records failed (%s); retrying", lg.name,
-                        len(due), e)
-            return -1
+                        taken, e)
+            return None
         self.replica_manager.wake(key)
-        return len(entries)
+        return len(entries), taken, size
 
     def _finish_torn(self, key: TopicPartition, partition: Partition, now: int) -> int:
         """As a new leader: a DELIVERED record that was the last batch of the log when this
@@ -202,7 +233,8 @@ class DelayedDelivery:
                    if offset in found]
         if not entries:
             return 0
-        data = delivery_records(entries)
+        config = lg.config
+        data = delivery_records(entries, config.compression_codec or 0, config.compression_level)
         try:
             partition.append_records_to_leader(data, validate_batches(data, len(data)), 1,
                                                AppendOrigin.DELAYED)

@@ -16,6 +16,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from support.broker import BrokerProcess
 from support.cli import run_dmq
 
+from dmq.record.batch import iter_headers
+
 
 def now_ms() -> int:
     return int(time.time() * 1000)
@@ -219,6 +221,31 @@ def test_keyless_records_pending_when_the_topic_turns_compact_are_delivered(
     admin.incremental_alter_configs([resource])[resource].result(15)
     got = watcher.collect(2, 10)
     assert [(v, k) for _, v, k, _ in got] == [(b"keyless", None), (b"keyed", b"k")]
+
+
+def test_delivered_batches_keep_to_max_message_bytes_and_the_topics_codec(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Records of many produce requests due at once were delivered in one uncompressed batch
+    of any size (40 records of 20 KB: 800 KB on a topic of max.message.bytes 60000)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={
+        "max.message.bytes": "60000", "compression.type": "lz4"})])[topic_name].result(15)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 0,
+                  "batch.size": 30000, "compression.type": "lz4"})
+    at = str(now_ms() + 1500).encode()
+    values = [b"%02d" % i + bytes(range(256)) * 40 + b"\0" * 10_000 for i in range(40)]  # half compresses
+    for v in values:
+        p.produce(topic_name, value=v, headers=[("dmq-deliver-at", at)])
+        p.poll(0)
+    assert p.flush(10) == 0
+    got = watch(broker.bootstrap, topic_name, 40, 20)
+    assert [v for _, v, _, _ in got] == values
+    segments = sorted((broker.data_dir / f"{topic_name}-0").glob("*.log"))
+    delivered = [h for seg in segments for _, h in iter_headers(seg.read_bytes())
+                 if not h.is_control and h.producer_id < 0]
+    assert sum(h.record_count for h in delivered) == 40
+    assert len(delivered) > 1 and max(h.size for h in delivered) <= 60000
+    assert {h.compression for h in delivered} == {3}  # lz4
 
 
 CONSUMER = """

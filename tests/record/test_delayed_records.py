@@ -16,14 +16,18 @@ from dmq.record.batch import (
     validate_batches,
 )
 from dmq.record.delayed import (
+    BATCH_OVERHEAD,
     DELAYED_TYPE,
     DelayedRecord,
     decode_delayed,
     decode_delivered,
     delivery,
+    delivery_chunks,
+    delivery_records,
     encode_delayed,
     encode_delivered,
     read_control_batch,
+    record_size_bound,
     split,
 )
 from dmq.record.records import decode_batch, encode_batch
@@ -180,3 +184,30 @@ def test_a_batch_without_headers_is_not_searched_for_delay_headers(monkeypatch: 
                         lambda records, header, pos: searched.append(pos) or real(records, header, pos))
     assert split(data, validated, NOW, MAX, compacted=False) is None
     assert searched == [len(plain)]
+
+
+delayed_records = st.builds(
+    DelayedRecord, deliver_at=st.integers(NOW, NOW + MAX), producer_id=st.just(-1),
+    timestamp=st.integers(0, NOW), key=st.none() | st.binary(max_size=300),
+    value=st.none() | st.binary(max_size=3000),
+    headers=st.lists(st.tuples(st.text(max_size=8), header_values), max_size=3))
+
+
+@SETTINGS
+@given(records=st.lists(delayed_records, min_size=1, max_size=40), limit=st.integers(100, 20_000),
+       codec=st.sampled_from([0, 1, 2, 3, 4]))
+def test_delivery_chunks_fit_the_limit_and_keep_every_record_in_order(
+        records: list[DelayedRecord], limit: int, codec: int) -> None:
+    entries = list(enumerate(records))
+    chunks = delivery_chunks(entries, limit)
+    assert [e for chunk in chunks for e in chunk] == entries
+    for chunk in chunks:
+        batch = delivery_records(chunk, codec)
+        header = parse_header(batch, 0)
+        assert header.size <= limit or len(chunk) == 1  # a record too large alone goes alone
+        assert header.compression in (0, codec)
+        assert [(r.key, r.value, r.timestamp) for r in decode_batch(batch)[1]] == \
+            [(r.key, r.value, r.timestamp) for _, r in chunk]
+        plain = encode_batch([(r.key, r.value, r.headers) for _, r in chunk],
+                             timestamps=[r.timestamp for _, r in chunk])
+        assert len(plain) <= sum(record_size_bound(r) for _, r in chunk) + BATCH_OVERHEAD

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from dmq.config import BrokerConfig, LogConfig
-from dmq.record.batch import InvalidRecordError, validate_batches
+from dmq.record.batch import BatchHeader, InvalidRecordError, validate_batches
 from dmq.record.records import decode_batch, encode_batch
 from dmq.replication.delayed import DelayedDelivery
 from dmq.replication.partition import Partition
@@ -189,3 +191,78 @@ def test_a_topic_deleted_and_created_between_two_ticks_delivers_its_own_records(
     rm.remove_partition("t", 0, delete=True)
     delivery.tick(T0 + 500)
     assert delivery._led == {}  # nothing kept for a partition no longer hosted
+
+
+def configured_leader(path: Path, **overrides: str) -> tuple[ReplicaManager, Partition]:
+    lm = LogManager(str(path), lambda t: LogConfig(BrokerConfig(), overrides))
+    lm.load_logs(lambda t, q: "id")
+    rm = ReplicaManager(1, lm)
+    return rm, rm.become_leader("t", 0, "id", 0, replicas=[1], isr=[1])
+
+
+def delivered_batches(p: Partition) -> list[tuple[BatchHeader, list[bytes]]]:
+    return [(h, [r.value or b"" for r in decode_batch(seg.read_batch(pos, h))[1]])
+            for seg, pos, h in p.log.batches_from(p.log.log_start_offset) if not h.is_control]
+
+
+def test_delivery_batches_keep_to_max_message_bytes(tmp_path: Path) -> None:
+    """500 records of 50 KB (one produce request each) due at once: delivered in batches a
+    consumer fetching max.message.bytes can take (not one 25 MB batch)."""
+    rm, p = leader(tmp_path)
+    values = [b"%03d" % i + b"x" * 50_000 for i in range(500)]
+    for i, v in enumerate(values):
+        produce(p, [(v, T0 + 10 + i)], T0)
+    delivery = DelayedDelivery(rm)
+    delivered = 0
+    for tick in range(10):  # a backlog this large takes a few ticks
+        delivered += delivery.tick(T0 + 1000 + tick * 100)
+    assert delivered == 500 and p.log.delayed.pending == 0
+    batches = delivered_batches(p)
+    assert max(h.size for h, _ in batches) <= p.log.config.max_message_bytes
+    assert [v for _, vs in batches for v in vs] == values  # once each, in deliver-time order
+
+
+def test_delivery_batches_are_compressed_with_the_topics_codec(tmp_path: Path) -> None:
+    rm, p = configured_leader(tmp_path, **{"compression.type": "gzip"})
+    values = [b"%d" % i + b"a" * 2000 for i in range(20)]
+    produce(p, [(v, T0 + 10) for v in values], T0)
+    assert DelayedDelivery(rm).tick(T0 + 100) == 20
+    batches = delivered_batches(p)
+    assert [h.compression for h, _ in batches] == [1]  # gzip
+    assert batches[0][0].size < 2000  # twenty 2 KB values of one letter, compressed
+    assert batches[0][1] == values
+
+
+@pytest.mark.parametrize("cut_after", range(1, 8))
+def test_a_delivery_torn_between_its_batches_is_finished_once(tmp_path: Path, cut_after: int) -> None:
+    """A delivery of several batches (each after its own DELIVERED marker): whichever batch a
+    follower copied last before it became the leader, every record is delivered once."""
+    rm, p = configured_leader(tmp_path / "old", **{"max.message.bytes": "3000"})
+    values = [b"%d" % i + b"v" * 1000 for i in range(6)]
+    produce(p, [(v, T0 + 10 + i) for i, v in enumerate(values)], T0)
+    DelayedDelivery(rm).tick(T0 + 100)
+    batches = p.log.batches_from(0)
+    # The DELAYED records, then three times a DELIVERED marker and a batch of two records.
+    assert [h.is_control for _, _, h in batches] == [True, True, False, True, False, True, False]
+    everything = p.log.read(0, 1 << 30, p.log.log_end_offset)
+    assert everything is not None
+    end = sum(h.size for _, _, h in batches[:cut_after])
+    lm = LogManager(str(tmp_path / "follower"), lambda t: LogConfig(BrokerConfig(), {"max.message.bytes": "3000"}))
+    lm.load_logs(lambda t, q: "id")
+    frm = ReplicaManager(2, lm)
+    fp = frm.become_follower("t", 0, "id", 1, 0, replicas=[1, 2], isr=[1, 2])[0]
+    fp.append_as_follower(everything.read()[:end], 0)
+    frm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[2])
+    delivery = DelayedDelivery(frm)
+    delivery.tick(T0 + 200)
+    delivery.tick(T0 + 300)
+    assert sorted(visible(fp)) == sorted(values)
+
+
+def test_a_record_larger_than_max_message_bytes_alone_is_delivered_in_its_own_batch(tmp_path: Path) -> None:
+    """It was accepted when produced (max.message.bytes lowered since, or compressed then)."""
+    rm, p = configured_leader(tmp_path, **{"max.message.bytes": "1000"})
+    values = [b"a", b"b" * 5000, b"c"]
+    produce(p, [(v, T0 + 10 + i) for i, v in enumerate(values)], T0)
+    assert DelayedDelivery(rm).tick(T0 + 100) == 3
+    assert [vs for _, vs in delivered_batches(p)] == [[b"a"], [b"b" * 5000], [b"c"]]
