@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import IntEnum
 from typing import Any
 
@@ -40,6 +41,9 @@ from dmq.protocol.extensions import (
     CheckTransactionsRequestV1,
     Resolution,
 )
+from dmq.record.batch import iter_headers
+from dmq.record.delayed import DELAYED_TYPE, decode_delayed, read_control_batch
+from dmq.record.records import decode_batch
 
 log = logging.getLogger("dmq.client.transactions")
 
@@ -51,6 +55,7 @@ RETRIABLE = (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
 # A coordinator that closed the connection on a CheckTransactions v1 poll (a broker from
 # before v1) is polled with v0 for this long before v1 is tried again.
 V0_RETRY_S = 300.0
+FETCH_BYTES = 4 << 20  # what the checker reads from a transaction's start (at least a batch)
 
 
 class TransactionResolution(IntEnum):
@@ -80,6 +85,43 @@ class HalfMessage:
 
 class TransactionError(RuntimeError):
     pass
+
+
+FetchedRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]  # offset, key, value, headers
+
+
+def first_record(data: bytes, start: int, producer_id: int) -> FetchedRecord | None:
+    """The first record of ``producer_id``'s transaction that starts at offset ``start``,
+    from the batches ``data`` a read_uncommitted Fetch at ``start`` returned; None when
+    they do not hold it.
+
+    The batch at ``start`` is the producer's first of the transaction. A record of it
+    taken out for delayed delivery (docs/delayed-delivery.md) is in the DELAYED control
+    batch that follows, naming the producer; a batch all of whose records were taken out
+    is left empty. Another producer's records are never the answer (a consumer reading
+    from ``start`` skips the control batch and the empty one, and returns whatever
+    record comes next)."""
+    for pos, header in iter_headers(data):
+        if header.last_offset < start:
+            continue
+        batch = data[pos : pos + header.size]
+        if header.is_control and header.producer_id < 0:
+            for delta, control_type, value in read_control_batch(batch):
+                if control_type != DELAYED_TYPE or value is None:
+                    continue
+                held = decode_delayed(value)
+                if held.producer_id == producer_id:
+                    return (header.base_offset + delta, held.key, held.value,
+                            [(k, v if v is not None else b"") for k, v in held.headers])
+            continue
+        if header.producer_id != producer_id or header.is_control:
+            if header.base_offset <= start:
+                return None  # the batch at start is not the producer's: not its transaction
+            continue
+        for r in decode_batch(batch)[1]:
+            if r.offset >= start:
+                return r.offset, r.key, r.value, [(k, v if v is not None else b"") for k, v in r.headers]
+    return None
 
 
 def _bootstrap(servers: str) -> list[tuple[str, int]]:
@@ -373,7 +415,7 @@ class _Checker(threading.Thread):
                            int(txn.producer_epoch), int(txn.checks))
 
     def _read(self, txn: Any, topic: str, partition: int) -> HalfMessage | None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer
 
         if self.consumer is None:
             self.consumer = Consumer({**self.consumer_config, "group.id": f"__dmq_checker/{self.producer.group}",
@@ -384,30 +426,40 @@ class _Checker(threading.Thread):
         if leader_id not in meta.brokers:  # no leader just now (-1): read on the next check
             return None
         leader = meta.brokers[leader_id]
+        deadline = time.monotonic() + self.fetch_timeout
         with WireClient(leader.host, leader.port, "dmq-checker", timeout=self.fetch_timeout) as c:
             module = request_module(61, 0)
             resp = c.request(make(module.DescribeProducersRequest, topics=(
                 make(module.TopicRequest, name=topic, partition_indexes=(partition,)),)))
-        start = -1
-        for t in resp.topics:
-            for p in t.partitions:
-                for producer in p.active_producers:
-                    if int(producer.producer_id) == int(txn.producer_id):
-                        start = int(producer.current_txn_start_offset)
-        if start < 0:
-            return None
-        self.consumer.assign([TopicPartition(topic, partition, start)])
-        deadline = time.monotonic() + self.fetch_timeout
-        try:
+            start = -1
+            for t in resp.topics:
+                for p in t.partitions:
+                    for producer in p.active_producers:
+                        if int(producer.producer_id) == int(txn.producer_id):
+                            start = int(producer.current_txn_start_offset)
+            if start < 0:
+                return None
+            # A Fetch of its own, not a consumer: a consumer skips the control batch holding a
+            # delayed half message and returns the next record, whoever produced it.
+            fetch = request_module(1, 12)
             while time.monotonic() < deadline:
-                msg = self.consumer.poll(0.2)
-                if msg is None or msg.error() is not None:
-                    continue
-                if msg.topic() == topic and msg.partition() == partition and msg.offset() >= start:
-                    return HalfMessage(topic, partition, msg.offset(), msg.key(), msg.value(),
-                                       list(msg.headers() or []), txn.transactional_id, int(txn.producer_id),
-                                       int(txn.producer_epoch), int(txn.checks))
-        finally:
-            self.consumer.unassign()
+                answer = c.request(make(
+                    fetch.FetchRequest, replica_id=-1, max_wait=timedelta(milliseconds=200), min_bytes=1,
+                    max_bytes=FETCH_BYTES, isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                    forgotten_topics_data=(), topics=(make(fetch.FetchTopic, topic=topic, partitions=(
+                        make(fetch.FetchPartition, partition=partition, fetch_offset=start,
+                             partition_max_bytes=FETCH_BYTES, current_leader_epoch=-1, log_start_offset=-1,
+                             last_fetched_epoch=-1),)),)))
+                data = b"".join(bytes(p.records or b"") for t in answer.responses for p in t.partitions
+                                if p.error_code == ErrorCode.none)
+                found = first_record(data, start, int(txn.producer_id))
+                if found is not None:
+                    offset, key, value, headers = found
+                    return HalfMessage(topic, partition, offset, key, value, headers, txn.transactional_id,
+                                       int(txn.producer_id), int(txn.producer_epoch), int(txn.checks))
+                if any(p.error_code != ErrorCode.none for t in answer.responses for p in t.partitions):
+                    return None
+                if any(h.last_offset >= start for _, h in iter_headers(data)):
+                    return None  # read past where it would be: not there
         return None
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 from support.broker import BrokerProcess
@@ -322,3 +322,28 @@ def test_the_checker_is_not_shown_the_next_transactions_record(slow_check_broker
             if checker.consumer is not None:
                 checker.consumer.close()
     assert committed_keys(broker) == [b"1", b"2"]
+
+
+def test_a_delayed_half_message_is_the_one_the_checker_is_shown(half_broker: BrokerProcess) -> None:
+    """A half message with a delay header is taken out of its batch (held in a control batch
+    until its time); the checker was shown the next record of the partition, another
+    producer's, and answered for the order from that."""
+    asked: list[HalfMessage] = []
+
+    def check(message: HalfMessage) -> TransactionResolution:
+        asked.append(message)
+        return TransactionResolution.COMMIT
+
+    config = {"bootstrap.servers": half_broker.bootstrap, "producer.group": "orders", "log_level": 0}
+    with TransactionProducer(config) as producer:
+        txn = producer.begin()
+        txn.send(TOPIC, key=b"order-42", value=b"remind", partition=0,
+                 headers=[("dmq-delay-ms", b"60000"), ("trace", b"t1")])
+        assert producer.kafka.flush(30) == 0
+        other = Producer({"bootstrap.servers": half_broker.bootstrap, "log_level": 0})
+        other.produce(TOPIC, key=b"someone-else", value=b"x", partition=0)
+        assert other.flush(10) == 0
+        with TransactionProducer({**config, "check.poll.interval.ms": 200}, checker=check):
+            wait_for(lambda: describe(half_broker)[producer.transactional_id][0] == "CompleteCommit", 20,
+                     "the check")
+    assert [(m.key, m.value, m.headers) for m in asked] == [(b"order-42", b"remind", [("trace", b"t1")])]
