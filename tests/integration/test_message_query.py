@@ -282,3 +282,24 @@ def test_a_delayed_record_is_found_once_delivered(broker: BrokerProcess, topic_n
         assert time.monotonic() < deadline, "the delayed record was not delivered"
         time.sleep(0.2)
     assert [r.value for r in found] == [b"v", b"now"] and found[0].offset > found[1].offset
+
+
+def test_a_delivered_delayed_record_is_found_by_key_not_by_its_time(broker: BrokerProcess) -> None:
+    """docs/message-query.md: it keeps its CreateTime and gets an offset after the records
+    produced while it waited, so a time range holding its timestamp ends before it."""
+    topic = "delayed-query"
+    create(broker, topic, 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    t = int(time.time() * 1000)
+    p.produce(topic, key=b"late", value=b"x", timestamp=t, headers=[("dmq-deliver-at", str(t + 1500).encode())])
+    p.flush(10)
+    for i in range(3):
+        p.produce(topic, key=b"other-%d" % i, value=b"y", timestamp=t + 100 + i)
+        p.flush(10)
+    deadline = time.monotonic() + 20
+    while not query_records(broker.bootstrap, topic, key=b"late").records and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (found,) = query_records(broker.bootstrap, topic, key=b"late").records
+    assert found.timestamp == t and found.offset > 3  # its CreateTime, an offset after the others
+    window = query_records(broker.bootstrap, topic, start_timestamp=t, end_timestamp=t + 50).records
+    assert [r.key for r in window] == []  # its timestamp is in the range, it is not returned
