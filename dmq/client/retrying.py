@@ -15,7 +15,9 @@ says how it went:
 Offsets: a record's offset is stored (and auto-committed, as
 ``enable.auto.offset.store=false`` does) only once it is acked or its copy in
 the retry or dead-letter topic is acknowledged by the broker. A crash in
-between consumes it again: at least once, never lost. A retry-topic partition
+between consumes it again: at least once, never lost. Acks may come in any
+order: the offset stored is the partition's lowest record polled and not yet
+done (a later record's ack does not commit an earlier one). A retry-topic partition
 the group has no committed offset for is read from its beginning, whatever
 ``auto.offset.reset`` says (as RocketMQ starts a %RETRY% queue at 0): copies
 delivered while no member read it are not skipped.
@@ -138,6 +140,12 @@ class RetryingConsumer:
                                   "linger.ms": 5, **{k: v for k, v in conf.items()
                                                      if k.startswith(("security.", "sasl.", "ssl."))}})
         self._topics: list[str] = []
+        # Per partition read: the offsets polled and not yet acked or retried, and the
+        # offset stored last. What is stored is the lowest still in flight (RocketMQ commits
+        # the lowest offset being consumed), so acking a later record does not commit an
+        # earlier one still being worked on.
+        self._in_flight: dict[tuple[str, int], set[int]] = {}
+        self._done_upto: dict[tuple[str, int], int] = {}
         # The rebalance callbacks assign incrementally under the cooperative protocols.
         self._incremental = "cooperative" in str(conf.get("partition.assignment.strategy", "")) \
             or str(conf.get("group.protocol", "classic")).lower() == "consumer"
@@ -153,6 +161,9 @@ class RetryingConsumer:
         user_on_assign = kwargs.pop("on_assign", None)
 
         def on_assign(consumer: Any, partitions: list[TopicPartition]) -> None:
+            for tp in partitions:  # read afresh from the committed offsets
+                self._in_flight.pop((tp.topic, tp.partition), None)
+                self._done_upto.pop((tp.topic, tp.partition), None)
             self._start_retry_partitions(partitions)
             if user_on_assign is not None:
                 user_on_assign(consumer, partitions)
@@ -201,6 +212,8 @@ class RetryingConsumer:
             if err.code() == KafkaError._PARTITION_EOF:
                 return None
             raise KafkaException(err)
+        polled: Any = m
+        self._in_flight.setdefault((polled.topic(), polled.partition()), set()).add(polled.offset())
         return _record(m)
 
     # -------------------------------------------------------------- outcomes
@@ -250,9 +263,18 @@ class RetryingConsumer:
     # --------------------------------------------------------------- helpers
 
     def _store(self, record: Record) -> None:
+        """``record`` is done: store the partition's offset up to the lowest record still in
+        flight (or past every record done when none is)."""
         m: Any = record.message
-        if m is not None:
-            self.consumer.store_offsets(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1)])
+        if m is None:
+            return
+        key = (m.topic(), m.partition())
+        in_flight = self._in_flight.get(key, set())
+        in_flight.discard(m.offset())
+        done = max(self._done_upto.get(key, -1), m.offset() + 1)
+        self._done_upto[key] = done
+        target = min(in_flight) if in_flight else done
+        self.consumer.store_offsets(offsets=[TopicPartition(m.topic(), m.partition(), target)])
 
     def _send(self, topic: str, record: Record, headers: list[tuple[str, bytes]]) -> None:
         errors: list[Any] = []

@@ -189,3 +189,31 @@ def test_copies_sent_while_no_member_read_the_retry_topic_are_not_skipped(
     finally:
         third.close()
     assert leftover == []
+
+
+def test_acking_a_later_record_does_not_commit_an_earlier_one_still_in_flight(
+        broker: BrokerProcess, topic_name: str) -> None:
+    setup(broker.bootstrap, topic_name, 3)
+    group = f"o-{topic_name[-30:]}"
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+              "log_level": 0}
+    first = RetryingConsumer(config)
+    first.subscribe([topic_name])
+    got: list[Record] = []
+    try:
+        consume(first, 20, got.append, lambda: len(got) == 3)
+        assert [r.value for r in got] == [b"0", b"1", b"2"]
+        first.ack(got[0])
+        first.ack(got[2])  # done before record 1, which is still being worked on
+        first.commit()
+    finally:
+        first.close()  # a crash before record 1 is done
+    again: list[Record] = []
+    second = RetryingConsumer(config)
+    second.subscribe([topic_name])
+    try:
+        consume(second, 20, lambda r: (again.append(r), second.ack(r)), lambda: len(again) >= 2)
+    finally:
+        second.close()
+    # Record 1 is consumed again (and 2 with it: at least once); 0 is not.
+    assert [r.value for r in again] == [b"1", b"2"]
