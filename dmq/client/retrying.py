@@ -26,7 +26,8 @@ Headers a retried record carries (the record's own headers are kept first):
 
     dmq-origin-topic / dmq-origin-partition / dmq-origin-offset   where it was first produced
     dmq-retry-count        attempts failed so far
-    dmq-retry-history      one per failed attempt: "<epoch ms> <reason>"
+    dmq-retry-history      one per failed attempt, the newest 8: "<epoch ms> <reason>" (200
+                           characters of it); fewer when the record would be too large
     dmq-delay-ms           the wait before the next attempt (retry topic only)
 
 ``dmq retry redrive --group G`` (``redrive``) puts dead letters back into their
@@ -59,6 +60,10 @@ RETRY_COUNT = "dmq-retry-count"
 RETRY_HISTORY = "dmq-retry-history"
 DELAY_MS = "dmq-delay-ms"
 OWN_HEADERS = (ORIGIN_TOPIC, ORIGIN_PARTITION, ORIGIN_OFFSET, RETRY_COUNT, RETRY_HISTORY, DELAY_MS)
+HISTORY_MAX = 8  # the newest entries of the history a record carries
+HISTORY_REASON_CHARS = 200  # of each reason
+# A record too large for its target topic (librdkafka's own check or the broker's).
+TOO_LARGE = (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
 
 # RocketMQ's delay levels from the third on (a consumer's first retry waits 10 s): 16 retries.
 ROCKETMQ_RETRY_DELAYS_MS = (10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
@@ -227,18 +232,30 @@ class RetryingConsumer:
         dead-letter topic once it failed ``max.retries`` times; returns the topic it went
         to. Blocks until the broker has it, then stores the offset."""
         failed = record.retries + 1
-        history = [*record.history, f"{int(time.time() * 1000)} {reason}".strip()]
-        headers: list[tuple[str, bytes]] = [
-            *record.headers, (ORIGIN_TOPIC, record.topic.encode()),
-            (ORIGIN_PARTITION, str(record.partition).encode()), (ORIGIN_OFFSET, str(record.offset).encode()),
-            (RETRY_COUNT, str(failed).encode()), *((RETRY_HISTORY, h.encode()) for h in history)]
+        entry = f"{int(time.time() * 1000)} {reason[:HISTORY_REASON_CHARS]}".strip()
+        history = [*record.history, entry][-HISTORY_MAX:]
         if failed > self.max_retries:
             target = self.dead_letter_topic
+            delay: list[tuple[str, bytes]] = []
         else:
             target = self.retry_topic
-            delay = self.delays[min(failed - 1, len(self.delays) - 1)]
-            headers.append((DELAY_MS, str(delay).encode()))
-        self._send(target, record, headers)
+            delay = [(DELAY_MS, str(self.delays[min(failed - 1, len(self.delays) - 1)]).encode())]
+        # A record near its topic's size limit may not take its history along: then it goes
+        # with the newest entry alone, then with none, rather than not at all.
+        for kept in (history, history[-1:], []):
+            headers: list[tuple[str, bytes]] = [
+                *record.headers, (ORIGIN_TOPIC, record.topic.encode()),
+                (ORIGIN_PARTITION, str(record.partition).encode()), (ORIGIN_OFFSET, str(record.offset).encode()),
+                (RETRY_COUNT, str(failed).encode()), *((RETRY_HISTORY, h.encode()) for h in kept), *delay]
+            try:
+                self._send(target, record, headers)
+                break
+            except KafkaException as e:
+                if e.args[0].code() not in TOO_LARGE or not kept:
+                    raise
+                log.warning("group %s: %s[%d] offset %d is too large for %s with %d history entries; "
+                            "sending it with fewer", self.group, record.topic, record.partition, record.offset,
+                            target, len(kept))
         self._store(record)
         return target
 

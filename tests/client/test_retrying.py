@@ -217,3 +217,37 @@ def test_acking_a_later_record_does_not_commit_an_earlier_one_still_in_flight(
         second.close()
     # Record 1 is consumed again (and 2 with it: at least once); 0 is not.
     assert [r.value for r in again] == [b"1", b"2"]
+
+
+def test_a_record_near_the_size_limit_is_retried_without_its_history(
+        broker: BrokerProcess, topic_name: str) -> None:
+    """Each retry added a history header: a record near the retry topic's limit could not be
+    sent there at all (retry() raised and the record came back forever)."""
+    group = f"s-{topic_name[-30:]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1), NewTopic(retry_topic(group), 1, 1, config={
+        "max.message.bytes": "2500"})])[retry_topic(group)].result(15)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic_name, key=b"k", value=b"v" * 2000)
+    assert p.flush(10) == 0
+    c = RetryingConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "log_level": 0,
+                          "auto.offset.reset": "earliest", "retry.delays.ms": "0", "max.retries": 20})
+    c.subscribe([topic_name])
+    seen: list[Record] = []
+
+    def handle(r: Record) -> None:
+        seen.append(r)
+        if r.retries < 12:
+            assert c.retry(r, "x" * 300 if r.retries == 11 else f"attempt {r.retries + 1}") == c.retry_topic
+        else:
+            c.ack(r)
+
+    try:
+        consume(c, 40, handle, lambda: bool(seen) and seen[-1].retries == 12)
+    finally:
+        c.close()
+    assert [r.retries for r in seen] == list(range(13))
+    assert all(len(r.history) <= 8 for r in seen)  # the newest 8 kept
+    assert seen[11].history[-1].endswith("attempt 11")
+    # With the long reason (cut to 200 characters) it fitted only with fewer entries.
+    assert len(seen[12].history) < 8 and seen[12].history[-1].endswith(" " + "x" * 200)
