@@ -32,6 +32,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from dmq.client.security import client_settings
 from dmq.client.wire import WireClient
 from dmq.protocol.codec import make, request_class, request_module
 from dmq.protocol.extensions import (
@@ -257,6 +258,11 @@ class _Checker(threading.Thread):
         self.consumer_config = {
             k: v for k, v in kafka_config.items()
             if k in ("bootstrap.servers", "client.id", "log_level") or k.startswith(("security.", "sasl.", "ssl."))}
+        # The same TLS/SASL settings for the checker's own connections (coordinator polls,
+        # DescribeProducers, the fetch of the checked record): without them it could not
+        # talk to a secured listener, and no check was ever answered.
+        self.security = client_settings({k: str(v) for k, v in self.consumer_config.items()
+                                         if k.startswith(("security.", "sasl.", "ssl."))}).security
         self.stopping = threading.Event()
         self.coordinator: WireClient | None = None
         self.coordinator_address: tuple[str, int] | None = None
@@ -302,7 +308,7 @@ class _Checker(threading.Thread):
         last: Exception | None = None
         for host, port in self.producer.bootstrap:
             try:
-                with WireClient(host, port, "dmq-checker", timeout=10) as c:
+                with WireClient(host, port, "dmq-checker", timeout=10, security=self.security) as c:
                     found = c.request(make(request_class(10, 4), key_type=1,
                                            coordinator_keys=(self.producer.transactional_id,)))
             except OSError as e:
@@ -312,7 +318,7 @@ class _Checker(threading.Thread):
             if coordinator.error_code != ErrorCode.none:
                 raise TransactionError(f"no transaction coordinator: {coordinator.error_code.name}")
             self.coordinator_address = (coordinator.host, int(coordinator.port))
-            return WireClient(coordinator.host, coordinator.port, "dmq-checker", timeout=30)
+            return WireClient(coordinator.host, coordinator.port, "dmq-checker", timeout=30, security=self.security)
         raise TransactionError(f"no broker of bootstrap.servers answered: {last}")
 
     def _v1(self) -> bool:
@@ -427,7 +433,7 @@ class _Checker(threading.Thread):
             return None
         leader = meta.brokers[leader_id]
         deadline = time.monotonic() + self.fetch_timeout
-        with WireClient(leader.host, leader.port, "dmq-checker", timeout=self.fetch_timeout) as c:
+        with WireClient(leader.host, leader.port, "dmq-checker", timeout=self.fetch_timeout, security=self.security) as c:
             module = request_module(61, 0)
             resp = c.request(make(module.DescribeProducersRequest, topics=(
                 make(module.TopicRequest, name=topic, partition_indexes=(partition,)),)))

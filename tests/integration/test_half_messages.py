@@ -347,3 +347,34 @@ def test_a_delayed_half_message_is_the_one_the_checker_is_shown(half_broker: Bro
             wait_for(lambda: describe(half_broker)[producer.transactional_id][0] == "CompleteCommit", 20,
                      "the check")
     assert [(m.key, m.value, m.headers) for m in asked] == [(b"order-42", b"remind", [("trace", b"t1")])]
+
+
+def test_a_checker_on_a_sasl_listener_answers_checks(tmp_path: Path) -> None:
+    """The checker's own connections (coordinator polls, the read of the checked record)
+    use the producer's TLS/SASL settings: they connected in plaintext, the SASL listener
+    closed them, and no check was ever answered on a secured cluster."""
+    from support.security import plain_conf, start_secure_broker
+
+    secure = start_secure_broker(tmp_path, **{
+        "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "500",
+        "transaction.check.max": "3"})
+    try:
+        admin = AdminClient({"bootstrap.servers": secure.proc.bootstrap})
+        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
+        table = tmp_path / "orders-table"
+        table.mkdir()
+        asked: list[HalfMessage] = []
+
+        def check(message: HalfMessage) -> TransactionResolution:
+            asked.append(message)
+            return TransactionResolution.COMMIT
+
+        with TransactionProducer({**plain_conf(secure), "producer.group": "orders",
+                                  "check.poll.interval.ms": 200}, checker=check):
+            txn_id = crash_producer(secure.proc, "44", "commit", table)
+            wait_for(lambda: describe(secure.proc).get(txn_id, ("",))[0] == "CompleteCommit", 30,
+                     "the check over SASL_PLAINTEXT")
+        assert [m.key for m in asked] == [b"44"]
+        assert committed_keys(secure.proc) == [b"44"]
+    finally:
+        secure.proc.close()
