@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import cached_property
 from typing import Any
 
 LONG_MAX = 2**63 - 1
@@ -597,7 +598,11 @@ _CODECS = {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 class LogConfig:
-    """Effective configuration of one topic's logs: topic overrides over broker defaults."""
+    """Effective configuration of one topic's logs: topic overrides over broker defaults.
+
+    Immutable once made (a change of the topic's configs makes a new one): its derived
+    values are computed on first use and kept, as the append path reads several per
+    produce."""
 
     def __init__(self, broker: BrokerConfig, overrides: Mapping[str, str] | None = None) -> None:
         self.broker = broker
@@ -610,38 +615,38 @@ class LogConfig:
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
-    @property
+    @cached_property
     def segment_bytes(self) -> int:
         return int(self._values["segment.bytes"])
 
-    @property
+    @cached_property
     def file_delete_delay_s(self) -> float:
         """How long a deleted or replaced segment's descriptor stays open (file.delete.delay.ms)."""
         return int(self._values["file.delete.delay.ms"]) / 1000.0
 
-    @property
+    @cached_property
     def segment_ms(self) -> int:
         return int(self._values["segment.ms"])
 
-    @property
+    @cached_property
     def retention_ms(self) -> int:
         return int(self._values["retention.ms"])
 
-    @property
+    @cached_property
     def retention_bytes(self) -> int:
         return int(self._values["retention.bytes"])
 
-    @property
+    @cached_property
     def max_message_bytes(self) -> int:
         return int(self._values["max.message.bytes"])
 
-    @property
+    @cached_property
     def compression_codec(self) -> int | None:
         """The codec produced batches are stored with (compression.type: 0 uncompressed, 1
         gzip, 2 snappy, 3 lz4, 4 zstd); None for ``producer``: as the producer sent them."""
         return _CODECS.get(str(self._values["compression.type"]))
 
-    @property
+    @cached_property
     def compression_level(self) -> int | None:
         """The level of ``compression_codec`` (compression.gzip/lz4/zstd.level; None: the
         codec's default, or a codec without levels)."""
@@ -651,36 +656,36 @@ class LogConfig:
         level = int(self._values[f"compression.{name}.level"])
         return None if name == "gzip" and level == -1 else level
 
-    @property
+    @cached_property
     def index_interval_bytes(self) -> int:
         return int(self._values["index.interval.bytes"])
 
-    @property
+    @cached_property
     def flush_messages(self) -> int:
         return int(self._values["flush.messages"])
 
-    @property
+    @cached_property
     def flush_ms(self) -> int:
         return int(self._values["flush.ms"])
 
-    @property
+    @cached_property
     def log_append_time(self) -> bool:
         return bool(self._values["message.timestamp.type"] == "LogAppendTime")
 
-    @property
+    @cached_property
     def timestamp_before_max_ms(self) -> int:
         """How far in the past a CreateTime record's timestamp may lie (Kafka's
         getMessageTimestampBeforeMaxMs: the deprecated difference limit where unset)."""
         before = int(self._values["message.timestamp.before.max.ms"])
         return before if before != LONG_MAX else int(self._values["message.timestamp.difference.max.ms"])
 
-    @property
+    @cached_property
     def timestamp_after_max_ms(self) -> int:
         """How far in the future a CreateTime record's timestamp may lie."""
         after = int(self._values["message.timestamp.after.max.ms"])
         return after if after != LONG_MAX else int(self._values["message.timestamp.difference.max.ms"])
 
-    @property
+    @cached_property
     def max_segment_ms(self) -> int:
         """segment.ms, capped at max.compaction.lag.ms on a compacted topic so that records
         leave the active segment (which is never cleaned) in time (Kafka's maxSegmentMs)."""
@@ -694,23 +699,23 @@ class LogConfig:
         jitter = int(self._values["segment.jitter.ms"])
         return 0 if jitter == 0 else random.randrange(min(jitter, self.max_segment_ms))
 
-    @property
+    @cached_property
     def min_compaction_lag_ms(self) -> int:
         return int(self._values["min.compaction.lag.ms"])
 
-    @property
+    @cached_property
     def max_compaction_lag_ms(self) -> int:
         return int(self._values["max.compaction.lag.ms"])
 
-    @property
+    @cached_property
     def delayed_delivery_enable(self) -> bool:
         return bool(self._values["delayed.delivery.enable"])
 
-    @property
+    @cached_property
     def delayed_delivery_max_ms(self) -> int:
         return int(self._values["delayed.delivery.max.ms"])
 
-    @property
+    @cached_property
     def cleanup_policy(self) -> list[str]:
         return list(self._values["cleanup.policy"])
 
