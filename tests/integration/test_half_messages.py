@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +39,27 @@ from dmq.protocol.extensions import (
 
 TOPIC = "orders"
 
-@pytest.fixture
-def half_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path / "data", overrides={
-        "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "500",
-        "transaction.check.max": "3", "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300",
-    }).start()
+# Checks 1 s after a transaction begins, every 0.5 s after that, three at the most.
+QUICK_CHECKS = {"transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "500",
+                "transaction.check.max": "3"}
+
+
+@contextmanager
+def with_orders_topic(broker: BrokerProcess) -> Iterator[BrokerProcess]:
+    """A started broker with the one-partition orders topic, closed after its test."""
     try:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
         yield broker
     finally:
         broker.close()
+
+
+@pytest.fixture
+def half_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    with with_orders_topic(BrokerProcess(tmp_path / "data", overrides={
+            **QUICK_CHECKS, "transaction.abort.timed.out.transaction.cleanup.interval.ms": "300"}).start()) as broker:
+        yield broker
 
 
 def committed_keys(broker: BrokerProcess, settle: float = 1.0) -> list[bytes]:
@@ -229,15 +239,9 @@ def test_the_readme_example_runs(half_broker: BrokerProcess) -> None:
 @pytest.fixture
 def slow_check_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """Checks 1 s after a transaction begins, then only every minute."""
-    broker = BrokerProcess(tmp_path / "data", overrides={
-        "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "60000",
-    }).start()
-    try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
+    with with_orders_topic(BrokerProcess(tmp_path / "data", overrides={
+            "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "60000"}).start()) as broker:
         yield broker
-    finally:
-        broker.close()
 
 
 def poll_checks(c: WireClient, answers: tuple[Any, ...] = (), v0: bool = False) -> list[Any]:
@@ -355,12 +359,8 @@ def test_a_checker_on_a_sasl_listener_answers_checks(tmp_path: Path) -> None:
     closed them, and no check was ever answered on a secured cluster."""
     from support.security import plain_conf, start_secure_broker
 
-    secure = start_secure_broker(tmp_path, **{
-        "transaction.check.delay.ms": "1000", "transaction.check.interval.ms": "500",
-        "transaction.check.max": "3"})
-    try:
-        admin = AdminClient({"bootstrap.servers": secure.proc.bootstrap})
-        admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(15)
+    secure = start_secure_broker(tmp_path, **QUICK_CHECKS)
+    with with_orders_topic(secure.proc):
         table = tmp_path / "orders-table"
         table.mkdir()
         asked: list[HalfMessage] = []
@@ -376,5 +376,3 @@ def test_a_checker_on_a_sasl_listener_answers_checks(tmp_path: Path) -> None:
                      "the check over SASL_PLAINTEXT")
         assert [m.key for m in asked] == [b"44"]
         assert committed_keys(secure.proc) == [b"44"]
-    finally:
-        secure.proc.close()
