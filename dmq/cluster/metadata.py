@@ -141,6 +141,9 @@ class MetadataStore(ABC):
     """
 
     cluster_id: str
+    # This broker's registration as it made it (None before it registered). Kept while the
+    # cache of registrations lacks it: after a lost session, until it is registered again.
+    registration: BrokerInfo | None = None
 
     @abstractmethod
     def topics(self) -> dict[str, TopicMetadata]: ...
@@ -355,6 +358,7 @@ class EmbeddedMetadataStore(MetadataStore):
 
     async def register_broker(self, info: BrokerInfo, wait_s: float | None = None) -> None:
         self._brokers[info.broker_id] = info
+        self.registration = info
 
     async def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                            configs: dict[str, str], assignment: dict[int, list[int]] | None = None

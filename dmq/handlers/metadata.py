@@ -17,7 +17,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from dmq.cluster.metadata import MetadataError, TopicMetadata, validate_topic_name
+from dmq.cluster.metadata import (
+    BrokerInfo,
+    MetadataError,
+    MetadataStore,
+    TopicMetadata,
+    validate_topic_name,
+)
 from dmq.handlers.authorize import (
     NOT_REQUESTED,
     AclOperation,
@@ -74,6 +80,21 @@ def _topic_entry(services: BrokerServices, schema: Any, topic: TopicMetadata, li
 def _error_entry(schema: Any, name: str | None, topic_id: uuid.UUID | None, error: ErrorCode) -> Any:
     return make(schema.MetadataResponseTopic, error_code=error, name=name,
                 topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=())
+
+
+def _listed_brokers(store: MetadataStore) -> list[BrokerInfo]:
+    """The registered brokers, and this broker while its own registration is missing from
+    the cache (its old session expired, its new one has not registered it yet): clients
+    drop every broker a Metadata answer leaves out (librdkafka from 2.10), and an answer
+    without the one broker they reach left them none to ask for minutes (until their
+    metadata.recovery.rebootstrap.trigger.ms). A Kafka broker's cache holds itself too:
+    the controller stops sending updates to a broker it takes for gone. Its partitions
+    still show no leader until it is registered (``live``)."""
+    listed = store.brokers()
+    own = store.registration
+    if own is not None and all(b.broker_id != own.broker_id for b in listed):
+        listed = sorted([*listed, own], key=lambda b: b.broker_id)
+    return listed
 
 
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
@@ -146,7 +167,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     brokers = tuple(
         make(schema.MetadataResponseBroker, node_id=b.broker_id, host=host, port=port,
              rack=b.rack)
-        for b in store.brokers() for host, port in (b.endpoint(ctx.listener),)
+        for b in _listed_brokers(store) for host, port in (b.endpoint(ctx.listener),)
     )
     cluster_operations = NOT_REQUESTED
     if getattr(request, "include_cluster_authorized_operations", False):  # v8-10

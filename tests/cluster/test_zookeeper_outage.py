@@ -183,3 +183,45 @@ def assert_no_error(resp: Any) -> None:
                 for item in value:
                     walk(item)
     walk(resp)
+
+
+def test_a_client_keeps_the_broker_it_asks_while_its_registration_is_missing(tmp_path: Path) -> None:
+    """Between the expiry of a broker's old session and its registration in the new one, its
+    cache holds no registration of itself. Its Metadata answers listed no broker at all
+    (one broker in the cluster): librdkafka (2.10 on) drops every broker such an answer
+    leaves out, and then had none to ask for up to metadata.recovery.rebootstrap.trigger.ms
+    (5 min) — seen as a flaky test_a_connection_dropped_during_the_sasl_login_is_retried,
+    whose admin client failed with "Broker transport failure" for good while the broker
+    served. The answering broker now always lists itself (a Kafka broker's cache holds
+    itself too: the controller stops updating a broker it takes for gone)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+    from kazoo.client import KazooClient
+
+    c = Cluster(tmp_path, size=1).start()
+    zk = KazooClient(hosts=c.zookeeper.connect, timeout=5)
+    zk.start(timeout=15)
+    try:
+        c.create_topic("kept", partitions=1, rf=1)
+        client = AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0})
+        assert client.list_topics("kept", timeout=10).topics["kept"].partitions[0].leader == 1
+        # The broker's registration goes (as it does when its session expires) and comes
+        # back (as its new session registers it), the broker serving all along.
+        registration, _ = zk.get("/dmq/brokers/ids/1")
+        zk.delete("/dmq/brokers/ids/1")
+        c.wait_for(lambda: -1 == AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0}).list_topics(
+            "kept", timeout=10).topics["kept"].partitions[0].leader, "the broker's cache without its registration")
+        seen = client.list_topics(timeout=10)  # the client is told the cluster as it stands now
+        assert 1 in seen.brokers
+        zk.create("/dmq/brokers/ids/1", registration, ephemeral=True)
+        c.wait_for(lambda: 1 == AdminClient({"bootstrap.servers": c.bootstrap, "log_level": 0}).list_topics(
+            "kept", timeout=10).topics["kept"].partitions[0].leader, "the registration back in the broker's cache")
+        try:
+            leader = client.list_topics("kept", timeout=10).topics["kept"].partitions[0].leader
+        except KafkaException as e:
+            raise AssertionError(f"the client lost the broker: {e}") from None
+        assert leader == 1
+    finally:
+        zk.stop()
+        zk.close()
+        c.stop()
