@@ -12,7 +12,10 @@ below the last stable offset, aborted transactions left out; ``kafka.isolation.l
 are skipped; deleted offsets (retention, DeleteRecords) and a log that ends
 before ``end`` are data loss (an error unless failOnDataLoss=false); a leader
 change or a broker restart is retried; no progress for ``poll_timeout_ms`` fails
-the task.
+the task. Like Spark's consumer, a task that finds no records visible below
+``end`` waits for them up to ``poll_timeout_ms`` (a new leader's high watermark
+can lag behind the old one's for a moment) and only then asks for the
+partition's earliest and latest offsets to decide whether they are lost.
 """
 
 from __future__ import annotations
@@ -201,10 +204,13 @@ def read_offsets(fetcher: PartitionFetcher, start: int, end: int, *, include_hea
     topic, partition = fetcher.topic, fetcher.partition
     read_committed = fetcher.isolation == READ_COMMITTED
 
+    def overdue() -> bool:
+        return time.monotonic() - last_progress > poll_timeout_ms / 1000
+
     def stalled(why: str) -> None:
         nonlocal backoff, last_error
         last_error = why
-        if time.monotonic() - last_progress > poll_timeout_ms / 1000:
+        if overdue():
             raise RuntimeError(
                 f"reading {describe}: nothing from {fetcher.bootstrap_servers} "
                 f"for {poll_timeout_ms / 1000:g} s at offset {position} (of [{start}, {end})); is the "
@@ -249,10 +255,30 @@ def read_offsets(fetcher: PartitionFetcher, start: int, end: int, *, include_hea
                 stable = answer.high_watermark
                 if read_committed and answer.last_stable_offset >= 0:
                     stable = answer.last_stable_offset
-                if position >= stable >= 0:  # the end of the log: nothing more is coming
-                    if position < end:
-                        data_loss(f"the log ends at {position}")
-                    return
+                if position >= stable >= 0:
+                    # Nothing visible at ``position`` yet, below the planned end. A new leader's
+                    # high watermark can lag behind the old one's for a moment after a failover:
+                    # wait for the records as Spark's consumer polls for them, and only after the
+                    # poll timeout ask for the partition's offsets to decide whether they are gone.
+                    if not overdue():
+                        stalled(f"no records visible at {position} (high watermark {stable})")
+                        continue
+                    try:
+                        earliest, latest = fetcher.offsets()
+                    except (OSError, ValueError, RetriableError) as e:
+                        stalled(str(e) or type(e).__name__)
+                        continue
+                    if position < earliest:
+                        data_loss("the offsets were deleted (retention or DeleteRecords)")
+                        if earliest >= end:
+                            return
+                        position, last_progress = earliest, time.monotonic()
+                        continue
+                    if position >= latest:
+                        data_loss(f"the log ends at {latest}")
+                        return
+                    stalled(f"no records visible at {position} (high watermark {stable}, latest {latest})")
+                    continue
                 if data:  # one batch larger than the fetch size: ask for more
                     fetcher.partition_max_bytes = min(fetcher.partition_max_bytes * 2, MAX_PARTITION_MAX_BYTES)
                 stalled("no records")
