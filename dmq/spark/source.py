@@ -25,6 +25,12 @@ Options (names and meanings of Spark's Kafka connector):
 - ``kafkaConsumer.pollTimeoutMs`` (default 120000): an executor reading a range
   fails when no record arrives for this long (e.g. the broker went away),
   rather than wait forever.
+- ``fetchOffset.numRetries`` (default 3) and ``fetchOffset.retryIntervalMs``
+  (default 1000): a stream's partition whose latest offset went backwards or
+  that vanished is asked for again this many times, this far apart, before it
+  counts as data loss (Spark's: a partition gone, or an end below the start,
+  say a topic deleted and re-created, fails the query unless
+  failOnDataLoss=false, which goes on from the new end).
 
 Offsets are ``{"topic": {"partition": next offset}}``. The driver plans with
 confluent-kafka; executors fetch each offset range's raw record batches from the
@@ -36,7 +42,9 @@ default: below the last stable offset, without aborted transactions).
 from __future__ import annotations
 
 import json
+import logging
 import re
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -63,6 +71,7 @@ HEADERS_FIELD = ", headers array<struct<key: string, value: binary>>"
 EARLIEST, LATEST = -2, -1
 
 Offsets = dict[str, dict[str, int]]
+log = logging.getLogger(__name__)
 
 
 class DmqSourceError(ValueError):
@@ -119,6 +128,8 @@ class SourceConfig:
         self.include_headers = _bool(options, "includeHeaders", False)
         self.commit_group = options.get("commitOffsetsToGroup")
         self.poll_timeout_ms = _int(options, "kafkaConsumer.pollTimeoutMs") or 120_000
+        self.offset_retries = _int(options, "fetchOffset.numRetries") or 3
+        self.offset_retry_interval_ms = _int(options, "fetchOffset.retryIntervalMs") or 1000
         # kafka.<librdkafka setting> options go to the consumers, as in Spark's Kafka source.
         self.extra = {k[len("kafka."):]: v for k, v in options.items()
                       if k.lower().startswith("kafka.") and k.lower() not in
@@ -243,6 +254,15 @@ class RangePartition(InputPartition):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
+def report_data_loss(config: SourceConfig, message: str) -> None:
+    """Fail with ``message`` unless failOnDataLoss=false, which logs it and goes on."""
+    if config.fail_on_data_loss:
+        raise RuntimeError(f"{message}. Some data may have been lost because it is not available in the "
+                           "topic any more: it was aged out or deleted, or the topic was deleted (and perhaps "
+                           "re-created) before it was all read. Set failOnDataLoss=false to go on without it.")
+    log.warning("%s. failOnDataLoss=false: going on without it.", message)
+
+
 def split_ranges(start: Offsets, end: Offsets, min_partitions: int | None) -> list[RangePartition]:
     """One read task per partition's range [start, end), or, with ``minPartitions`` more than
     the ranges, at least that many: each range cut into even pieces, their number shared
@@ -346,21 +366,18 @@ class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark runs one micro-batch at a time and asks for new data only once the last
         # one finished (its commit log written): ``start`` is where that batch ended.
         self.commit_to_group(start)
-        md = Metadata(self.config)
-        try:
-            tps = md.partitions()
-            marks = md.watermarks(tps)
-        finally:
-            md.close()
         begin = flatten(start)
+        tps, marks = self._current_offsets(begin)
         # New partitions (added to a topic or matching the pattern) start from their earliest.
         frm = {tp: begin.get(tp, marks[tp][0]) for tp in tps}
-        latest = {tp: max(marks[tp][1], frm[tp]) for tp in tps}
+        # An end below the start (the topic re-created) is kept: partitions() reports it as data
+        # loss, and the next batch starts there. Partitions gone from the topic are left out.
+        latest = {tp: marks[tp][1] for tp in tps}
         if self.available_now is not None:
-            latest = {tp: max(frm[tp], min(o, self.available_now.get(tp, frm[tp])))
+            latest = {tp: o if o < frm[tp] else max(frm[tp], min(o, self.available_now.get(tp, frm[tp])))
                       for tp, o in latest.items()}
         if isinstance(limit, ReadMaxRows):
-            available = {tp: latest[tp] - frm[tp] for tp in tps}
+            available = {tp: max(0, latest[tp] - frm[tp]) for tp in tps}
             total = sum(available.values())
             if total > limit.max_rows:
                 budget = limit.max_rows
@@ -372,12 +389,42 @@ class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if shares[tp] < available[tp]:
                         shares[tp] += 1
                         left -= 1
-                latest = {tp: frm[tp] + shares[tp] for tp in tps}
-        for tp, o in begin.items():  # partitions that vanished keep their position
-            latest.setdefault(tp, o)
+                latest = {tp: frm[tp] + shares[tp] if available[tp] else latest[tp] for tp in tps}
         return to_offsets(latest)
 
+    def _current_offsets(self, begin: dict[tuple[str, int], int]) -> tuple[
+            list[tuple[str, int]], dict[tuple[str, int], tuple[int, int]]]:
+        """The partitions and their (earliest, latest) offsets. A partition whose latest offset
+        is below ``begin``, or one in ``begin`` that is gone, is asked for again up to
+        ``fetchOffset.numRetries`` times (Spark's fetchLatestOffsets: a stale answer, such as
+        KAFKA-7703's, is retried before it is taken for data loss)."""
+        attempt = 0
+        while True:
+            md = Metadata(self.config)
+            try:
+                tps = md.partitions()
+                marks = md.watermarks(tps)
+            finally:
+                md.close()
+            attempt += 1
+            suspect = [tp for tp, o in begin.items() if tp not in marks or marks[tp][1] < o]
+            if not suspect or attempt >= self.config.offset_retries:
+                return tps, marks
+            time.sleep(self.config.offset_retry_interval_ms / 1000)
+
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        # Spark's getOffsetRangesFromResolvedOffsets: partitions gone and ends moved backwards
+        # are data loss (the range is empty; with failOnDataLoss=false the query goes on from
+        # the end).
+        begin, until = flatten(start), flatten(end)
+        gone = sorted(tp for tp in begin if tp not in until)
+        if gone:
+            report_data_loss(self.config, f"{', '.join(f'{t}-{p}' for t, p in gone)} are gone. "
+                                          "Some data may have been missed")
+        for tp, e in sorted(until.items()):
+            if tp in begin and e < begin[tp]:
+                report_data_loss(self.config, f"Partition {tp[0]}-{tp[1]}'s offset was changed from {begin[tp]} "
+                                              f"to {e}, some data may have been missed")
         return split_ranges(start, end, self.config.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

@@ -7,9 +7,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from support.spark_fakes import FakeFetcher  # noqa: E402
+from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
+from support.spark_fakes import FakeFetcher, FakeMetadata  # noqa: E402
 
 from dmq.spark.fetch import read_offsets  # noqa: E402
+from dmq.spark.source import DmqStreamReader, SourceConfig  # noqa: E402
 
 
 def _read(fetcher: FakeFetcher, start: int, end: int, fail_on_data_loss: bool,
@@ -67,3 +69,71 @@ def test_offsets_deleted_while_waiting_are_data_loss_and_the_read_goes_on() -> N
     got, losses = _read(fetcher, 80, 100, False, poll_timeout_ms=300)
     assert got == list(range(80, 90)) + list(range(95, 100))
     assert losses == ["the offsets were deleted (retention or DeleteRecords)"]
+
+
+def _stream(monkeypatch: pytest.MonkeyPatch, marks: dict[tuple[str, int], tuple[int, int]],
+            **options: str) -> tuple[DmqStreamReader, FakeMetadata]:
+    md = FakeMetadata(marks)
+    md.install(monkeypatch)
+    reader = DmqStreamReader(SourceConfig({"bootstrap.servers": "h:1", "subscribe": "t",
+                                           "fetchOffset.retryIntervalMs": "1", **options}))
+    return reader, md
+
+
+def test_a_recreated_topic_fails_the_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The query has read t-0 to 1000; t is deleted and re-created with 600 records. The end
+    was clamped to 1000: the new topic's first 1000 records were skipped without an error."""
+    reader, md = _stream(monkeypatch, {("t", 0): (0, 600)})
+    start = {"t": {"0": 1000}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"t": {"0": 600}}
+    assert md.watermark_calls == 3  # asked again before believing it (fetchOffset.numRetries)
+    with pytest.raises(RuntimeError, match="t-0's offset was changed from 1000 to 600.*failOnDataLoss=false"):
+        reader.partitions(start, end)
+
+
+def test_a_recreated_topic_is_read_from_its_new_end_with_fail_on_data_loss_false(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reader, md = _stream(monkeypatch, {("t", 0): (0, 600)}, failOnDataLoss="false")
+    start = {"t": {"0": 1000}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"t": {"0": 600}} and reader.partitions(start, end) == []
+    md.marks[("t", 0)] = (0, 700)
+    later = reader.latestOffset(end, ReadAllAvailable())
+    assert [(p.start, p.end) for p in reader.partitions(end, later)] == [(600, 700)]
+
+
+def test_an_end_behind_for_a_moment_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale answer below the start (KAFKA-7703 in Spark's case) is not data loss when the
+    next one is right."""
+    answers = iter([500, 1000, 1200])
+
+    def stale_once(md: FakeMetadata) -> None:
+        md.marks[("t", 0)] = (0, next(answers))
+
+    reader, md = _stream(monkeypatch, {("t", 0): (0, 0)})
+    md.on_watermarks = stale_once
+    start = {"t": {"0": 1000}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"t": {"0": 1000}} and md.watermark_calls == 2
+    assert reader.partitions(start, end) == []
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_vanished_partition_is_data_loss(monkeypatch: pytest.MonkeyPatch, fail_on_data_loss: str) -> None:
+    """A deleted topic's partitions kept their old position without a word, so a topic of
+    the same name created later was read from there."""
+    reader, md = _stream(monkeypatch, {("u", 0): (0, 10)}, subscribe="t,u", failOnDataLoss=fail_on_data_loss)
+    start = {"t": {"0": 1000}, "u": {"0": 0}}
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert end == {"u": {"0": 10}}
+    if fail_on_data_loss == "true":
+        with pytest.raises(RuntimeError, match="t-0 are gone"):
+            reader.partitions(start, end)
+    else:
+        assert [(p.topic, p.start, p.end) for p in reader.partitions(start, end)] == [("u", 0, 10)]
+        md.marks[("t", 0)] = (0, 600)  # re-created: a new partition, read from its earliest
+        later = reader.latestOffset(end, ReadAllAvailable())
+        assert later == {"t": {"0": 600}, "u": {"0": 10}}
+        assert [(p.topic, p.start, p.end) for p in reader.partitions(end, later)] == [("t", 0, 600)]
+

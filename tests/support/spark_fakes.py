@@ -1,6 +1,7 @@
-"""Stand-ins for the dmq Spark source's broker access, so its reads can be tested without a
-broker or Spark: ``FakeFetcher`` for ``dmq.spark.fetch.read_offsets`` (a partition's leader
-answering fetches)."""
+"""Stand-ins for the dmq Spark source's broker access, so its planning and its reads can be
+tested without a broker or Spark: ``FakeFetcher`` for ``dmq.spark.fetch.read_offsets`` (a
+partition's leader answering fetches) and ``FakeMetadata`` for ``dmq.spark.source.Metadata``
+(the driver's view of partitions and offsets)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from dmq.record.records import encode_batch
 from dmq.spark.fetch import READ_COMMITTED
+from dmq.spark.source import Metadata, SourceConfig
 
 
 def batch(lo: int, hi: int) -> bytes:
@@ -52,3 +54,43 @@ class FakeFetcher:
 
     def close(self) -> None:
         self._pending = None
+
+
+class FakeMetadata(Metadata):
+    """``dmq.spark.source.Metadata`` over a dict: ``marks`` maps (topic, partition) to its
+    (earliest, latest) offsets, and the partitions are its keys. ``on_watermarks`` runs before
+    each answer (a producer writing between calls, a topic re-created); ``timestamps`` maps a
+    partition to the offset ``offsets_for_times`` finds for it. ``install`` makes the source's
+    readers use it."""
+
+    def __init__(self, marks: dict[tuple[str, int], tuple[int, int]],
+                 on_watermarks: Callable[[FakeMetadata], None] | None = None,
+                 timestamps: dict[tuple[str, int], int] | None = None) -> None:
+        self.marks = marks
+        self.on_watermarks = on_watermarks
+        self.timestamps = timestamps or {}
+        self.watermark_calls = 0
+
+    def install(self, monkeypatch: Any) -> None:
+        import dmq.spark.source as source
+
+        def bind(config: SourceConfig) -> FakeMetadata:
+            self.config = config
+            return self
+
+        monkeypatch.setattr(source, "Metadata", bind)
+
+    def close(self) -> None:
+        pass
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return sorted(self.marks)
+
+    def watermarks(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        self.watermark_calls += 1
+        if self.on_watermarks is not None:
+            self.on_watermarks(self)
+        return {tp: self.marks[tp] for tp in tps if tp in self.marks}
+
+    def offsets_for_times(self, stamps: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        return {tp: self.timestamps[tp] for tp in stamps}
