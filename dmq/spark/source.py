@@ -254,6 +254,22 @@ class RangePartition(InputPartition):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
+def rate_limit(limit: int, frm: dict[tuple[str, int], int],
+               until: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """``until`` cut to about ``limit`` offsets in all, shared in proportion to each
+    partition's backlog (Spark's rateLimit): a share below one offset is rounded up, so a
+    small partition beside a large backlog is never starved, and larger shares down."""
+    sizes = {tp: e - frm[tp] for tp, e in until.items() if e - frm[tp] > 0}
+    total = sum(sizes.values())
+    if total <= limit:
+        return dict(until)
+    out = dict(until)
+    for tp, size in sizes.items():
+        share = limit * size // total
+        out[tp] = frm[tp] + min(size, share if share >= 1 else 1)
+    return out
+
+
 def report_data_loss(config: SourceConfig, message: str) -> None:
     """Fail with ``message`` unless failOnDataLoss=false, which logs it and goes on."""
     if config.fail_on_data_loss:
@@ -377,19 +393,7 @@ class DmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {tp: o if o < frm[tp] else max(frm[tp], min(o, self.available_now.get(tp, frm[tp])))
                       for tp, o in latest.items()}
         if isinstance(limit, ReadMaxRows):
-            available = {tp: max(0, latest[tp] - frm[tp]) for tp in tps}
-            total = sum(available.values())
-            if total > limit.max_rows:
-                budget = limit.max_rows
-                shares = {tp: available[tp] * budget // total for tp in tps}
-                left = budget - sum(shares.values())
-                for tp in sorted(tps, key=lambda x: available[x] - shares[x], reverse=True):
-                    if left <= 0:
-                        break
-                    if shares[tp] < available[tp]:
-                        shares[tp] += 1
-                        left -= 1
-                latest = {tp: frm[tp] + shares[tp] if available[tp] else latest[tp] for tp in tps}
+            latest = rate_limit(limit.max_rows, frm, latest)
         return to_offsets(latest)
 
     def _current_offsets(self, begin: dict[tuple[str, int], int]) -> tuple[

@@ -7,11 +7,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 from support.spark_fakes import FakeFetcher, FakeMetadata  # noqa: E402
 
 from dmq.spark.fetch import read_offsets  # noqa: E402
-from dmq.spark.source import DmqStreamReader, SourceConfig  # noqa: E402
+from dmq.spark.source import DmqStreamReader, SourceConfig, rate_limit  # noqa: E402
 
 
 def _read(fetcher: FakeFetcher, start: int, end: int, fail_on_data_loss: bool,
@@ -137,3 +137,21 @@ def test_a_vanished_partition_is_data_loss(monkeypatch: pytest.MonkeyPatch, fail
         assert later == {"t": {"0": 600}, "u": {"0": 10}}
         assert [(p.topic, p.start, p.end) for p in reader.partitions(end, later)] == [("t", 0, 600)]
 
+
+def test_max_offsets_per_trigger_does_not_starve_a_small_partition(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partition 0 has a large backlog fed as fast as it is read, partition 1 ten records:
+    its share of 100 offsets a trigger was floored to 0, every trigger, for ever."""
+    reader, md = _stream(monkeypatch, {("t", 0): (0, 1_000_000), ("t", 1): (0, 10)}, maxOffsetsPerTrigger="100")
+    start: dict = {"t": {"0": 0, "1": 0}}
+    for _ in range(3):
+        md.marks[("t", 0)] = (0, md.marks[("t", 0)][1] + 100)
+        start = reader.latestOffset(start, ReadMaxRows(100))
+    assert start["t"]["1"] == 3
+    assert start["t"]["0"] == 3 * 99
+
+
+def test_max_offsets_per_trigger_shares_in_proportion() -> None:
+    frm = {("t", 0): 0, ("t", 1): 50, ("t", 2): 7}
+    until = {("t", 0): 300, ("t", 1): 150, ("t", 2): 7}
+    assert rate_limit(100, frm, until) == {("t", 0): 75, ("t", 1): 75, ("t", 2): 7}
+    assert rate_limit(1000, frm, until) == until
