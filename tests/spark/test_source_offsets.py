@@ -155,3 +155,20 @@ def test_max_offsets_per_trigger_shares_in_proportion() -> None:
     until = {("t", 0): 300, ("t", 1): 150, ("t", 2): 7}
     assert rate_limit(100, frm, until) == {("t", 0): 75, ("t", 1): 75, ("t", 2): 7}
     assert rate_limit(1000, frm, until) == until
+
+
+def test_batch_zero_starts_where_it_was_planned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark 4 calls initialOffset() twice for batch 0 (getStartOffset, then runBatch); with
+    startingOffsets=latest and a producer writing, the second answer was later than the
+    first, and the records between them were read by no batch."""
+
+    def produce(md: FakeMetadata) -> None:
+        md.marks[("t", 0)] = (0, md.marks[("t", 0)][1] + 5)
+
+    reader, md = _stream(monkeypatch, {("t", 0): (0, 100)})
+    md.on_watermarks = produce
+    first = reader.initialOffset()
+    end = reader.latestOffset(first, ReadAllAvailable())
+    again = reader.initialOffset()
+    assert again == first == {"t": {"0": 105}}
+    assert [(p.start, p.end) for p in reader.partitions(again, end)] == [(105, 110)]
