@@ -1,7 +1,8 @@
 """The ``dmq`` sink: ``df.write.format("dmq")`` and ``df.writeStream.format("dmq")``.
 
 Columns as Spark's Kafka sink: ``value`` (required, string or binary), ``key``,
-``topic`` (or the ``topic`` option), ``partition``, ``headers`` (array of
+``topic`` (the ``topic`` option, when given, overrides it, as in Spark),
+``partition``, ``headers`` (array of
 struct key string, value binary). Options prefixed ``kafka.`` go to the
 producer (``kafka.linger.ms``, ``kafka.transaction.timeout.ms``, ...).
 
@@ -155,7 +156,8 @@ def arrow_records(batches: Iterable[pa.RecordBatch], topic: str | None) -> Itera
     for batch in batches:
         n = batch.num_rows
         names = batch.schema.names
-        topics = batch.column("topic").to_pylist() if "topic" in names else [topic] * n
+        # The topic option, when given, overrides the topic column (Spark's KafkaWriter).
+        topics = batch.column("topic").to_pylist() if topic is None and "topic" in names else [topic] * n
         partitions = batch.column("partition").to_pylist() if "partition" in names else [None] * n
         headers: list[Any] = [None] * n
         if "headers" in names:

@@ -25,12 +25,21 @@ def test_arrow_batches_become_records_column_by_column() -> None:
         "partition": pa.array([0, None, 2], pa.int32()),
         "headers": pa.array([[{"key": "h", "value": b"x"}], None, []], pa.list_(HEADER)),
     })
-    assert list(arrow_records([batch, batch.slice(0, 1)], "default")) == [
+    assert list(arrow_records([batch, batch.slice(0, 1)], None)) == [
         ("t1", b"a", b"k", 0, [("h", b"x")]),
-        (None, None, None, None, None),  # a null topic: the producing loop takes the option's
+        (None, None, None, None, None),  # a null topic and no option: the producing loop refuses the row
         ("t2", "ü".encode(), b"", 2, []),
         ("t1", b"a", b"k", 0, [("h", b"x")]),
     ]
+
+
+def test_the_topic_option_overrides_the_topic_column() -> None:
+    """As in Spark's Kafka sink (KafkaWriter: the option, when set, overrides the column):
+    a source DataFrame written on with .option("topic", ...) went back to the topics its topic
+    column named."""
+    batch = pa.RecordBatch.from_pydict({"value": [b"1", b"2"], "topic": ["a", None]})
+    assert [r[0] for r in arrow_records([batch], "b")] == ["b", "b"]
+    assert [r[0] for r in arrow_records([batch], None)] == ["a", None]
 
 
 def test_missing_columns_are_the_topic_option_and_nulls() -> None:

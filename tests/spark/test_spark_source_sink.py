@@ -82,9 +82,15 @@ def test_write_then_read_round_trip(spark, broker: BrokerProcess) -> None:  # no
     back = reader(spark, broker, "sp-rt", includeHeaders="true").collect()
     assert sorted((r.key, r.value, r.partition, tuple((h.key, h.value) for h in r.headers)) for r in back) == \
         sorted((f"k{i}".encode(), f"value {i}".encode(), i % 2, (("h", b"%d" % i),)) for i in range(200))
-    # The topic column wins over the option; a missing value column is a clear error.
+    # Without the topic option the topic column says where a row goes; the option, when given,
+    # overrides the column (as in Spark's Kafka sink); a missing value column is a clear error.
     spark.createDataFrame([("sp-rt-2", "x")], "topic string, value string").write.format("dmq").mode("append") \
         .option("bootstrap.servers", broker.bootstrap).save()
+    assert [r.value for r in reader(spark, broker, "sp-rt-2").collect()] == [b"x"]
+    create(broker, "sp-rt-3", 1)
+    spark.createDataFrame([("sp-rt-2", "y")], "topic string, value string").write.format("dmq").mode("append") \
+        .option("bootstrap.servers", broker.bootstrap).option("topic", "sp-rt-3").save()
+    assert [r.value for r in reader(spark, broker, "sp-rt-3").collect()] == [b"y"]
     assert [r.value for r in reader(spark, broker, "sp-rt-2").collect()] == [b"x"]
     with pytest.raises(Exception, match="value column"):
         spark.createDataFrame([("a",)], "key string").write.format("dmq").mode("append") \
