@@ -10,7 +10,9 @@ Options (names and meanings of Spark's Kafka connector):
   ``latest`` for streams, ``earliest`` for batch reads;
 - ``startingTimestamp`` (ms, every partition) or ``startingOffsetsByTimestamp``
   (JSON ``{"topic": {"0": 1700000000000}}``); partitions a JSON option leaves
-  out, and partitions added later, start at their earliest offset;
+  out, and partitions added later, start at their earliest offset. Given
+  together, startingTimestamp wins over startingOffsetsByTimestamp, and both
+  over startingOffsets (Spark's order);
 - ``endingOffsets`` (batch only): ``latest`` or JSON;
 - ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss`` (default
   true), ``includeHeaders`` (default false);
@@ -207,14 +209,17 @@ class Metadata:
         marks = self.watermarks(tps)
         cfg = self.config
         out: dict[tuple[str, int], int] = {}
-        if spec is None and cfg.starting_by_timestamp and default != "latest-end":
+        # Spark's precedence for where a read starts: startingTimestamp, then
+        # startingOffsetsByTimestamp, then startingOffsets.
+        starting = default != "latest-end"
+        if starting and cfg.starting_timestamp:
+            out = self.offsets_for_times({tp: int(cfg.starting_timestamp) for tp in tps})
+        elif starting and cfg.starting_by_timestamp:
             stamps = {(t, int(p)): int(ts) for t, ps in json.loads(cfg.starting_by_timestamp).items()
                       for p, ts in ps.items()}
             out = self.offsets_for_times(stamps)
             for tp in tps:  # partitions left out start at their earliest, as in JSON offsets
                 out.setdefault(tp, marks[tp][0])
-        elif spec is None and cfg.starting_timestamp and default != "latest-end":
-            out = self.offsets_for_times({tp: int(cfg.starting_timestamp) for tp in tps})
         else:
             text = (spec or default).strip()
             if text == "latest-end":

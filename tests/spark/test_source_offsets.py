@@ -172,3 +172,19 @@ def test_batch_zero_starts_where_it_was_planned(monkeypatch: pytest.MonkeyPatch)
     again = reader.initialOffset()
     assert again == first == {"t": {"0": 105}}
     assert [(p.start, p.end) for p in reader.partitions(again, end)] == [(105, 110)]
+
+
+@pytest.mark.parametrize("options,expected", [
+    ({"startingOffsets": "earliest", "startingTimestamp": "1700000000000"}, {"0": 40, "1": 60}),
+    ({"startingTimestamp": "1700000000000", "startingOffsetsByTimestamp": '{"t": {"0": 1}}'}, {"0": 40, "1": 60}),
+    ({"startingOffsets": "latest", "startingOffsetsByTimestamp": '{"t": {"0": 1}}'}, {"0": 40, "1": 10}),
+    ({"startingOffsets": "latest"}, {"0": 100, "1": 100}),
+])
+def test_starting_options_take_sparks_precedence(options: dict[str, str], expected: dict[str, int]) -> None:
+    """startingTimestamp, then startingOffsetsByTimestamp, then startingOffsets (Spark's
+    KafkaSourceProvider); the order was the reverse. The end of a batch read ignores them."""
+    md = FakeMetadata({("t", 0): (10, 100), ("t", 1): (10, 100)}, timestamps={("t", 0): 40, ("t", 1): 60})
+    md.config = SourceConfig({"bootstrap.servers": "h:1", "subscribe": "t", **options})
+    tps = [("t", 0), ("t", 1)]
+    assert md.resolve(md.config.starting, "latest", tps) == {"t": expected}
+    assert md.resolve(md.config.ending, "latest-end", tps) == {"t": {"0": 100, "1": 100}}
