@@ -13,7 +13,9 @@ Options (names and meanings of Spark's Kafka connector):
   out, and partitions added later, start at their earliest offset. Given
   together, startingTimestamp wins over startingOffsetsByTimestamp, and both
   over startingOffsets (Spark's order);
-- ``endingOffsets`` (batch only): ``latest`` or JSON;
+- ``endingOffsets`` (batch only; a stream refuses it): ``latest`` or JSON; as
+  in Spark, a batch read refuses a start at ``latest`` and an end at
+  ``earliest`` (-1 and -2 in JSON);
 - ``maxOffsetsPerTrigger``, ``minPartitions``, ``failOnDataLoss`` (default
   true), ``includeHeaders`` (default false);
 - ``commitOffsetsToGroup``: a consumer group to which the end offsets of each
@@ -113,6 +115,9 @@ class SourceConfig:
         if len(chosen) != 1:
             raise DmqSourceError("give exactly one of the options subscribe, subscribePattern, assign")
         self.subscribe = [t.strip() for t in options.get("subscribe", "").split(",") if t.strip()]
+        if chosen == ["subscribe"] and not self.subscribe:
+            raise DmqSourceError(f"No topics to subscribe to as specified value for option 'subscribe' is "
+                                 f"{options['subscribe']!r}")
         self.pattern = options.get("subscribePattern")
         self.assign: dict[str, list[int]] | None = None
         if options.get("assign"):
@@ -121,6 +126,7 @@ class SourceConfig:
             except (ValueError, TypeError, AttributeError):
                 raise DmqSourceError('option assign must be JSON like {"topic": [0, 1]}') from None
         self.starting = options.get("startingOffsets")
+        self.ending_given = options.get("endingOffsets") is not None
         self.ending = options.get("endingOffsets", "latest")
         self.starting_timestamp = options.get("startingTimestamp")
         self.starting_by_timestamp = options.get("startingOffsetsByTimestamp")
@@ -145,6 +151,31 @@ class SourceConfig:
         self.read_committed = isolation == "read_committed"
         self.fetch_wait_ms = _int(options, "kafka.fetch.wait.max.ms") or 50
         self.partition_max_bytes = _int(options, "kafka.max.partition.fetch.bytes") or 8 << 20
+
+    def check_batch(self) -> None:
+        """Refuse what Spark's Kafka source refuses for a batch read: a start at the latest
+        offset or an end at the earliest (nothing would be read)."""
+        timestamps = self.starting_timestamp or self.starting_by_timestamp  # these win over startingOffsets
+        for text, name, bad, word in ((None if timestamps else self.starting, "startingOffsets", LATEST, "latest"),
+                                      (self.ending, "endingOffsets", EARLIEST, "earliest")):
+            if text is None:
+                continue
+            if text.strip() == word:
+                raise DmqSourceError(f"{'starting' if bad == LATEST else 'ending'} offset can't be {word} "
+                                     "for batch queries")
+            try:
+                raw = json.loads(text)
+            except ValueError:
+                continue  # resolve() says what is wrong with it
+            for t, ps in raw.items() if isinstance(raw, dict) else ():
+                for p, off in ps.items() if isinstance(ps, dict) else ():
+                    if off == bad:
+                        raise DmqSourceError(f"{name} for {t}-{p} can't be {word} for batch queries")
+
+    def check_stream(self) -> None:
+        """Refuse what Spark's Kafka source refuses for a stream."""
+        if self.ending_given:
+            raise DmqSourceError("ending offset not valid in streaming queries (option endingOffsets)")
 
     def client_conf(self) -> dict[str, Any]:
         # Quiet unless the user asks for librdkafka's log (kafka.log_level): errors reach
@@ -479,10 +510,14 @@ class DmqDataSource(DataSource):
         return schema_for(_bool(self.options, "includeHeaders", False))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DmqBatchReader(SourceConfig(self.options))
+        config = SourceConfig(self.options)
+        config.check_batch()
+        return DmqBatchReader(config)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return DmqStreamReader(SourceConfig(self.options))
+        config = SourceConfig(self.options)
+        config.check_stream()
+        return DmqStreamReader(config)
 
     # The sink is imported when used: the Python processes Spark starts to plan a read import
     # this module, and the sink's imports (its producer) added ~0.25 s to each one's start.

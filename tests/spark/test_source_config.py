@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from dmq.spark.source import DmqSourceError, SourceConfig, split_ranges  # noqa: E402
+from dmq.spark.source import DmqDataSource, DmqSourceError, SourceConfig, split_ranges  # noqa: E402
 
 
 def test_kafka_prefixed_options_reach_the_consumers() -> None:
@@ -26,6 +26,38 @@ def test_kafka_prefixed_options_reach_the_consumers() -> None:
 def test_bad_options_are_clear(options: dict[str, str], message: str) -> None:
     with pytest.raises(DmqSourceError, match=message):
         SourceConfig(options)
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"startingOffsets": "latest"}, "starting offset can't be latest for batch queries"),
+    ({"endingOffsets": " earliest"}, "ending offset can't be earliest for batch queries"),
+    ({"startingOffsets": '{"t": {"0": 5, "1": -1}}'}, "startingOffsets for t-1 can't be latest"),
+    ({"endingOffsets": '{"t": {"0": -2}}'}, "endingOffsets for t-0 can't be earliest"),
+])
+def test_a_batch_read_refuses_what_spark_refuses(options: dict[str, str], message: str) -> None:
+    """A batch read from latest or to earliest read nothing without a word; Spark refuses it."""
+    source = DmqDataSource({"bootstrap.servers": "h:1", "subscribe": "t", **options})
+    with pytest.raises(DmqSourceError, match=message):
+        source.reader(source.schema())
+    if "endingOffsets" not in options:  # a stream may start at the latest offsets
+        source.streamReader(source.schema())
+        # startingTimestamp wins over startingOffsets (Spark's precedence): nothing to refuse.
+        DmqDataSource({**source.options, "startingTimestamp": "1"}).reader(source.schema())
+
+
+def test_a_stream_refuses_ending_offsets() -> None:
+    """endingOffsets was ignored by a stream; Spark refuses it."""
+    source = DmqDataSource({"bootstrap.servers": "h:1", "subscribe": "t", "endingOffsets": "latest"})
+    with pytest.raises(DmqSourceError, match="ending offset not valid in streaming queries"):
+        source.streamReader(source.schema())
+    source.reader(source.schema())
+
+
+def test_subscribe_without_a_topic_is_refused() -> None:
+    """subscribe="," subscribed to nothing and read nothing, without a word."""
+    with pytest.raises(DmqSourceError, match="No topics to subscribe to as specified value for option 'subscribe' "
+                                             "is ' , '"):
+        SourceConfig({"bootstrap.servers": "h:1", "subscribe": " , "})
 
 
 def test_min_partitions_splits_ranges_without_gaps() -> None:
