@@ -4,9 +4,14 @@ Invariants:
 - ``log.log_start_offset <= high_watermark <= log.log_end_offset``; consumers
   read only below the high watermark;
 - as leader, the high watermark is the smallest log end offset in the ISR and
-  never moves back; a follower joins the ISR only once its log end offset
-  reaches the high watermark and the start of this leader's epoch, and is
-  dropped after ``replica.lag.time.max.ms`` without catching up;
+  among the followers about to join it (below), and never moves back; a
+  follower joins the ISR only once its log end offset reaches the high
+  watermark and the start of this leader's epoch, and is dropped after
+  ``replica.lag.time.max.ms`` without catching up;
+- a follower outside the ISR that is caught up (its log end reached the
+  leader's within ``replica.lag.time.max.ms``) and eligible holds the high
+  watermark too (KAFKA-4485): under a steady produce stream the high watermark
+  would otherwise always be past its fetch offset, and it could never rejoin;
 - as follower, the high watermark is ``min(leader's high watermark, log end offset)``;
 - the ISR here (``isr``) is what the metadata store has confirmed, at state
   version ``partition_version``; a leader proposes at most one change at a time
@@ -82,13 +87,23 @@ class ReplicaState:
     last_fetch_ms: int = 0
 
 
+def _any_replica(broker_id: int) -> bool:
+    return True
+
+
 class Partition:
-    def __init__(self, topic: str, index: int, topic_id: str, log: Log, broker_id: int) -> None:
+    def __init__(self, topic: str, index: int, topic_id: str, log: Log, broker_id: int, *,
+                 replica_lag_time_max_ms: int = 30_000,
+                 replica_eligible: Callable[[int], bool] = _any_replica) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
         self.log = log
         self.broker_id = broker_id
+        # A follower caught up within this long, and eligible (registered, not shutting
+        # down), holds the high watermark though outside the ISR (maybe_increment_high_watermark).
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.replica_eligible = replica_eligible
         self.leader_id = NO_LEADER
         self.leader_epoch = -1
         self.leader_epoch_start_offset = log.log_end_offset
@@ -328,15 +343,46 @@ class Partition:
         self._marks.append((self.log.log_end_offset, self.appended_bytes))
 
     def maybe_increment_high_watermark(self) -> bool:
-        """Move the high watermark to the smallest log end offset in the maximal ISR."""
+        """Move the high watermark to the smallest log end offset among the maximal ISR
+        and the followers about to join it (Kafka's maybeIncrementLeaderHW, KAFKA-4485).
+
+        A follower outside the maximal ISR counts when it is caught up (its log end
+        reached the leader's within ``replica_lag_time_max_ms``: Kafka's
+        ``isCaughtUp``) and ``replica_eligible``. Holding the high watermark at such a
+        follower is what lets it rejoin: ``isr_after_expand`` wants its log end at the
+        high watermark, and while records keep arriving between its fetches the
+        leader's log end, and a high watermark over the ISR alone, is always past it.
+        A follower that stops catching up stops counting after the lag bound, as it
+        would have been dropped from the ISR.
+
+        On every append and follower fetch: it allocates nothing, and reads the clock
+        and asks ``replica_eligible`` only for a follower outside the ISR that is behind.
+        """
         if not self.is_leader:
             return False
         candidate = self.log.log_end_offset
-        for r in self.maximal_isr:
-            if r == self.broker_id:
-                continue
-            state = self.followers.get(r)
-            candidate = min(candidate, state.log_end_offset if state is not None else -1)
+        broker_id = self.broker_id
+        followers = self.followers
+        for r in self.isr:
+            if r != broker_id:
+                state = followers.get(r)
+                candidate = min(candidate, state.log_end_offset if state is not None else -1)
+        pending = self.pending_isr
+        if pending is not None:  # the maximal ISR: a member counted twice changes no minimum
+            for r in pending:
+                if r != broker_id:
+                    state = followers.get(r)
+                    candidate = min(candidate, state.log_end_offset if state is not None else -1)
+        now = -1
+        for r, state in followers.items():
+            # Every maximal ISR member's log end is at or above the candidate by now, so a
+            # follower below it is outside; and below the leader's log end, so caught up
+            # only by time.
+            if state.log_end_offset < candidate:
+                if now < 0:
+                    now = now_ms()
+                if now - state.last_caught_up_ms <= self.replica_lag_time_max_ms and self.replica_eligible(r):
+                    candidate = state.log_end_offset
         return self._set_high_watermark(candidate)
 
     def _set_high_watermark(self, offset: int) -> bool:

@@ -14,7 +14,10 @@ ISR changes (KIP-497 over ZooKeeper): a Partition proposes one change at a
 time; ``isr_writer`` writes it with compare-and-set against the state version
 the leader holds and returns the new version, or None when the state moved on
 (the store's watch brings the new one). Until confirmed, the change has no
-effect but to hold the high watermark to the maximal ISR. Only replicas
+effect but to hold the high watermark to the maximal ISR. A follower outside
+the ISR that caught up within ``replica_lag_time_max_ms`` and is eligible
+holds it too, so it can rejoin under a steady produce stream (KAFKA-4485:
+``Partition.maybe_increment_high_watermark``). Only replicas
 ``replica_eligible`` accepts (registered, not shutting down: KIP-841) join.
 A leader that would shrink the ISR below ``min.insync.replicas`` while its
 followers stay registered asks ``resigner`` to have the controller replace it
@@ -153,10 +156,13 @@ class ReplicaManager:
                  isr_writer: IsrWriter | None = None,
                  partition_exists: Callable[[str, int], bool] = lambda topic, index: False,
                  replica_eligible: Callable[[int], bool] = lambda broker_id: True,
-                 resigner: Resigner | None = None) -> None:
+                 resigner: Resigner | None = None, replica_lag_time_max_ms: int = 30_000) -> None:
         self.broker_id = broker_id
         self.partition_exists = partition_exists  # in the cluster's metadata, hosted here or not
         self.replica_eligible = replica_eligible  # may join an ISR: registered, not shutting down
+        # replica.lag.time.max.ms: how recently a follower outside the ISR must have caught
+        # up to hold the high watermark (Partition.maybe_increment_high_watermark)
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.log_manager = log_manager
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
@@ -203,7 +209,9 @@ class ReplicaManager:
         partition = self.partitions.get((topic, index))
         if partition is None:
             lg = self.log_manager.get_or_create(topic, index, topic_id)
-            partition = Partition(topic, index, topic_id, lg, self.broker_id)
+            partition = Partition(topic, index, topic_id, lg, self.broker_id,
+                                  replica_lag_time_max_ms=self.replica_lag_time_max_ms,
+                                  replica_eligible=self.replica_eligible)
             stats = self.topic_stats.get(topic)
             if stats is None:
                 stats = self.topic_stats[topic] = TopicStats()

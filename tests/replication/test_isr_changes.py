@@ -168,6 +168,32 @@ def test_a_replica_that_is_not_registered_never_joins(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_a_follower_rejoins_while_producers_keep_appending(tmp_path: Path) -> None:
+    """KAFKA-4485 through the ReplicaManager: with the ISR shrunk to the leader, every
+    fetch of follower 2 finds a produce landed since its previous answer. The high
+    watermark waits for 2 while it is caught up, so 2's fetch offset reaches it and the
+    leader writes 2 back into the ISR. Follower 3, unregistered, caught up once and
+    stopped: it is neither waited for nor added."""
+
+    async def scenario() -> None:
+        store = IsrStore(isr=[1])
+        rm = replica_manager(tmp_path, store, eligible=lambda b: b != 3)
+        p = rm.become_leader(*TP, "id", 0, [1, 2, 3], store.isr, store.version)
+        rm.append_to_local_log(*TP, records(10), 1)
+        await follower_fetch(rm, 3, 10)  # at the leader's log end: caught up just now
+        given = 0  # 2 comes back from far behind
+        for _ in range(3):
+            await follower_fetch(rm, 2, given)
+            fetched, given = given, p.log.log_end_offset  # the answer carries 2 to the log end
+            await settle()
+            rm.append_to_local_log(*TP, records(5), 1)
+        assert store.writes == [[1, 2]] and p.isr == [1, 2]
+        assert p.high_watermark == fetched == 15  # held at 2; were 3 eligible, at 10
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())
+
+
 def test_a_write_with_an_unknown_outcome_keeps_counting_and_is_retried(tmp_path: Path) -> None:
     """The connection drops after ZooKeeper applied the expansion: the leader cannot know
     whether F is in the ISR, so F keeps bounding the high watermark until the store's
