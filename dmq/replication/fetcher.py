@@ -16,8 +16,12 @@ session error, a broken connection or a timeout starts a new session.
 
 Errors back off per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH and
 UNKNOWN_TOPIC_OR_PARTITION wait for the metadata to change; a broken
-connection waits ``replica.fetch.backoff.ms`` and reconnects. Partitions being
-reassigned onto this broker are throttled to ``follower.replication.throttled.rate``.
+connection waits ``replica.fetch.backoff.ms`` and reconnects. A failed write to
+a partition's own log (ENOSPC, EIO: an OSError appending to or truncating it)
+backs off that partition alone, as Kafka's KafkaStorageException does
+(``markPartitionFailed``): the connection and the other partitions of the
+answer go on. Partitions being reassigned onto this broker are throttled to
+``follower.replication.throttled.rate``.
 Event-loop thread only.
 """
 
@@ -58,6 +62,7 @@ class FetchState:
     needs_truncation: bool = True
     retry_at: float = 0.0
     throttled: bool = False
+    storage_failed: bool = False  # the last write to the local log failed (logged once)
 
 
 @dataclass(slots=True)
@@ -263,21 +268,38 @@ class ReplicaFetcherManager:
                 if target < leo:
                     log.info("%s-%d: truncating from %d to %d (leader %d epoch %d ends at %d)",
                              tp[0], tp[1], leo, target, fetcher.leader_id, r.leader_epoch, r.end_offset)
-                if target < p.log.log_start_offset:
-                    # The logs part below this one's start: nothing of it can stay (and its
-                    # epoch entries below the start would never be cut). As Kafka's truncateTo.
-                    p.truncate_fully_and_start_at(target)
-                    done = True
-                else:
-                    # Also when nothing is cut: an epoch entry at the log end (a leadership here
-                    # that wrote nothing) must go before the leader's records come (Kafka's truncateTo).
-                    p.truncate_to(target)
+                try:
+                    if target < p.log.log_start_offset:
+                        # The logs part below this one's start: nothing of it can stay (and its
+                        # epoch entries below the start would never be cut). As Kafka's truncateTo.
+                        p.truncate_fully_and_start_at(target)
+                        done = True
+                    else:
+                        # Also when nothing is cut: an epoch entry at the log end (a leadership here
+                        # that wrote nothing) must go before the leader's records come (Kafka's truncateTo).
+                        p.truncate_to(target)
+                except OSError as e:
+                    self._local_write_failed(tp, state, "truncating", e)
+                    continue
                 state.needs_truncation = not done
 
     def _back_off(self, tp: TopicPartition, state: FetchState, error: ErrorCode) -> None:
         delay = 0.05 if error == ErrorCode.unknown_leader_epoch else self.backoff
         log.debug("%s-%d: %s from the leader; retrying in %.2fs", tp[0], tp[1], error.name, delay)
         state.retry_at = time.monotonic() + delay
+
+    def _local_write_failed(self, tp: TopicPartition, state: FetchState, doing: str, e: OSError) -> None:
+        """A write to this replica's own log of ``tp`` failed (ENOSPC, EIO): the partition
+        backs off, not the connection nor the answer's other partitions (Kafka's
+        KafkaStorageException -> markPartitionFailed). dmq takes no log directory offline
+        (a leader's failed append is answered KAFKA_STORAGE_ERROR and may be retried), so
+        it is tried again after ``replica.fetch.backoff.ms``, or at once on a new leader or
+        epoch (a new FetchState); logged once until a write succeeds."""
+        if not state.storage_failed:
+            state.storage_failed = True
+            log.error("%s-%d: %s the local log failed: %s; retrying every %.1fs", tp[0], tp[1],
+                      doing, e or type(e).__name__, self.backoff)
+        self._back_off(tp, state, ErrorCode.kafka_storage_error)
 
     @property
     def throttle_rate(self) -> int:
@@ -349,8 +371,11 @@ class ReplicaFetcherManager:
                 found = self._answered(fetcher, states, tp)
                 if found is None:
                     ignored = True
-                else:
+                    continue
+                try:
                     self._handle_partition(tp, *found, r)
+                except OSError as e:
+                    self._local_write_failed(tp, found[0], "writing to", e)
         if ignored:
             # The leader now believes it told this replica something it did not take (the
             # partition changed while the fetch was out): a full fetch sets that right.
@@ -380,3 +405,6 @@ class ReplicaFetcherManager:
             self._throttle_charge(len(records))
         if p.log.log_start_offset < r.log_start_offset <= p.high_watermark:
             p.log.delete_records_before(r.log_start_offset)
+        if state.storage_failed:
+            state.storage_failed = False
+            log.info("%s-%d: writing to the local log works again", tp[0], tp[1])
