@@ -12,7 +12,8 @@ Invariants:
   leader's within ``replica.lag.time.max.ms``) and eligible holds the high
   watermark too (KAFKA-4485): under a steady produce stream the high watermark
   would otherwise always be past its fetch offset, and it could never rejoin;
-- as follower, the high watermark is ``min(leader's high watermark, log end offset)``;
+- as follower, the high watermark moves up to ``min(leader's high watermark, log
+  end offset)`` and down only with a truncation (``update_follower_high_watermark``);
 - the ISR here (``isr``) is what the metadata store has confirmed, at state
   version ``partition_version``; a leader proposes at most one change at a time
   (``propose_isr``), the ReplicaManager writes it with compare-and-set against
@@ -497,6 +498,20 @@ class Partition:
         return appended
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """Move the high watermark up to ``min(leader_high_watermark, log end offset)``.
+
+        Kafka's follower takes that value even when it is lower, as after an election
+        whose new leader's high watermark lags the old one's. Here it stays: every record
+        below it was below some leader's high watermark, so on each ISR member of that
+        leader and of every later one (a clean election picks an ISR member, and a
+        replica joins an ISR only past its leader's epoch start), unless a truncation
+        removed it (an unclean election), which lowers the high watermark with it.
+        Nothing serves consumers from a follower (Fetch, ListOffsets and queries go to
+        the leader); as leader (``make_leader``) it starts from this value and shows
+        committed records sooner. And the batches it passes count in ``visible_bytes``
+        once: after going down and up again, delayed consumer fetches would not be
+        woken by those batches.
+        """
         target = min(leader_high_watermark, self.log.log_end_offset)
         if target > self.high_watermark:
             self._set_high_watermark(target)
