@@ -446,14 +446,20 @@ class Log:
     # ------------------------------------------------------------------- append
 
     def check_producer_batches(self, batches: ValidatedBatches) -> AppendResult | None:
-        """Return the original result when the batch is a retried duplicate (Produce only)."""
+        """Return the original result when the batch is a retried duplicate (Produce only).
+
+        On a LogAppendTime topic its log append time is the original batch's (Kafka's
+        ``setLogAppendTime(duplicate.timestamp)``). On a CreateTime topic it is -1, as the
+        original append was answered: Kafka answers the batch's max CreateTime there, which
+        a Java client then reports as the timestamp of every record of the batch."""
         for header in batches.headers:
             if header.producer_id < 0 or header.attributes & CONTROL_MASK:
                 continue
             dup = self.producer_state.find_duplicate(header)
             if dup is not None:
                 if len(batches.headers) == 1:
-                    return AppendResult(dup.first_offset, dup.last_offset, -1,
+                    return AppendResult(dup.first_offset, dup.last_offset,
+                                        dup.timestamp if self.config.log_append_time else -1,
                                         self.log_start_offset, 0, duplicate=True)
                 raise InvalidRecordError(
                     "duplicate_sequence_number", "duplicate batch inside a multi-batch request"

@@ -1,7 +1,7 @@
 """Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager).
 
 For each producer id: its epoch, the metadata of its last 5 batches (first/last
-sequence, first/last offset), the epoch of the transaction coordinator that
+sequence, first/last offset, max timestamp), the epoch of the transaction coordinator that
 wrote its last marker, and the first offset of its ongoing transaction (-1
 when none). State is rebuilt after a restart from the newest snapshot
 ``<20-digit offset>.snapshot`` plus the batches from that offset on, so a
@@ -10,8 +10,12 @@ retry after a crash is still deduplicated and an open transaction stays open.
 Snapshot file: a JSON header line ``{"version": V, "crc": CRC32C of the body}``
 then a JSON body, one list per producer. Version 1 (before transactions):
 ``[pid, epoch, last timestamp, [[first seq, last seq, first offset, last offset], ...]]``;
-version 2 appends ``coordinator epoch, ongoing transaction's first offset``.
-Version 1 files are still read (no coordinator epoch, no open transaction).
+version 2 appends ``coordinator epoch, ongoing transaction's first offset``; version 3
+appends each batch's max timestamp to its list (what a retried duplicate is answered as
+its log append time, as Kafka's BatchMetadata.timestamp). Versions 1 and 2 are still
+read (no coordinator epoch and no open transaction in version 1; their batches take the
+producer's last timestamp for its last batch, -1 for the others: Kafka's snapshot keeps
+the last batch only, with that timestamp).
 
 Transactions, as Kafka's ProducerAppendInfo and ProducerStateManager:
 
@@ -89,7 +93,7 @@ from dmq.storage.snapshot_files import SnapshotFiles
 
 BATCHES_KEPT = 5
 SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3
 _SEQ_WRAP = 2**31
 NO_OFFSET = -1
 
@@ -134,6 +138,7 @@ class BatchMetadata:
     last_seq: int
     first_offset: int
     last_offset: int
+    timestamp: int = -1  # the batch's max timestamp (its log append time on LogAppendTime topics)
 
 
 @dataclass(slots=True)
@@ -211,7 +216,7 @@ def _apply_batch(entry: ProducerEntry, header: BatchHeader,
         return completed
     entry.set_epoch(header.producer_epoch)
     entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
-                                       header.base_offset, header.last_offset))
+                                       header.base_offset, header.last_offset, header.max_timestamp))
     if header.max_timestamp > entry.last_timestamp:
         entry.last_timestamp = header.max_timestamp
     if entry.current_txn_first_offset < 0 and header.is_transactional:
@@ -544,7 +549,7 @@ class ProducerStateManager:
         body = json.dumps(
             [
                 [e.producer_id, e.epoch, e.last_timestamp,
-                 [[b.first_seq, b.last_seq, b.first_offset, b.last_offset] for b in e.batches],
+                 [[b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp] for b in e.batches],
                  e.coordinator_epoch, e.current_txn_first_offset]
                 for e in self.producers.values()
             ],
@@ -571,7 +576,7 @@ class ProducerStateManager:
                 head, _, body = self._snapshots.read(snap).partition(b"\n")
                 meta = json.loads(head)
                 version = meta.get("version")
-                if version not in (1, SNAPSHOT_VERSION) or crc32c(body) != meta.get("crc"):
+                if version not in (1, 2, SNAPSHOT_VERSION) or crc32c(body) != meta.get("crc"):
                     raise ValueError("bad snapshot")
                 for item in json.loads(body):
                     pid, epoch, ts, batches = item[:4]
@@ -579,8 +584,10 @@ class ProducerStateManager:
                     entry = ProducerEntry(int(pid), int(epoch), int(ts),
                                           coordinator_epoch=int(coordinator_epoch),
                                           current_txn_first_offset=int(txn_first))
-                    for b in batches:
+                    for b in batches:  # (no timestamp before version 3: -1)
                         entry.batches.append(BatchMetadata(*(int(x) for x in b)))
+                    if version < 3 and entry.batches:
+                        entry.batches[-1].timestamp = entry.last_timestamp
                     self.producers[entry.producer_id] = entry
                     if entry.has_ongoing_txn:
                         self._add(self._ongoing, self._ongoing_firsts, entry.current_txn_first_offset,

@@ -343,3 +343,28 @@ def test_producer_state_of_deleted_segments_survives_an_unclean_restart(tmp_path
     # A retry of producer 10's batch is still a duplicate, answered with its offset.
     retry = append(again, data_batch(10, 0, 0, [b"i0", b"i1"], transactional=False))
     assert retry.duplicate and retry.first_offset == 5
+
+
+def test_duplicate_on_a_log_append_time_topic_is_answered_with_the_original_append_time(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"message.timestamp.type": "LogAppendTime"})
+    batch = data_batch(7, 0, 0, [b"a", b"b"], transactional=False)
+    first = append(log, bytearray(batch), ts=5000)
+    assert first.log_append_time == 5000
+    retry = append(log, bytearray(batch), ts=9000)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset, retry.log_append_time) == (0, 1, 5000)
+    # The producer snapshot keeps each batch's timestamp: still answered after a restart,
+    # which loads the state from the snapshot a flush took (no batch after it to replay).
+    log.flush()
+    log.close()
+    log = make_log(tmp_path / "t-0", **{"message.timestamp.type": "LogAppendTime"})
+    assert log.producer_state.snapshot_offsets()[-1] == log.log_end_offset == 2
+    retry = append(log, bytearray(batch), ts=9500)
+    assert retry.duplicate and retry.log_append_time == 5000 and log.log_end_offset == 2
+
+
+def test_duplicate_on_a_create_time_topic_is_answered_without_an_append_time(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0")
+    batch = data_batch(7, 0, 0, [b"a"], transactional=False, ts=4000)
+    assert append(log, bytearray(batch), ts=5000).log_append_time == -1
+    retry = append(log, bytearray(batch), ts=9000)
+    assert retry.duplicate and retry.log_append_time == -1

@@ -220,9 +220,9 @@ def test_version_1_snapshots_are_still_read(tmp_path: Path) -> None:
     entry = psm.producers[7]
     assert (entry.epoch, entry.last_seq, entry.last_data_offset, entry.coordinator_epoch,
             entry.has_ongoing_txn) == (2, 4, 14, -1, False)
-    # Rewritten as version 2.
+    # Rewritten as the current version.
     psm.take_snapshot(30)
-    assert json.loads((tmp_path / f"{30:020d}.snapshot").read_bytes().partition(b"\n")[0])["version"] == 2
+    assert json.loads((tmp_path / f"{30:020d}.snapshot").read_bytes().partition(b"\n")[0])["version"] == 3
 
 
 def test_corrupt_snapshot_falls_back_to_an_older_one(tmp_path: Path) -> None:
@@ -327,3 +327,19 @@ def test_a_reload_keeps_pending_verifications(tmp_path: Path) -> None:
     guard = psm.maybe_start_verification(1, 0, 0, now_ms=0)
     psm.load_latest_snapshot(0)
     run(psm, [(header(0, 1), None)], guard=guard)
+
+
+def test_snapshots_keep_each_batch_timestamp_and_older_versions_take_the_last_timestamp(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, seq=0, ts=5000, txn=False), None)])
+    run(psm, [(header(1, 1, seq=1, ts=6000, txn=False), None)])
+    psm.take_snapshot(2)
+    loaded = ProducerStateManager(str(tmp_path))
+    assert loaded.load_latest_snapshot(10) == 2
+    assert [b.timestamp for b in loaded.producers[1].batches] == [5000, 6000]
+    body = json.dumps([[7, 2, 1234, [[0, 4, 10, 14], [5, 6, 15, 16]], -1, -1]], separators=(",", ":")).encode()
+    (tmp_path / f"{20:020d}.snapshot").write_bytes(
+        json.dumps({"version": 2, "crc": crc32c(body)}).encode() + b"\n" + body)
+    old = ProducerStateManager(str(tmp_path))
+    assert old.load_latest_snapshot(100) == 20
+    assert [b.timestamp for b in old.producers[7].batches] == [-1, 1234]
