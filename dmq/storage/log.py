@@ -681,17 +681,26 @@ class Log:
                                      "One or more records have been rejected due to invalid timestamp",
                                      tuple(errors))
 
-    @staticmethod
-    def _require_keys(records: bytes | bytearray | memoryview, batches: ValidatedBatches) -> None:
-        """Compaction needs a key on every record (Kafka refuses keyless records too)."""
+    def _require_keys(self, records: bytes | bytearray | memoryview, batches: ValidatedBatches) -> None:
+        """Compaction needs a key on every record: else the whole append is refused
+        INVALID_RECORD, naming each keyless record (Kafka's LogValidator.validateKey)."""
+        errors: list[tuple[int, str]] = []
+        index = 0
         for header, pos in zip(batches.headers, batches.positions, strict=True):
             try:
                 _, recs = record_codec.decode_batch(bytes(records[pos : pos + header.size]))
             except ValueError as e:
                 raise InvalidRecordError("corrupt_message", f"cannot read records: {e}") from None
-            if any(r.key is None for r in recs):
-                raise InvalidRecordError("invalid_record",
-                                         "Compacted topic cannot accept message without key.")
+            for r in recs:
+                if r.key is None:
+                    errors.append((index, f"Compacted topic cannot accept message without key in topic "
+                                          f"partition {self.name}"))
+                index += 1
+        if errors:
+            shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+            raise InvalidRecordError(
+                "invalid_record", f"One or more records have been rejected due to {len(errors)} record errors "
+                f"in total, and only showing the first three errors at most: [{shown}]", tuple(errors))
 
     def _new_segment(self, base: int) -> LogSegment:
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)

@@ -438,3 +438,14 @@ def test_a_batch_past_the_segments_offset_range_is_cut_on_recovery(tmp_path: Pat
     assert read_offsets(again, 0) == list(range(8))
     append(again, 1)
     assert read_offsets(again, 0) == list(range(9))
+
+
+def test_keyless_records_on_a_compacted_topic_are_refused_each_by_its_index(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"cleanup.policy": "compact"})
+    data = bytearray(encode_batch([(b"k", b"a", []), (None, b"b", []), (None, b"c", [])], timestamp=1000))
+    with pytest.raises(InvalidRecordError) as e:
+        log.append_as_leader(data, validate_batches(data, 10**7), 0, timestamp=1000)
+    assert e.value.error == "invalid_record"
+    assert [i for i, _ in e.value.record_errors] == [1, 2]
+    assert e.value.record_errors[0][1] == "Compacted topic cannot accept message without key in topic partition t-0"
+    assert log.log_end_offset == 0
