@@ -528,6 +528,13 @@ class Log:
                 producer_batches.append((header, self._leader_marker(records, pos, header)))
             elif header.producer_id >= 0:
                 producer_batches.append((header, None))
+        if batches.total_size > self.config.segment_bytes and origin != AppendOrigin.DELAYED:
+            # Kafka's UnifiedLog.append: no segment could hold it. (A delivery of delayed
+            # records is not refused: it would be retried, and refused, at every tick.)
+            raise InvalidRecordError(
+                "record_list_too_large", f"Message batch size is {batches.total_size} bytes in append to "
+                f"partition {self.name}, which exceeds the maximum configured segment size of "
+                f"{self.config.segment_bytes}.")
         pending = self.producer_state.prepare(producer_batches, origin, verification) if producer_batches else None
         segment = self.active_segment
         if segment.size > 0 and (

@@ -49,7 +49,8 @@ def fill(broker: BrokerProcess, topic: str) -> None:
     n = 0
     for codec in ("none", "gzip", "snappy", "lz4", "zstd"):
         p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 20,
-                      "batch.num.messages": 200, "log_level": 0})
+                      "batch.num.messages": 200, "batch.size": 5000,  # a batch fits in a 6000-byte segment
+                      "log_level": 0})
         for _ in range(600):
             key = KEYS[n % len(KEYS)] if n % 97 else None
             value = b'{"n": %d, "codec": "%s"}' % (n, codec.encode()) if n % 53 else None
@@ -57,7 +58,7 @@ def fill(broker: BrokerProcess, topic: str) -> None:
             n += 1
         assert p.flush(30) == 0
     t = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"txn-{topic}", "log_level": 0,
-                  "compression.type": "lz4"})
+                  "compression.type": "lz4", "batch.size": 5000})
     t.init_transactions(30)
     for commit in (True, False, True):
         t.begin_transaction()

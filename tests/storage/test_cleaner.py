@@ -110,7 +110,7 @@ def test_property_latest_record_of_every_key_survives(tmp_path_factory, ops) -> 
         key = b"key-%d" % k
         value = None if tomb else b"value-%d" % i
         latest[key] = (put(log, key, value, ts=1000 + i), value)
-    put(log, b"pad", b"p" * 700, ts=5000)  # forces a roll: everything above is cleanable
+    put(log, b"pad", b"p" * 500, ts=5000)  # forces a roll: everything above is cleanable
     put(log, b"pad", b"p", ts=5000)
     if len(log.segments) < 2:
         return
@@ -177,10 +177,10 @@ def keyed(log: Log, pid: int, epoch: int, seq: int, key: bytes, value: bytes, *,
     return txn_send(log, pid, epoch, seq, [value], keys=[key], transactional=transactional, ts=ts)
 
 
-def roll_out(log: Log, n: int = 3) -> None:
+def roll_out(log: Log, n: int = 3, size: int = 300) -> None:
     """Plain records (keys of their own) pushing everything written so far out of the active segment."""
     for _ in range(n):
-        put(log, b"pad-%d" % log.log_end_offset, b"p" * 300, ts=1000)
+        put(log, b"pad-%d" % log.log_end_offset, b"p" * size, ts=1000)
 
 
 def cleaner_pass(log: Log, tmp: Path, now: int) -> LogCleaner:
@@ -345,7 +345,7 @@ def test_property_cleaning_keeps_the_read_committed_view(tmp_path_factory, ops, 
             end_txn(log, pid, 0, commit=op == "commit")
     for pid in list(open_txn):
         end_txn(log, pid, 0, commit=False)
-    roll_out(log)
+    roll_out(log, size=150)  # (a batch must fit in a 250-byte segment)
 
     def latest(view: list[tuple[int, bytes | None]]) -> dict[bytes, bytes | None]:
         keys = {o: k for o, k, _v in everything(log)}

@@ -449,3 +449,12 @@ def test_keyless_records_on_a_compacted_topic_are_refused_each_by_its_index(tmp_
     assert [i for i, _ in e.value.record_errors] == [1, 2]
     assert e.value.record_errors[0][1] == "Compacted topic cannot accept message without key in topic partition t-0"
     assert log.log_end_offset == 0
+
+
+def test_an_append_larger_than_a_segment_is_refused(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "t-0", **{"segment.bytes": "100"})
+    data = bytearray(encode_batch([(None, b"x" * 200, [])], timestamp=1000))
+    with pytest.raises(InvalidRecordError) as e:
+        log.append_as_leader(data, validate_batches(data, 10**7), 0, timestamp=1000)
+    assert e.value.error == "record_list_too_large"
+    assert log.log_end_offset == 0 and [s.size for s in log.segments] == [0]
