@@ -34,27 +34,45 @@ def _refused(request: Any) -> ProduceResult | None:
 
 
 _BATCH_LENGTH = struct.Struct(">i")
+_ZSTD = 4  # codec id in a batch's attributes (bits 0-2, byte 22)
 
 
-def _not_one_batch(services: BrokerServices, version: int, entries: dict[TopicPartition, bytes | None]
-                   ) -> dict[TopicPartition, ProduceResult]:
-    """The partitions whose records hold more than one batch: refused INVALID_RECORD, as
-    Kafka's ProduceRequest.validateRecords refuses them from v3 on. The checks on
-    transactional records read the first batch only, so a second batch must not reach the
-    log: a producer with WRITE on the topic could otherwise slip a batch into another
-    producer's transaction. (A partition of an unknown topic is left to the append, which
-    answers UNKNOWN_TOPIC_OR_PARTITION as Kafka does before it validates.)"""
+def _invalid_records(services: BrokerServices, version: int, entries: dict[TopicPartition, bytes | None]
+                     ) -> dict[TopicPartition, ProduceResult]:
+    """The partitions whose records Kafka's ProduceRequest.validateRecords refuses (v3 on,
+    every version dmq serves), by their first batch: a magic other than 2 is INVALID_RECORD,
+    ZSTD below v7 UNSUPPORTED_COMPRESSION_TYPE, and more than one batch INVALID_RECORD. The
+    checks on transactional records read the first batch only, so a second batch must not
+    reach the log: a producer with WRITE on the topic could otherwise slip a batch into
+    another producer's transaction. (A partition of an unknown topic is left to the append,
+    which answers UNKNOWN_TOPIC_OR_PARTITION as Kafka does before it validates.)"""
     bad: dict[TopicPartition, ProduceResult] | None = None
     for tp, r in entries.items():
-        # batchLength (bytes 8-12) counts the bytes after it; a shorter set is left to the
-        # append's validation, which answers CORRUPT_MESSAGE for it.
-        if r is not None and len(r) > 12 and _BATCH_LENGTH.unpack_from(r, 8)[0] + 12 < len(r) \
-                and services.metadata.topic(tp[0]) is not None:
+        # batchLength (bytes 8-12) counts the bytes after it; a set shorter than it says (or
+        # than a batch header) is left to the append's validation, which answers
+        # CORRUPT_MESSAGE for it.
+        if r is None or len(r) <= 12:
+            continue
+        end = _BATCH_LENGTH.unpack_from(r, 8)[0] + 12
+        if end > len(r):
+            continue
+        if len(r) > 22 and r[16] != 2:  # magic (at byte 16 in every format)
+            error, message = ErrorCode.invalid_record, (
+                f"Produce requests with version {version} are only allowed to contain record batches "
+                "with magic version 2")
+        elif version < 7 and len(r) > 22 and r[22] & 0x07 == _ZSTD:
+            error, message = ErrorCode.unsupported_compression_type, (
+                f"Produce requests with version {version} are not allowed to use ZStandard compression")
+        elif end < len(r):
+            error, message = ErrorCode.invalid_record, (
+                f"Produce requests with version {version} are only allowed to contain exactly one "
+                "record batch per partition")
+        else:
+            continue
+        if services.metadata.topic(tp[0]) is not None:
             if bad is None:
                 bad = {}
-            bad[tp] = ProduceResult(ErrorCode.invalid_record, error_message=(
-                f"Produce requests with version {version} are only allowed to contain exactly one "
-                "record batch per partition"))
+            bad[tp] = ProduceResult(error, error_message=message)
     return bad or {}
 
 
@@ -128,7 +146,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     internal = _internal(services, ctx, request, entries)
     if internal:
         denied = {**internal, **(denied or {})}
-    invalid = _not_one_batch(services, ctx.api_version, entries)
+    invalid = _invalid_records(services, ctx.api_version, entries)
     if invalid:
         denied = {**invalid, **(denied or {})}  # an ACL's refusal comes first, as in Kafka
     if refused is not None:

@@ -175,8 +175,9 @@ def validate_batches(
             raise InvalidRecordError("corrupt_message", "truncated record batch header")
         header = parse_header(buf, pos)
         if header.magic != MAGIC_V2:
+            # INVALID_RECORD, as Kafka's ProduceRequest.validateRecords answers from Produce v3 on
             raise InvalidRecordError(
-                "unsupported_for_message_format",
+                "invalid_record",
                 f"record batch magic {header.magic} is not supported; only magic 2 is",
             )
         if header.batch_length < MIN_BATCH_LENGTH:

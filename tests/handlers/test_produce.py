@@ -41,3 +41,33 @@ def test_a_record_outside_the_topics_timestamp_bounds_is_invalid_timestamp(broke
         assert refused.record_errors[0].batch_index_error_message.startswith(
             f"Timestamp {now - 7_200_000} of message with offset 1 is out of range. The timestamp should be within [")
         assert produce(c, "bounded", [now]).base_offset == 2  # the refused batch wrote nothing
+
+
+def produce_records(c: WireClient, topic: str, records: bytes, version: int = 9) -> object:
+    """Produce ``records`` to partition 0 with Produce ``version``: partition 0's answer."""
+    mod = request_module(0, version)
+    answer = c.request(make(request_class(0, version), transactional_id=None, acks=-1,
+                            timeout=timedelta(seconds=10),
+                            topic_data=(make(mod.TopicProduceData, name=topic, partition_data=(
+                                make(mod.PartitionProduceData, index=0, records=records),)),)))
+    return answer.responses[0].partition_responses[0]
+
+
+def test_records_refused_per_request_as_kafkas_validate_records(broker: BrokerProcess) -> None:
+    """Kafka's ProduceRequest.validateRecords: a batch whose magic is not 2 is INVALID_RECORD
+    (dmq answered UNSUPPORTED_FOR_MESSAGE_FORMAT), and ZSTD below Produce v7
+    UNSUPPORTED_COMPRESSION_TYPE (dmq took it); nothing refused is appended."""
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert create_topic(c, "checked", 1, 1)[0] == ErrorCode.none
+        old_magic = bytearray(encode_batch([(None, b"v", [])]))
+        old_magic[16] = 1
+        refused = produce_records(c, "checked", bytes(old_magic))
+        assert refused.error_code == ErrorCode.invalid_record
+        assert refused.error_message == \
+            "Produce requests with version 9 are only allowed to contain record batches with magic version 2"
+        zstd = encode_batch([(None, b"v", [])], codec=4)
+        for version in (3, 6):
+            refused = produce_records(c, "checked", zstd, version)
+            assert refused.error_code == ErrorCode.unsupported_compression_type, version
+        assert produce_records(c, "checked", zstd, 7).base_offset == 0
+        assert produce_records(c, "checked", encode_batch([(None, b"v", [])])).base_offset == 1

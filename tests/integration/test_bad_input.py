@@ -123,7 +123,7 @@ def test_record_errors(small_broker: BrokerProcess) -> None:
         old_magic = bytearray(encode_batch([(None, b"hello", [])]))
         old_magic[16] = 1
         resp = c.request(produce_req("bad-records", bytes(old_magic)))
-        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.unsupported_for_message_format
+        assert resp.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
         resp = c.request(produce_req("no-such-topic", encode_batch([(None, b"x", [])])))
         assert resp.responses[0].partition_responses[0].error_code == ErrorCode.unknown_topic_or_partition
         resp = c.request(produce_req("bad-records", encode_batch([(None, b"x", [])]), acks=5))
