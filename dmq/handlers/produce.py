@@ -25,12 +25,28 @@ def _timestamp(ms: int) -> datetime | None:
     return None if ms < 0 else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _refused(request: Any) -> ProduceResult | None:
-    """The error every partition gets when the request as a whole cannot be taken."""
-    if request.acks not in (0, 1, -1):
-        return ProduceResult(ErrorCode.invalid_required_acks,
-                             error_message=f"acks={request.acks} is not 0, 1 or -1")
-    return None
+def _invalid_acks(services: BrokerServices, request: Any, entries: dict[TopicPartition, bytes | None],
+                  denied: dict[TopicPartition, ProduceResult] | None,
+                  invalid: dict[TopicPartition, ProduceResult]) -> dict[TopicPartition, ProduceResult]:
+    """The answer to a request whose acks is not 0, 1 or -1, in Kafka's order: a partition
+    refused by the request's transactional id (all of them) or its topic's ACL keeps that
+    error, one the cluster lacks is UNKNOWN_TOPIC_OR_PARTITION, one whose records
+    validateRecords refuses keeps that error, and the rest are INVALID_REQUIRED_ACKS (Kafka's
+    ReplicaManager.appendRecords, before any append: internal topics included)."""
+    refused = ProduceResult(ErrorCode.invalid_required_acks,
+                            error_message=f"acks={request.acks} is not 0, 1 or -1")
+    unknown = ProduceResult(ErrorCode.unknown_topic_or_partition)
+    results: dict[TopicPartition, ProduceResult] = {}
+    for tp in entries:
+        if denied and tp in denied:
+            results[tp] = denied[tp]
+            continue
+        meta = services.metadata.topic(tp[0])
+        if meta is None or tp[1] not in meta.partitions:
+            results[tp] = unknown
+        else:
+            results[tp] = invalid.get(tp, refused)
+    return results
 
 
 _BATCH_LENGTH = struct.Struct(">i")
@@ -140,28 +156,28 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     entries: dict[TopicPartition, bytes | None] = {
         (t.name, p.index): p.records for t in request.topic_data for p in t.partition_data}
-    refused = _refused(request)
     denied = _without_transactional_id(request, entries) or (
         _unauthorized(services, ctx, request, entries) if services.authorizer is not None else None)
-    internal = _internal(services, ctx, request, entries)
-    if internal:
-        denied = {**internal, **(denied or {})}
     invalid = _invalid_records(services, ctx.api_version, entries)
-    if invalid:
-        denied = {**invalid, **(denied or {})}  # an ACL's refusal comes first, as in Kafka
-    if refused is not None:
-        results = dict.fromkeys(entries, refused)
-    elif denied:
-        allowed = {tp: r for tp, r in entries.items() if tp not in denied}
-        results = await services.replica_manager.append_records(
-            allowed, request.acks, max(request.timeout.total_seconds(), 0.0),
-            appended=ctx.dispatched, transactional_id=request.transactional_id) if allowed else {}
-        results = {tp: denied[tp] if tp in denied else results[tp] for tp in entries}
+    if request.acks not in (0, 1, -1):
+        results = _invalid_acks(services, request, entries, denied, invalid)
     else:
-        # ReplicaManager decides whether the answer waits for replication (acks=all).
-        results = await services.replica_manager.append_records(
-            entries, request.acks, max(request.timeout.total_seconds(), 0.0), appended=ctx.dispatched,
-            transactional_id=request.transactional_id)
+        internal = _internal(services, ctx, request, entries)
+        if internal:
+            denied = {**internal, **(denied or {})}
+        if invalid:
+            denied = {**invalid, **(denied or {})}  # an ACL's refusal comes first, as in Kafka
+        if denied:
+            allowed = {tp: r for tp, r in entries.items() if tp not in denied}
+            results = await services.replica_manager.append_records(
+                allowed, request.acks, max(request.timeout.total_seconds(), 0.0),
+                appended=ctx.dispatched, transactional_id=request.transactional_id) if allowed else {}
+            results = {tp: denied[tp] if tp in denied else results[tp] for tp in entries}
+        else:
+            # ReplicaManager decides whether the answer waits for replication (acks=all).
+            results = await services.replica_manager.append_records(
+                entries, request.acks, max(request.timeout.total_seconds(), 0.0), appended=ctx.dispatched,
+                transactional_id=request.transactional_id)
     if request.acks == 0:
         failed = [r for r in results.values() if r.error != ErrorCode.none]
         if failed:

@@ -71,3 +71,20 @@ def test_records_refused_per_request_as_kafkas_validate_records(broker: BrokerPr
             assert refused.error_code == ErrorCode.unsupported_compression_type, version
         assert produce_records(c, "checked", zstd, 7).base_offset == 0
         assert produce_records(c, "checked", encode_batch([(None, b"v", [])])).base_offset == 1
+
+
+def test_invalid_acks_leaves_unknown_partitions_and_invalid_records_their_own_errors(broker: BrokerProcess) -> None:
+    """With acks not 0, 1 or -1, a partition the cluster lacks is UNKNOWN_TOPIC_OR_PARTITION
+    and one whose records validateRecords refuses keeps that error (Kafka's KafkaApis checks
+    both before ReplicaManager refuses the acks); the others are INVALID_REQUIRED_ACKS."""
+    mod = request_module(0, 9)
+    one = encode_batch([(None, b"v", [])])
+    with WireClient("127.0.0.1", broker.port) as c:
+        assert create_topic(c, "acks-checked", 2, 1)[0] == ErrorCode.none
+        answer = c.request(make(request_class(0, 9), transactional_id=None, acks=2, timeout=timedelta(seconds=10),
+                                topic_data=(make(mod.TopicProduceData, name="acks-checked", partition_data=(
+                                    make(mod.PartitionProduceData, index=0, records=one),
+                                    make(mod.PartitionProduceData, index=1, records=one + one),
+                                    make(mod.PartitionProduceData, index=5, records=one))),)))
+        assert {p.index: p.error_code for p in answer.responses[0].partition_responses} == {
+            0: ErrorCode.invalid_required_acks, 1: ErrorCode.invalid_record, 5: ErrorCode.unknown_topic_or_partition}

@@ -268,3 +268,27 @@ def test_a_refused_offset_commit_of_no_topics_does_not_keep_a_member_alive(broke
         described = a.request(make(request_class(15, 5), groups=(group,), include_authorized_operations=False))
         assert described.groups[0].error_code == ErrorCode.none
         assert described.groups[0].members == (), "the stopped member was kept alive"
+
+
+def test_invalid_acks_comes_after_authorization_and_unknown_partitions(broker: BrokerProcess) -> None:
+    """A Produce whose acks is not 0, 1 or -1 is answered in Kafka's order (KafkaApis, then
+    ReplicaManager.appendRecords): the transactional id refuses every partition, then each
+    partition's topic ACL, then an unknown partition, and only the rest are
+    INVALID_REQUIRED_ACKS. Before, every partition was INVALID_REQUIRED_ACKS, which told a
+    client without Write on a topic nothing of its rights."""
+    mod = request_module(0, 9)
+
+    def produce(txn_id: str | None, records: bytes) -> dict[tuple[str, int], ErrorCode]:
+        answer = c.request(make(request_class(0, 9), transactional_id=txn_id, acks=5,
+                                timeout=timedelta(seconds=10), topic_data=tuple(
+                                    make(mod.TopicProduceData, name=topic, partition_data=tuple(
+                                        make(mod.PartitionProduceData, index=i, records=records) for i in indexes))
+                                    for topic, indexes in ((TOPIC, (0, 7)), (DENIED_TOPIC, (0,))))))
+        return {(t.name, p.index): ErrorCode(p.error_code) for t in answer.responses for p in t.partition_responses}
+
+    with WireClient(broker.host, broker.port) as c:
+        assert produce(None, encode_batch([(None, b"x", [])])) == {
+            (TOPIC, 0): ErrorCode.invalid_required_acks, (TOPIC, 7): ErrorCode.unknown_topic_or_partition,
+            (DENIED_TOPIC, 0): ErrorCode.topic_authorization_failed}
+        assert set(produce("payroll-app", transactional_batch(1, 0, 0, b"t")).values()) == \
+            {ErrorCode.transactional_id_authorization_failed}
