@@ -335,7 +335,8 @@ class Log:
         if rebuild_txn_indexes_from is not None:
             limit = min(limit, rebuild_txn_indexes_from)
         self.producer_state.delete_snapshots_after(limit)
-        snap = self.producer_state.load_latest_snapshot(limit)
+        snap = self.producer_state.load_latest_snapshot(limit, now_ms(),
+                                                        int(self.config.broker["producer.id.expiration.ms"]))
         start = max(snap, self.segments[0].base_offset)
         if start < self.log_end_offset:
             for segment in self.segments[max(0, bisect_right(self.bases, start) - 1):]:

@@ -1,6 +1,8 @@
 """Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager).
 
-For each producer id: its epoch, the metadata of its last 5 batches (first/last
+For each producer id: its epoch, the timestamp of its last batch (Kafka's
+lastTimestamp: the last one's, not the highest seen; it expires
+``producer.id.expiration.ms`` after it), the metadata of its last 5 batches (first/last
 sequence, first/last offset, max timestamp), the epoch of the transaction coordinator that
 wrote its last marker, and the first offset of its ongoing transaction (-1
 when none). State is rebuilt after a restart from the newest snapshot
@@ -211,14 +213,12 @@ def _apply_batch(entry: ProducerEntry, header: BatchHeader,
         entry.set_epoch(header.producer_epoch)
         entry.coordinator_epoch = marker.coordinator_epoch
         entry.current_txn_first_offset = NO_OFFSET
-        if header.max_timestamp > entry.last_timestamp:
-            entry.last_timestamp = header.max_timestamp
+        entry.last_timestamp = header.max_timestamp
         return completed
     entry.set_epoch(header.producer_epoch)
     entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence,
                                        header.base_offset, header.last_offset, header.max_timestamp))
-    if header.max_timestamp > entry.last_timestamp:
-        entry.last_timestamp = header.max_timestamp
+    entry.last_timestamp = header.max_timestamp  # the last batch's, older or not (as Kafka)
     if entry.current_txn_first_offset < 0 and header.is_transactional:
         entry.current_txn_first_offset = header.base_offset
         return TxnMetadata(entry.producer_id, header.base_offset)
@@ -525,10 +525,15 @@ class ProducerStateManager:
         self._clear()
         self.delete_snapshots_after(-1)
 
+    @staticmethod
+    def _expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+        """Kafka's isProducerExpired: its last batch is ``expiration_ms`` old or more, and
+        it has no open transaction."""
+        return not entry.has_ongoing_txn and now_ms - entry.last_timestamp >= expiration_ms
+
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
-        """Drop producers idle for longer than ``expiration_ms``; never one with an open transaction."""
-        for pid in [p for p, e in self.producers.items()
-                    if not e.has_ongoing_txn and now_ms - e.last_timestamp > expiration_ms]:
+        """Drop producers idle for ``expiration_ms`` or longer; never one with an open transaction."""
+        for pid in [p for p, e in self.producers.items() if self._expired(e, now_ms, expiration_ms)]:
             del self.producers[pid]
         for pid in [p for p, v in self._verifications.items() if now_ms - v.started_ms >= expiration_ms]:
             del self._verifications[pid]
@@ -564,11 +569,14 @@ class ProducerStateManager:
     def delete_snapshots_after(self, offset: int) -> None:
         self._snapshots.delete_after(offset)
 
-    def load_latest_snapshot(self, max_offset: int) -> int:
+    def load_latest_snapshot(self, max_offset: int, now_ms: int | None = None,
+                             expiration_ms: int | None = None) -> int:
         """Load the newest valid snapshot at or below ``max_offset``; return its offset or -1.
 
         Everything held before is dropped, the transactions too: a snapshot's
         open transactions become ongoing; completed ones are taken as replicated.
+        With ``now_ms`` and ``expiration_ms``, a producer the snapshot holds that has
+        expired by then is left out (Kafka's loadFromSnapshot).
         """
         self._clear()
         for snap in self._snapshots.newest_first(max_offset):
@@ -588,6 +596,9 @@ class ProducerStateManager:
                         entry.batches.append(BatchMetadata(*(int(x) for x in b)))
                     if version < 3 and entry.batches:
                         entry.batches[-1].timestamp = entry.last_timestamp
+                    if now_ms is not None and expiration_ms is not None \
+                            and self._expired(entry, now_ms, expiration_ms):
+                        continue
                     self.producers[entry.producer_id] = entry
                     if entry.has_ongoing_txn:
                         self._add(self._ongoing, self._ongoing_firsts, entry.current_txn_first_offset,

@@ -23,6 +23,14 @@ from tests.support.transactions import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _log_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Log's clock at these tests' record timestamps (1970, a few seconds in): a
+    producer a reload takes from a snapshot expires producer.id.expiration.ms after its
+    last batch (as in Kafka), so at today's time every one of them would be gone."""
+    monkeypatch.setattr("dmq.storage.log.now_ms", lambda: 10_000)
+
+
 def txn_files(path: Path) -> list[str]:
     return sorted(n for n in os.listdir(path) if n.endswith(".txnindex"))
 
@@ -368,3 +376,15 @@ def test_duplicate_on_a_create_time_topic_is_answered_without_an_append_time(tmp
     assert append(log, bytearray(batch), ts=5000).log_append_time == -1
     retry = append(log, bytearray(batch), ts=9000)
     assert retry.duplicate and retry.log_append_time == -1
+
+
+def test_a_reload_leaves_out_producers_expired_since_their_snapshot(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    log = make_log(tmp_path / "t-0")
+    send(log, 1, 0, 0, [b"a"], transactional=False, ts=1000)
+    send(log, 2, 0, 0, [b"b"], ts=1000)  # its transaction stays open
+    log.flush()
+    log.close()
+    monkeypatch.setattr("dmq.storage.log.now_ms", lambda: 1000 + 86_400_000)  # producer.id.expiration.ms later
+    log = make_log(tmp_path / "t-0")
+    assert sorted(log.producer_state.producers) == [2]

@@ -343,3 +343,26 @@ def test_snapshots_keep_each_batch_timestamp_and_older_versions_take_the_last_ti
     old = ProducerStateManager(str(tmp_path))
     assert old.load_latest_snapshot(100) == 20
     assert [b.timestamp for b in old.producers[7].batches] == [-1, 1234]
+
+
+def test_last_timestamp_is_the_last_batchs_and_a_producer_expires_at_the_bound(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, seq=0, ts=5000, txn=False), None)])
+    run(psm, [(header(1, 1, seq=1, ts=1000, txn=False), None)])
+    assert psm.producers[1].last_timestamp == 1000  # Kafka's lastTimestamp: not the highest seen
+    psm.remove_expired(now_ms=1099, expiration_ms=100)
+    assert list(psm.producers) == [1]
+    psm.remove_expired(now_ms=1100, expiration_ms=100)  # idle for exactly the expiration
+    assert psm.producers == {}
+
+
+def test_a_snapshot_load_leaves_out_the_producers_expired_by_then(tmp_path: Path) -> None:
+    psm = ProducerStateManager(str(tmp_path))
+    run(psm, [(header(0, 1, ts=1000, txn=False), None), (header(1, 2, ts=1000), None),
+              (header(2, 3, ts=5000, txn=False), None)])
+    psm.take_snapshot(3)
+    loaded = ProducerStateManager(str(tmp_path))
+    assert loaded.load_latest_snapshot(10, now_ms=6000, expiration_ms=5000) == 3
+    # 1 is 5000 ms idle; 2 as well, but its transaction is open; 3 is 1000 ms idle.
+    assert sorted(loaded.producers) == [2, 3]
+    assert loaded.ongoing_transactions() == [TxnMetadata(2, 1)]
