@@ -10,6 +10,13 @@ v1: each answer carries the start time of the transaction it answers (the
 ended that transaction and began another (same producer id and epoch) is not
 applied to the new one. A v0 answer lacks it and is applied only when no other
 transaction's check can be answered (``TransactionShard.poll_checks``).
+
+Authorisation: the request needs Write (Describe when only listing) on the transactional id
+``__dmq_half/<group>/``, which a prefixed ACL on that name covers; then, as Kafka checks
+each real id (EndTxn Write, DescribeTransactions Describe), a listing shows only the ids the
+caller may Describe, and a poll hands out and answers only the ids it may Write (checked by
+the coordinator, where a check is counted and an answer applied). A transaction's topics the
+caller may not Describe are left out of it, as DescribeTransactions does.
 """
 
 from __future__ import annotations
@@ -30,10 +37,15 @@ MAX_VERSION = 1
 ADVERTISED = False
 
 
-def _entry(schema: Any, half: HalfTransaction) -> Any:
+def _entry(services: BrokerServices, ctx: RequestContext, half: HalfTransaction) -> Any:
+    schema = ctx.schema
     topics: dict[str, list[int]] = {}
+    shown: dict[str, bool] = {}
     for topic, partition in sorted(half.meta.partitions):
-        topics.setdefault(topic, []).append(partition)
+        if topic not in shown:
+            shown[topic] = authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
+        if shown[topic]:
+            topics.setdefault(topic, []).append(partition)
     meta = half.meta
     return make(schema.CheckedTransaction, transactional_id=meta.transactional_id,
                 producer_id=meta.producer_id, producer_epoch=meta.producer_epoch, state=meta.state.display,
@@ -56,11 +68,18 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
         error, found = ErrorCode.transactional_id_authorization_failed, []
     elif request.describe_only:
         error, found = services.transactions.half_transactions(group)
+        found = [h for h in found if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                               h.meta.transactional_id)]
     else:
+        # A prefixed ACL on the group may be narrowed by ACLs on single ids: each id is
+        # checked where its check is handed out and its answer applied (a check handed out
+        # is counted, an answer ends the transaction), not only in this response.
+        may_write = None if services.authorizer is None else (
+            lambda txn_id: authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id))
         poll = await services.transactions.poll_checks(group, [
             CheckAnswer(a.transactional_id, int(a.producer_id), int(a.producer_epoch), int(a.resolution),
                         int(a.start_time_ms) if ctx.api_version >= 1 else None)
-            for a in request.answers])
+            for a in request.answers], may_write)
         error, found = poll.error, poll.transactions
     return make(schema.CheckTransactionsResponse, throttle_time=NO_THROTTLE, error_code=error,
-                transactions=tuple(_entry(schema, h) for h in found))
+                transactions=tuple(_entry(services, ctx, h) for h in found))

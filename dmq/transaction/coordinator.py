@@ -128,12 +128,14 @@ class TransactionCoordinator:
         """The ``__transaction_state`` partition of every half-message transaction of a group."""
         return self.partition_for(rec.half_transactional_id(producer_group, "any"))
 
-    async def poll_checks(self, producer_group: str, answers: Iterable[CheckAnswer]) -> CheckPoll:
-        """A checker's poll: apply its answers, hand it the transactions due a check."""
+    async def poll_checks(self, producer_group: str, answers: Iterable[CheckAnswer],
+                          may_write: Callable[[str], bool] | None = None) -> CheckPoll:
+        """A checker's poll: apply its answers, hand it the transactions due a check; only
+        of the ids ``may_write`` allows when given (``TransactionShard.poll_checks``)."""
         given = list(answers)
         result = await self.runtime.write(
             self.group_partition(producer_group),
-            lambda shard, now: shard.poll_checks(producer_group, given, now),
+            lambda shard, now: shard.poll_checks(producer_group, given, now, may_write=may_write),
             lambda error: CheckPoll(error))
         assert isinstance(result, CheckPoll)
         return result

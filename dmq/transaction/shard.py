@@ -493,19 +493,25 @@ class TransactionShard:
         # earlier transaction's check still within its interval.
         return state.outstanding and now_ms >= state.earlier_until_ms
 
-    def poll_checks(self, group: str, answers: Iterable[CheckAnswer], now_ms: int) -> CoordinatorResult:
+    def poll_checks(self, group: str, answers: Iterable[CheckAnswer], now_ms: int, *,
+                    may_write: Callable[[str], bool] | None = None) -> CoordinatorResult:
         """A checker of ``group`` polls: its answers are applied (COMMIT/ROLLBACK end the
         transaction, UNKNOWN is recorded) and it is handed the transactions due a check.
 
         An answer is applied only to the transaction it was handed: its producer id and
         epoch, its start time (v1; a v0 answer: see ``_answers_current``), a check of it
         handed out. A check's answer that comes after its transaction ended and the producer
-        began the next one (same id and epoch) is ignored, as any stale answer."""
+        began the next one (same id and epoch) is ignored, as any stale answer.
+
+        ``may_write``: whether the checker may Write the transactional id (its ACLs, as
+        Kafka's EndTxn checks the id). An id it may not is neither answered (its answer is
+        dropped) nor handed to it (no check counted). None: every id of the group."""
         changes: list[TransactionMetadata] = []
         checks: dict[str, rec.CheckValue | None] = {}
         for answer in answers:
             meta = self.transactions.get(answer.transactional_id)
             if meta is None or rec.half_group(answer.transactional_id) != group \
+                    or (may_write is not None and not may_write(answer.transactional_id)) \
                     or (meta.producer_id, meta.producer_epoch) != (answer.producer_id, answer.producer_epoch) \
                     or not self._checkable(answer.transactional_id, meta) \
                     or answer.transactional_id in checks:
@@ -533,7 +539,7 @@ class TransactionShard:
                     or txn_id in checks or any(m.transactional_id == txn_id for m in changes):
                 continue
             state = self._check_state(meta)
-            if now_ms < self._next_check_ms(state):
+            if now_ms < self._next_check_ms(state) or (may_write is not None and not may_write(txn_id)):
                 continue
             earlier_until = state.earlier_until_ms
             previous = self.checks.get(txn_id)
