@@ -66,7 +66,9 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                      config_source=int(source), is_sensitive=False)
                 for name, value, source, _syn in log_config.describe()
             )
-        if topic.partitions:
+        if config_error != ErrorCode.none:
+            num_partitions, rf = -1, -1  # Kafka shows them with the configs only
+        elif topic.partitions:
             num_partitions, rf = len(topic.partitions), len(next(iter(topic.partitions.values())).replicas)
         elif assignment:  # validate_only: what the assignment would create
             num_partitions, rf = len(assignment), len(next(iter(assignment.values())))
