@@ -137,6 +137,12 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                 continue
             topic = store.topic(name)
             if topic is None:
+                # Kafka's order: with auto-creation, Create first (a caller that may not
+                # create learns nothing of the name), then the name's validity.
+                if allow_create and not (authorize(services, ctx, AclOperation.CREATE)
+                                         or authorize(services, ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):
+                    topics.append(_error_entry(schema, name, None, ErrorCode.topic_authorization_failed))
+                    continue
                 try:
                     validate_topic_name(name)
                 except MetadataError:
@@ -144,10 +150,6 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                     continue
                 if not allow_create:
                     topics.append(_error_entry(schema, name, None, ErrorCode.unknown_topic_or_partition))
-                    continue
-                if not (authorize(services, ctx, AclOperation.CREATE)
-                        or authorize(services, ctx, AclOperation.CREATE, ResourceType.TOPIC, name)):
-                    topics.append(_error_entry(schema, name, None, ErrorCode.topic_authorization_failed))
                     continue
                 try:
                     topic = await services.admin_manager.auto_create_topic(name)
