@@ -37,7 +37,8 @@ def _client_refusals(services: BrokerServices, ctx: RequestContext, txn_id: str,
                      wanted: Partitions) -> dict[tuple[str, int], ErrorCode] | None:
     """Kafka's rules for a client's request (v0-3): WRITE on the transactional id (else
     every partition is refused), WRITE on each topic (a refused topic's partitions say
-    so, the others were not tried). An internal topic is never authorized for a client,
+    so, a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION, the others were
+    not tried). An internal topic is never authorized for a client,
     whatever the ACLs say: its markers would be appended beside the coordinator's own
     records (Kafka filters ``Topic.isInternal`` out before authorizing)."""
     if not authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
@@ -47,7 +48,9 @@ def _client_refusals(services: BrokerServices, ctx: RequestContext, txn_id: str,
                or not authorize(services, ctx, AclOperation.WRITE, ResourceType.TOPIC, topic)}
     if not refused:
         return None
-    return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused else ErrorCode.operation_not_attempted
+    unknown = _unknown(services, [tp for tp in wanted if tp[0] not in refused])
+    return {tp: ErrorCode.topic_authorization_failed if tp[0] in refused
+            else ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
             for tp in wanted}
 
 
