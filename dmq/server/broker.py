@@ -248,7 +248,8 @@ class Broker:
             self.store = EmbeddedMetadataStore(self.data_dir, self.broker_id)
         self._write_meta_properties()
         self.log_manager = LogManager(self.data_dir, self._log_config_for)
-        self.cleaner = LogCleaner(self.data_dir, int(self.config["log.cleaner.dedupe.buffer.size"]))
+        self.cleaner = LogCleaner(self.data_dir, int(self.config["log.cleaner.dedupe.buffer.size"]),
+                                  log_manager=self.log_manager)
         backend = self.backend = ClusterBackend(self.broker_id, self.store, self.log_manager,
                                                 self.cleaner)
         load_s = self.log_manager.load_logs(backend.known_partition)

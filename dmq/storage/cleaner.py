@@ -32,6 +32,13 @@ A pass over one log:
    its other indexes, then records the cleaned offset in
    ``cleaner-offset-checkpoint``.
 
+``cleaner-offset-checkpoint`` never says a log is cleaned past what it is: with a
+LogManager (the broker's), a truncation below a log's cleaned offset lowers it and
+writes the file before the truncation returns, so before anything is appended
+after it (Kafka's LogManager.truncateTo). Else a restart read back an offset above
+records written anew, they counted as deduplicated, and a tombstone among them
+went while the value it deletes stayed.
+
 Transactions follow Kafka's LogCleaner (CleanedTransactionMetadata) exactly:
 
 - records of aborted transactions are removed whatever their keys, and never
@@ -74,7 +81,7 @@ from dmq.record.batch import HEADER_SIZE, BatchHeader, InvalidRecordError, parse
 from dmq.record.control import ControlRecordType, parse_control_type
 from dmq.record.records import RawRecord, raw_records, rebuild_batch
 from dmq.storage.log import Log, now_ms
-from dmq.storage.log_manager import read_checkpoint, write_checkpoint
+from dmq.storage.log_manager import LogManager, read_checkpoint, write_checkpoint
 from dmq.storage.producer_state import LastRecord
 from dmq.storage.segment import LogSegment
 from dmq.storage.txn_index import AbortedTxn, write_entries
@@ -281,8 +288,15 @@ def _is_last_of_producer(header: BatchHeader, last_records: dict[int, LastRecord
 
 
 class LogCleaner:
-    def __init__(self, data_dir: str, dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES) -> None:
+    def __init__(self, data_dir: str, dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES,
+                 log_manager: LogManager | None = None) -> None:
+        """``log_manager``: the manager of the logs of ``data_dir``; the cleaner follows its
+        truncations."""
         self.data_dir = data_dir
+        self.log_manager = log_manager
+        if log_manager is not None:
+            log_manager.add_listeners(self.truncated)
+        self._checkpoint_due = False  # a write failed: retried at the next plan()
         self.dedupe_buffer_bytes = dedupe_buffer_bytes
         self.path = os.path.join(data_dir, CLEANER_CHECKPOINT)
         self.cleaned_to: dict[tuple[str, int], int] = read_checkpoint(self.path)
@@ -329,6 +343,8 @@ class LogCleaner:
 
     def plan(self, logs: list[Log], now: int | None = None) -> CleanPlan | None:
         now = now_ms() if now is None else now
+        if self._checkpoint_due:
+            self._try_checkpoint()
         best: tuple[float, Log] | None = None
         for lg in logs:
             if "compact" not in lg.config.cleanup_policy or len(lg.segments) < 2 \
@@ -612,5 +628,30 @@ class LogCleaner:
         if known is not None:
             self.checkpoint()  # else a log of the same name made after a restart inherits it
 
+    def truncated(self, lg: Log, offset: int) -> None:
+        """``lg`` was truncated to ``offset`` (event-loop thread, before anything is appended
+        after the truncation): its cleaned offset is lowered there and written now, as
+        Kafka's LogManager.truncateTo does (maybeTruncateCheckpoint). Else a restart read back
+        the offset the truncation invalidated and the records written since counted as
+        deduplicated. The write (a small file, fsync and rename) is on the event loop as the
+        truncation's own leader-epoch checkpoint is: it must be durable before the next
+        append, and it happens only when a truncation cuts below what the cleaner reached,
+        a whole cleaned segment at least (an unclean election, a follower behind the
+        leader's log start). A failed write is retried at each plan() until one succeeds."""
+        key = (lg.topic, lg.partition)
+        cleaned = self.cleaned_to.get(key)
+        if cleaned is None or cleaned <= offset:
+            return
+        self.cleaned_to[key] = offset
+        self._try_checkpoint()
+
+    def _try_checkpoint(self) -> None:
+        try:
+            self.checkpoint()
+        except OSError as e:
+            self._checkpoint_due = True
+            log.error("cannot write %s (retried at the next cleaner pass): %s", self.path, e)
+
     def checkpoint(self) -> None:
         write_checkpoint(self.path, self.cleaned_to)
+        self._checkpoint_due = False

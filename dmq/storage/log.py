@@ -216,6 +216,10 @@ class Log:
         self.unflushed_messages = 0
         self.last_flush_ms = now_ms()
         self.on_roll: Callable[[Log, int], None] | None = None
+        # Called after each truncation that cut records, with the offset cut to (the
+        # LogManager's: the cleaner lowers its checkpoint there, Kafka's
+        # maybeTruncateCleanerCheckpointToActiveSegmentBaseOffset).
+        self.on_truncate: Callable[[Log, int], None] | None = None
         self._high_watermark: int | None = None  # None: not told, the log end offset stands in
         started = time.monotonic()
         recovered_from = self._load(clean_shutdown)
@@ -665,6 +669,8 @@ class Log:
         self.delayed.clear(offset)
         if self._high_watermark is not None:
             self._high_watermark = offset
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
 
     def _check_timestamps(self, records: bytes | bytearray | memoryview, batches: ValidatedBatches,
                           now: int) -> None:
@@ -1003,6 +1009,8 @@ class Log:
             self.producer_state.on_high_watermark_updated(self._high_watermark)
         self.leader_epochs.truncate_from_end(offset)
         self._load_delayed()
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
 
     # --------------------------------------------------------------- flushing
 

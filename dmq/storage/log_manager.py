@@ -198,6 +198,8 @@ class LogManager:
         # The newest snapshots take_removals() took, not yet known written (the invariant).
         self._removal: Callable[[], None] | None = None  # under _removal_lock
         self._removal_lock = threading.Lock()
+        # Told of each held log's truncation that cut records (log, offset cut to).
+        self._truncation_listeners: list[Callable[[Log, int], None]] = []
         os.makedirs(self.data_dir, exist_ok=True)
         # Only the marker says the last shutdown was clean (Kafka's loadLogs). A data dir
         # without a recovery checkpoint is new only when it holds no segment: one deleted
@@ -242,6 +244,7 @@ class LogManager:
                      recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
                      clean_shutdown=self.clean_shutdown, topic_id=topic_id)
             lg.on_roll = self._on_roll
+            lg.on_truncate = self._on_truncate
             self.logs[tp] = lg
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         if os.path.exists(marker):
@@ -286,8 +289,18 @@ class LogManager:
                 lg.close()
             return held
         lg.on_roll = self._on_roll
+        lg.on_truncate = self._on_truncate
         self.logs[(lg.topic, lg.partition)] = lg
         return lg
+
+    def add_listeners(self, truncated: Callable[[Log, int], None]) -> None:
+        """``truncated(log, offset)`` after each truncation of a held log that cut records
+        (event-loop thread)."""
+        self._truncation_listeners.append(truncated)
+
+    def _on_truncate(self, lg: Log, offset: int) -> None:
+        for listener in self._truncation_listeners:
+            listener(lg, offset)
 
     def delete(self, topic: str, partition: int) -> None:
         lg = self.logs.pop((topic, partition), None)

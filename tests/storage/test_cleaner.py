@@ -16,6 +16,7 @@ from dmq.record.control import ControlRecordType, EndTxnMarker, read_end_txn_mar
 from dmq.record.records import decode_batch, encode_batch
 from dmq.storage.cleaner import DEDUPE_BUFFER_BYTES, MAP_ENTRY_BYTES, CleanPlan, LogCleaner
 from dmq.storage.log import Log, now_ms
+from dmq.storage.log_manager import LogManager
 from dmq.storage.segment import close_deferred
 from tests.support.transactions import end_txn, read_committed
 from tests.support.transactions import make_log as make_txn_log
@@ -600,6 +601,50 @@ def test_a_truncation_below_the_cleaned_offset_makes_the_log_dirty_from_there(tm
         clean_at(cleaner, log, now)
         assert values_of(log, b"a") in ([b"old", None], [None], [])
     assert values_of(log, b"a") == []
+
+
+COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "600", "min.cleanable.dirty.ratio": "0.01",
+             "delete.retention.ms": "1000"}
+
+
+def broker_storage(data: Path, topic_id: str) -> tuple[LogManager, LogCleaner]:
+    """A LogManager and a LogCleaner wired as the broker wires them (the cleaner before
+    load_logs), the directory's logs loaded as topic ``topic_id``'s."""
+    lm = LogManager(str(data), lambda _t: LogConfig(BrokerConfig(), COMPACTED))
+    cleaner = LogCleaner(str(data), log_manager=lm)
+    lm.load_logs(lambda _t, _p: topic_id)
+    return lm, cleaner
+
+
+def test_a_truncation_below_the_cleaned_offset_is_in_the_checkpoint_before_a_restart(tmp_path: Path) -> None:
+    """A truncation below the offset the last pass reached, records written anew there, then
+    a restart before the next pass: the checkpoint read back says no more than the
+    truncation offset (Kafka's LogManager.truncateTo writes it at once). Before, the lowered
+    offset lived in memory until the next pass, the restart read the old one, the new
+    records counted as cleaned and the delete of a went while its value stayed."""
+    lm, cleaner = broker_storage(tmp_path, "A")
+    log = lm.get_or_create("c", 0, "A")
+    for i in range(40):
+        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    clean_at(cleaner, log, 2000)
+    assert cleaner.cleaned_to[("c", 0)] > 12
+    log.truncate_to(10)  # an unclean leader election: cut below the cleaned offset
+    assert LogCleaner(str(tmp_path)).cleaned_to[("c", 0)] == 10  # written already
+    put(log, b"a", b"old", ts=1000)
+    put(log, b"a", None, ts=1000)  # the new leader deleted a
+    for i in range(40):
+        put(log, b"f%d" % (i % 4), b"f%02d" % i, ts=1000)
+    lm.shutdown()
+    lm, cleaner = broker_storage(tmp_path, "A")  # the broker restarted
+    log = lm.logs[("c", 0)]
+    plan = cleaner.plan([log], now=3000)
+    assert plan is not None and plan.first_dirty <= 10
+    cleaner.swap(cleaner.clean(plan))
+    for now in (4500, 6000, 7500):
+        clean_at(cleaner, log, now)
+        assert values_of(log, b"a") in ([b"old", None], [None], [])
+    assert values_of(log, b"a") == []
+    lm.shutdown()
 
 
 def test_a_forgotten_partitions_offset_is_not_inherited_by_a_new_log(tmp_path: Path) -> None:
