@@ -35,9 +35,11 @@ A pass over one log:
 ``cleaner-offset-checkpoint`` never says a log is cleaned past what it is: with a
 LogManager (the broker's), a truncation below a log's cleaned offset lowers it and
 writes the file before the truncation returns, so before anything is appended
-after it (Kafka's LogManager.truncateTo). Else a restart read back an offset above
-records written anew, they counted as deduplicated, and a tombstone among them
-went while the value it deletes stayed.
+after it (Kafka's LogManager.truncateTo); a deleted log's entry goes, also one
+whose directory the LogManager removed at start (Kafka's asyncDelete); and the
+file is written with the entries of held logs only (Kafka's updateCheckpoints).
+Else a restart read back an offset above records written anew, they counted as
+deduplicated, and a tombstone among them went while the value it deletes stayed.
 
 Transactions follow Kafka's LogCleaner (CleanedTransactionMetadata) exactly:
 
@@ -291,11 +293,11 @@ class LogCleaner:
     def __init__(self, data_dir: str, dedupe_buffer_bytes: int = DEDUPE_BUFFER_BYTES,
                  log_manager: LogManager | None = None) -> None:
         """``log_manager``: the manager of the logs of ``data_dir``; the cleaner follows its
-        truncations."""
+        truncations and removals and writes the entries of its held logs only."""
         self.data_dir = data_dir
         self.log_manager = log_manager
         if log_manager is not None:
-            log_manager.add_listeners(self.truncated)
+            log_manager.add_listeners(self.truncated, self.forget)
         self._checkpoint_due = False  # a write failed: retried at the next plan()
         self.dedupe_buffer_bytes = dedupe_buffer_bytes
         self.path = os.path.join(data_dir, CLEANER_CHECKPOINT)
@@ -653,5 +655,14 @@ class LogCleaner:
             log.error("cannot write %s (retried at the next cleaner pass): %s", self.path, e)
 
     def checkpoint(self) -> None:
+        """Write the cleaned offsets, those of the logs the LogManager holds only once it has
+        loaded them all (Kafka's updateCheckpoints): an entry of a log removed otherwise
+        goes too, so no later log of its name inherits it."""
+        lm = self.log_manager
+        if lm is not None and lm.loaded:
+            for key in [k for k in self.cleaned_to if k not in lm.logs]:
+                del self.cleaned_to[key]
+                self._truncations_seen.pop(key, None)
+                self.tombstone_due.pop(key, None)
         write_checkpoint(self.path, self.cleaned_to)
         self._checkpoint_due = False

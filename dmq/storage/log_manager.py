@@ -22,8 +22,12 @@ cluster backend before it creates logs) snapshots every file as it should be now
 and ``open_new()`` writes those snapshots before it creates a directory, as Kafka
 writes its checkpoints when it deletes a log. At start, ``load_logs`` writes both
 files with the logs it kept; the ReplicaManager, built after it, does the same
-with its file. (The cleaner's ``cleaner-offset-checkpoint`` is not covered: a stale
-entry there only delays a compaction.)
+with its file. The cleaner's ``cleaner-offset-checkpoint`` follows the same rule
+by other means (``add_listeners``): a stale entry there is not harmless, it makes
+the new log's first records count as deduplicated, and a tombstone among them is
+dropped while the value it deletes stays. The LogCleaner drops a log's entry when
+it is deleted or its directory is removed at start, writes only the entries of held
+logs, and lowers an entry at once (written) when its log is truncated below it.
 
 A directory whose ``partition.metadata`` names another topic id than the cluster
 knows (the topic was deleted and created again while this broker was down) is
@@ -198,8 +202,11 @@ class LogManager:
         # The newest snapshots take_removals() took, not yet known written (the invariant).
         self._removal: Callable[[], None] | None = None  # under _removal_lock
         self._removal_lock = threading.Lock()
-        # Told of each held log's truncation that cut records (log, offset cut to).
+        # Told of each held log's truncation that cut records (log, offset cut to) and of each
+        # partition whose log was removed (deleted, or its directory removed at start).
         self._truncation_listeners: list[Callable[[Log, int], None]] = []
+        self._removal_listeners: list[Callable[[str, int], None]] = []
+        self.loaded = False  # load_logs() is done: ``logs`` holds every log of the directory
         os.makedirs(self.data_dir, exist_ok=True)
         # Only the marker says the last shutdown was clean (Kafka's loadLogs). A data dir
         # without a recovery checkpoint is new only when it holds no segment: one deleted
@@ -218,6 +225,7 @@ class LogManager:
         started = time.monotonic()
         recovery = read_checkpoint(os.path.join(self.data_dir, RECOVERY_POINT_FILE))
         starts = read_checkpoint(os.path.join(self.data_dir, LOG_START_FILE))
+        removed: list[TopicPartition] = []
         for name in sorted(os.listdir(self.data_dir)):
             path = os.path.join(self.data_dir, name)
             if not os.path.isdir(path):
@@ -232,6 +240,7 @@ class LogManager:
             if topic_id is None:
                 log.warning("removing log directory %s of a topic that no longer exists", name)
                 self._schedule_delete(path)
+                removed.append(tp)
                 continue
             held_id = read_partition_topic_id(path)
             if held_id is not None and held_id != topic_id:
@@ -239,6 +248,7 @@ class LogManager:
                             "name is %s (deleted and created again while this broker was down)",
                             name, held_id, topic_id)
                 self._schedule_delete(path)
+                removed.append(tp)
                 continue
             lg = Log(path, tp[0], tp[1], self.config_for(tp[0]),
                      recovery_point=recovery.get(tp, 0), log_start_offset=starts.get(tp, 0),
@@ -246,6 +256,9 @@ class LogManager:
             lg.on_roll = self._on_roll
             lg.on_truncate = self._on_truncate
             self.logs[tp] = lg
+        self.loaded = True
+        for tp in removed:  # once every kept log is held (a listener may write what they are)
+            self._on_removed(tp)
         marker = os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE)
         if os.path.exists(marker):
             os.unlink(marker)
@@ -293,14 +306,20 @@ class LogManager:
         self.logs[(lg.topic, lg.partition)] = lg
         return lg
 
-    def add_listeners(self, truncated: Callable[[Log, int], None]) -> None:
-        """``truncated(log, offset)`` after each truncation of a held log that cut records
-        (event-loop thread)."""
+    def add_listeners(self, truncated: Callable[[Log, int], None], removed: Callable[[str, int], None]) -> None:
+        """``truncated(log, offset)`` after each truncation of a held log that cut records,
+        ``removed(topic, partition)`` after a log is deleted or its directory removed at
+        start (both on the event-loop thread, the second after every kept log is held)."""
         self._truncation_listeners.append(truncated)
+        self._removal_listeners.append(removed)
 
     def _on_truncate(self, lg: Log, offset: int) -> None:
         for listener in self._truncation_listeners:
             listener(lg, offset)
+
+    def _on_removed(self, tp: TopicPartition) -> None:
+        for listener in self._removal_listeners:
+            listener(*tp)
 
     def delete(self, topic: str, partition: int) -> None:
         lg = self.logs.pop((topic, partition), None)
@@ -311,6 +330,7 @@ class LogManager:
         lg.close(defer=True)  # fetch answers may still hold slices of its files
         self._schedule_delete(lg.directory)
         self._removals_due = True
+        self._on_removed((topic, partition))
 
     def take_removals(self) -> None:
         """After deletes (event-loop thread): snapshot every per-partition checkpoint file as

@@ -647,6 +647,49 @@ def test_a_truncation_below_the_cleaned_offset_is_in_the_checkpoint_before_a_res
     lm.shutdown()
 
 
+def test_a_log_removed_at_start_leaves_no_checkpoint_entry_to_a_new_log(tmp_path: Path) -> None:
+    """A topic deleted and created again while the broker was down: load_logs removes the
+    earlier topic's directory, and its cleaner-offset-checkpoint entry goes with it (Kafka
+    removes it on delete and writes the file with held logs only). Before, the new log of
+    that name inherited the entry: its first records counted as cleaned, and the delete of
+    a went while its value stayed."""
+    lm, cleaner = broker_storage(tmp_path, "A")
+    old = lm.get_or_create("c", 0, "A")
+    for i in range(60):
+        put(old, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    clean_at(cleaner, old, 2000)
+    assert cleaner.cleaned_to[("c", 0)] > 20
+    lm.shutdown()
+    lm, cleaner = broker_storage(tmp_path, "B")  # removes the topic id A directory
+    assert ("c", 0) not in cleaner.cleaned_to
+    assert ("c", 0) not in LogCleaner(str(tmp_path)).cleaned_to
+    new = lm.get_or_create("c", 0, "B")
+    put(new, b"a", b"old", ts=1000)
+    put(new, b"a", None, ts=1000)  # key a deleted in the new topic
+    for i in range(60):  # past the stale offset before the first pass
+        put(new, b"f%d" % (i % 4), b"f%02d" % i, ts=1000)
+    for now in (3000, 4500, 6000, 7500):
+        clean_at(cleaner, new, now)
+        assert values_of(new, b"a") in ([b"old", None], [None], [])
+    assert values_of(new, b"a") == []
+    lm.shutdown()
+
+
+def test_the_cleaner_checkpoint_holds_only_the_managers_logs(tmp_path: Path) -> None:
+    """An entry of a log the LogManager does not hold (its directory gone some other way) is
+    left out of the next write, as Kafka's updateCheckpoints filters the file."""
+    lm, cleaner = broker_storage(tmp_path, "A")
+    log = lm.get_or_create("c", 0, "A")
+    for i in range(60):
+        put(log, b"k%d" % (i % 4), b"v%02d" % i, ts=1000)
+    cleaner.cleaned_to[("gone", 3)] = 77  # as read from a file naming a log no longer here
+    clean_at(cleaner, log, 2000)
+    assert set(LogCleaner(str(tmp_path)).cleaned_to) == {("c", 0)}
+    lm.delete("c", 0)  # and a deleted log's entry goes at once
+    assert LogCleaner(str(tmp_path)).cleaned_to == {}
+    lm.shutdown()
+
+
 def test_a_forgotten_partitions_offset_is_not_inherited_by_a_new_log(tmp_path: Path) -> None:
     """forget() writes the checkpoint, and an offset past a log's end is not trusted: a
     topic deleted and made again (after a restart) starts dirty from its first record."""
