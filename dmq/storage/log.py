@@ -98,7 +98,7 @@ from dmq.storage.producer_state import (
     ProducerStateManager,
     VerificationGuard,
 )
-from dmq.storage.segment import FileSlice, LogSegment
+from dmq.storage.segment import MAX_RELATIVE_OFFSET, FileSlice, LogSegment
 from dmq.storage.txn_index import SUFFIX as TXN_INDEX_SUFFIX
 from dmq.storage.txn_index import AbortedTxn
 
@@ -545,6 +545,9 @@ class Log:
         if segment.size > 0 and (
             segment.size + batches.total_size > self.config.segment_bytes
             or self._time_to_roll(segment, now)
+            # Offsets are contiguous here, but a follower's segment may already span
+            # nearly 2**31 offsets (see append_as_follower).
+            or next_offset - 1 - segment.base_offset > MAX_RELATIVE_OFFSET
         ):
             segment = self.roll()
         self.leader_epochs.assign(leader_epoch, first_offset)
@@ -607,6 +610,13 @@ class Log:
         Only whole batches at the log end offset are taken (a fetch may end in a
         partial batch); returns the bytes appended. Raises InvalidRecordError on
         a CRC mismatch or an offset gap, so nothing corrupt reaches the log.
+
+        A batch whose offsets the active segment cannot hold relative to its base (the
+        indexes keep 32-bit relative offsets: at most MAX_RELATIVE_OFFSET past it) goes
+        to a new segment based at the batch's base offset, as Kafka's maybeRoll rolls
+        at appendInfo.firstOffset (LogSegment.canConvertToRelativeOffset): a replica
+        copying a highly compacted log meets gaps of 2**31 offsets and more. The check
+        is per batch, as the batches of one fetch answer may span such a gap.
         """
         found = iter_headers(records)
         if not found:
@@ -623,6 +633,8 @@ class Log:
             if compute_crc(buf, pos, header.size) != header.crc:
                 raise InvalidRecordError("corrupt_message", f"{self.name}: replicated batch CRC mismatch")
             expected = header.last_offset + 1
+        if found[-1][1].last_offset - self.active_segment.base_offset > MAX_RELATIVE_OFFSET:
+            return self._append_as_follower_past_relative_offsets(buf, found)
         headers = [h for _, h in found]
         markers = [self._marker_of(buf[pos: pos + h.size]) if h.is_control and h.producer_id >= 0 else None
                    for pos, h in found]
@@ -649,6 +661,24 @@ class Log:
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
         return end
+
+    def _append_as_follower_past_relative_offsets(self, buf: memoryview,
+                                                  found: list[tuple[int, BatchHeader]]) -> int:
+        """``append_as_follower`` of validated batches that the active segment cannot all
+        hold: those it can, then a roll at the base offset of the first it cannot, then the
+        rest likewise. (Each part is one append: the producer state a roll snapshots is
+        that of every batch below it.)"""
+        first = 0
+        while first < len(found):
+            base = self.active_segment.base_offset
+            cut = next((i for i in range(first, len(found))
+                        if found[i][1].last_offset - base > MAX_RELATIVE_OFFSET), len(found))
+            if cut == first:
+                self.roll(found[cut][1].base_offset)
+                continue
+            self.append_as_follower(buf[found[first][0]: found[cut][0] if cut < len(found) else len(buf)])
+            first = cut
+        return len(buf)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop the whole log and restart it empty at ``offset`` (below the leader's start)."""
@@ -726,11 +756,20 @@ class Log:
         max.compaction.lag.ms on a compacted topic) less its jitter (segment.jitter.ms)."""
         return now - segment.created_ms >= self.config.max_segment_ms - segment.roll_jitter_ms
 
-    def roll(self) -> LogSegment:
-        """Start a new active segment at the log end offset."""
+    def roll(self, base: int | None = None) -> LogSegment:
+        """Start a new active segment at ``base``: the log end offset, or (a follower) the
+        base offset of a batch past the reach of the active segment's relative offsets. An
+        empty active segment is kept, or replaced by one at ``base`` (Kafka's roll deletes
+        it)."""
         old = self.active_segment
-        base = self.log_end_offset
+        base = self.log_end_offset if base is None else base
         if old.size == 0:
+            if base != old.base_offset and base >= self.log_end_offset:
+                old.delete(self.config.file_delete_delay_s)
+                segment = self._new_segment(base)
+                self.segments[-1] = segment
+                self.bases[-1] = base
+                return segment
             return old
         old.offset_index.flush(fsync=False)
         old.time_index.flush(fsync=False)

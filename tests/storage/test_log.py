@@ -458,3 +458,62 @@ def test_an_append_larger_than_a_segment_is_refused(tmp_path: Path) -> None:
         log.append_as_leader(data, validate_batches(data, 10**7), 0, timestamp=1000)
     assert e.value.error == "record_list_too_large"
     assert log.log_end_offset == 0 and [s.size for s in log.segments] == [0]
+
+
+def _keyed_batch(key: bytes, base_offset: int) -> bytearray:
+    return bytearray(encode_batch([(key, b"v", [])], base_offset=base_offset, timestamp=1000))
+
+
+def _offsets_of(log: Log) -> list[int]:
+    out = []
+    for segment, pos, header in log.batches_from(log.log_start_offset):
+        out += [r.offset for r in decode_batch(segment.read_batch(pos, header))[1]]
+    return out
+
+
+@pytest.mark.parametrize("gap", [2**31 + 10, 2**32 + 10])
+@pytest.mark.parametrize("one_fetch", [False, True])
+def test_a_follower_rolls_at_a_batch_past_the_segments_relative_offsets(
+        tmp_path: Path, gap: int, one_fetch: bool) -> None:
+    """What a new follower copies from a highly compacted leader: batches 2**31 offsets and
+    more past the segment's base. The batch goes to a new segment based at its base offset
+    (Kafka's canConvertToRelativeOffset, maybeRoll at firstOffset), also when one fetch
+    answer spans the gap. Before, it went in the same segment: an unclean restart took it
+    for a torn batch and cut it (log end offset 1), and past 2**32 the append raised
+    struct.error, the follower stuck."""
+    log = make_log(tmp_path / "t-0", **{"index.interval.bytes": "1"})
+    batches = [_keyed_batch(b"a", 0), _keyed_batch(b"b", gap), _keyed_batch(b"c", gap + 1)]
+    if one_fetch:
+        log.append_as_follower(batches[0] + batches[1] + batches[2])
+    else:
+        for batch in batches:
+            log.append_as_follower(batch)
+    assert [s.base_offset for s in log.segments] == [0, gap]
+    assert log.log_end_offset == gap + 2 and _offsets_of(log) == [0, gap, gap + 1]
+    log.close()
+    log = Log(str(tmp_path / "t-0"), "t", 0, LogConfig(BrokerConfig(), {"index.interval.bytes": "1"}),
+              recovery_point=0, clean_shutdown=False)  # an unclean restart recovers it all
+    assert log.log_end_offset == gap + 2 and _offsets_of(log) == [0, gap, gap + 1]
+
+
+def test_an_empty_active_segment_gives_way_to_one_at_the_far_batch(tmp_path: Path) -> None:
+    """A follower that started over at the leader's log start, its first batch 2**31 and
+    more past it: the empty segment is replaced by one based at the batch (Kafka's roll
+    deletes an empty active segment)."""
+    log = make_log(tmp_path / "t-0")
+    log.truncate_fully_and_start_at(100)
+    log.append_as_follower(_keyed_batch(b"a", 100 + 2**32))
+    assert [s.base_offset for s in log.segments] == [100 + 2**32]
+    assert log.log_end_offset == 101 + 2**32 and _offsets_of(log) == [100 + 2**32]
+
+
+def test_a_leader_rolls_before_offsets_past_a_followers_segments_reach(tmp_path: Path) -> None:
+    """A follower's segment whose last batch lies nearly 2**31 offsets past its base, then
+    this replica leads: its contiguous offsets roll to a new segment before they pass the
+    indexes' reach (Kafka's maybeRoll checks every append)."""
+    log = make_log(tmp_path / "t-0")
+    log.append_as_follower(_keyed_batch(b"a", 0))
+    log.append_as_follower(_keyed_batch(b"b", 2**31 - 3))
+    append(log, 10)
+    assert [s.base_offset for s in log.segments] == [0, 2**31 - 2]
+    assert log.log_end_offset == 2**31 + 8

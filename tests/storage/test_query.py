@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dmq.config import BrokerConfig, LogConfig
-from dmq.record.batch import TRANSACTIONAL_MASK, InvalidRecordError, validate_batches
+from dmq.record.batch import TRANSACTIONAL_MASK, InvalidRecordError, parse_header, validate_batches
 from dmq.record.records import encode_batch, record_keys
 from dmq.storage import key_index, key_indexer, query
 from dmq.storage.cleaner import LogCleaner
@@ -296,12 +296,14 @@ def test_a_query_survives_the_segments_it_reads_being_deleted_or_cleaned(tmp_pat
 
 
 def test_an_offset_too_far_from_the_base_offset_makes_the_segment_scanned(tmp_path: Path) -> None:
-    """A follower's segment can span offsets farther apart than 32 bits (compacted
-    leaders): such a segment gets no key index, and queries scan it."""
+    """A follower's segment written before followers rolled at such a batch can span
+    offsets farther apart than 32 bits (compacted leaders): such a segment gets no key
+    index, and queries scan it."""
     lg = open_log(tmp_path / "t-0", "delete")
-    for offset in (0, 2**32 + 5):
-        data = bytearray(encode_batch([(b"a", b"v", [])], base_offset=offset, timestamp=1))
-        lg.append_as_follower(data)
+    lg.append_as_follower(bytearray(encode_batch([(b"a", b"v", [])], base_offset=0, timestamp=1)))
+    far = bytearray(encode_batch([(b"a", b"v", [])], base_offset=2**32 + 5, timestamp=1))
+    lg.active_segment.append(far, [parse_header(far)], [0])  # as such a follower wrote it
+    lg.log_end_offset = 2**32 + 6
     indexer = KeyIndexer()
     index_fully(indexer, lg)
     assert lg.segments[0].key_index.unindexable
