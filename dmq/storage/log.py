@@ -544,7 +544,7 @@ class Log:
         segment = self.active_segment
         if segment.size > 0 and (
             segment.size + batches.total_size > self.config.segment_bytes
-            or self._time_to_roll(segment, now)
+            or self._time_to_roll(segment, now, max(h.max_timestamp for h in headers))
             # Offsets are contiguous here, but a follower's segment may already span
             # nearly 2**31 offsets (see append_as_follower).
             or next_offset - 1 - segment.base_offset > MAX_RELATIVE_OFFSET
@@ -641,7 +641,7 @@ class Log:
         pending = self.producer_state.prepare(list(zip(headers, markers, strict=True)), AppendOrigin.REPLICATION)
         segment = self.active_segment
         if segment.size > 0 and (segment.size + len(buf) > self.config.segment_bytes
-                                 or self._time_to_roll(segment, now_ms())):
+                                 or self._time_to_roll(segment, now_ms(), max(h.max_timestamp for h in headers))):
             segment = self.roll()
         latest = self.leader_epochs.latest_epoch
         if any(h.partition_leader_epoch > latest for h in headers):
@@ -751,10 +751,16 @@ class Log:
         segment.roll_jitter_ms = self.config.random_segment_jitter()
         return segment
 
-    def _time_to_roll(self, segment: LogSegment, now: int) -> bool:
-        """Whether ``segment`` is old enough to roll: segment.ms (capped at
-        max.compaction.lag.ms on a compacted topic) less its jitter (segment.jitter.ms)."""
-        return now - segment.created_ms >= self.config.max_segment_ms - segment.roll_jitter_ms
+    def _time_to_roll(self, segment: LogSegment, now: int, max_timestamp: int) -> bool:
+        """Whether ``segment`` is old enough to roll before batches whose largest timestamp
+        is ``max_timestamp``: segment.ms (capped at max.compaction.lag.ms on a compacted
+        topic) less its jitter (segment.jitter.ms). Its age is that timestamp less its first
+        batch's largest timestamp, as Kafka's LogSegment.timeWaitedForRoll
+        (rollingBasedTimestamp), which a restart does not reset; only a segment whose first
+        batch has no timestamp counts from when it was opened."""
+        first = segment.first_batch_timestamp
+        waited = max_timestamp - first if first >= 0 else now - segment.created_ms
+        return waited >= self.config.max_segment_ms - segment.roll_jitter_ms
 
     def roll(self, base: int | None = None) -> LogSegment:
         """Start a new active segment at ``base``: the log end offset, or (a follower) the

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.batch import InvalidRecordError, validate_batches
 from dmq.record.records import decode_batch, encode_batch
-from dmq.storage.log import Log, OffsetOutOfRangeError
+from dmq.storage.log import Log, OffsetOutOfRangeError, now_ms
 from dmq.storage.segment import close_deferred, close_fds, take_due_closes
 
 
@@ -49,11 +49,29 @@ def test_roll_by_size_and_read_across_segments(tmp_path: Path) -> None:
 
 def test_roll_by_time(tmp_path: Path) -> None:
     log = make_log(tmp_path / "t-0", **{"segment.ms": "10"})
-    data = bytearray(encode_batch([(None, b"a", [])]))
-    log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=10**12)
-    log.active_segment.created_ms = 0  # the segment is old now
-    data = bytearray(encode_batch([(None, b"b", [])]))
-    log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=10**12)
+    for value, ts in ((b"a", 10**12), (b"b", 10**12 + 9)):
+        data = bytearray(encode_batch([(None, value, [])], timestamp=ts))
+        log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=ts)
+    assert [s.base_offset for s in log.segments] == [0]
+    data = bytearray(encode_batch([(None, b"c", [])], timestamp=10**12 + 10))  # 10 ms after the first
+    log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=10**12 + 10)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_segment_ms_counts_from_the_first_batchs_timestamp_over_a_restart(tmp_path: Path) -> None:
+    """A segment's age for segment.ms is the incoming batch's timestamp less its first
+    batch's (Kafka's rollingBasedTimestamp), so a restart does not reset it. Before, it
+    counted from when the segment was opened: a log restarted more often than segment.ms
+    never rolled by time (nor did max.compaction.lag.ms or retention.ms act on it)."""
+    def put(ts: int | None = None) -> None:
+        now = now_ms() if ts is None else ts
+        data = bytearray(encode_batch([(b"k", b"v", [])], timestamp=now))
+        log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=now)
+    log = make_log(tmp_path / "t-0", **{"segment.ms": "1000"})
+    put(now_ms() - 5000)  # written five seconds ago
+    log.close()
+    log = make_log(tmp_path / "t-0", **{"segment.ms": "1000"})  # the broker restarted
+    put()
     assert [s.base_offset for s in log.segments] == [0, 1]
 
 
