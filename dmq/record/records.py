@@ -421,6 +421,11 @@ def rebuild_batch(batch: bytes, kept: list[RawRecord], delete_horizon_ms: int | 
     A batch left with no records is uncompressed, an empty records section (Kafka's
     DefaultRecordBatch.writeEmptyHeader): a compressed empty section (say an lz4
     frame of nothing) makes librdkafka's consumers abort.
+
+    A CreateTime batch's max timestamp is the kept records' largest, as Kafka's
+    MemoryRecords.filterTo rebuilds it, so no batch claims a timestamp no record has
+    (ListOffsets MAX_TIMESTAMP, time indexes, retention.ms); a LogAppendTime batch and
+    an emptied one keep theirs.
     """
     header = parse_header(batch, 0)
     if delete_horizon_ms is None:
@@ -438,6 +443,8 @@ def rebuild_batch(batch: bytes, kept: list[RawRecord], delete_horizon_ms: int | 
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_MASK
         struct.pack_into(">q", out, 27, delete_horizon_ms)
+    if kept and not attributes & TIMESTAMP_TYPE_MASK:
+        struct.pack_into(">q", out, 35, max(r.timestamp for r in kept))
     struct.pack_into(">h", out, 21, attributes)
     out += body
     struct.pack_into(">I", out, 17, crc32c(memoryview(out)[CRC_START:]))

@@ -821,3 +821,20 @@ def test_max_compaction_lag_ms_cleans_a_log_below_the_dirty_ratio(tmp_path: Path
     assert 0 < cleaner.dirty_ratio(log) < 0.99
     assert cleaner.plan([log], now=15_000) is None  # its first batch (10_000): 5 s old
     assert cleaner.plan([log], now=15_001) is not None
+
+
+def test_a_rebuilt_batch_takes_its_kept_records_largest_timestamp(tmp_path: Path) -> None:
+    """A batch the cleaner rebuilds with fewer records gets their largest timestamp as its
+    max timestamp (Kafka's MemoryRecords.filterTo). Before, it kept the removed record's,
+    and ListOffsets MAX_TIMESTAMP (and time retention) saw a timestamp no record had."""
+    log = compacted_log(tmp_path / "c-0", **{"segment.bytes": "100000"})
+    data = bytearray(encode_batch([(b"k1", b"a", []), (b"k2", b"b", [])], timestamps=[5000, 1000]))
+    log.append_as_leader(data, validate_batches(data, 10**6), 0, timestamp=6000)
+    put(log, b"k1", b"c", ts=2000)  # k1's 5000 record goes
+    log.roll()
+    put(log, b"z", b"z", ts=2000)
+    assert log.offset_of_max_timestamp() == (0, 5000)
+    clean_at(LogCleaner(str(tmp_path)), log, 7000)
+    assert [(o, k) for o, k, _v in everything(log)] == [(1, b"k2"), (2, b"k1"), (3, b"z")]
+    assert [h.max_timestamp for _s, _p, h in log.batches_from(0)] == [1000, 2000, 2000]
+    assert log.offset_of_max_timestamp() == (2, 2000)
