@@ -310,6 +310,9 @@ class LogCleaner:
         self.uncleanable: set[tuple[str, int]] = set()
         # Each log's truncation count at its last pass (see _first_dirty).
         self._truncations_seen: dict[tuple[str, int], int] = {}
+        if log_manager is not None and log_manager.loaded:
+            # Made after load_logs, which removed directories unheard: their entries go now.
+            self._drop_unheld(log_manager)
 
     def cleanable_segments(self, lg: Log, now: int | None = None) -> list[LogSegment]:
         """Non-active segments wholly below the last stable offset and before the first dirty
@@ -660,9 +663,12 @@ class LogCleaner:
         goes too, so no later log of its name inherits it."""
         lm = self.log_manager
         if lm is not None and lm.loaded:
-            for key in [k for k in self.cleaned_to if k not in lm.logs]:
-                del self.cleaned_to[key]
-                self._truncations_seen.pop(key, None)
-                self.tombstone_due.pop(key, None)
+            self._drop_unheld(lm)
         write_checkpoint(self.path, self.cleaned_to)
         self._checkpoint_due = False
+
+    def _drop_unheld(self, lm: LogManager) -> None:
+        for key in [k for k in self.cleaned_to if k not in lm.logs]:
+            del self.cleaned_to[key]
+            self._truncations_seen.pop(key, None)
+            self.tombstone_due.pop(key, None)

@@ -607,13 +607,14 @@ COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "600", "min.cleanable
              "delete.retention.ms": "1000"}
 
 
-def broker_storage(data: Path, topic_id: str) -> tuple[LogManager, LogCleaner]:
+def broker_storage(data: Path, topic_id: str, cleaner_first: bool = True) -> tuple[LogManager, LogCleaner]:
     """A LogManager and a LogCleaner wired as the broker wires them (the cleaner before
-    load_logs), the directory's logs loaded as topic ``topic_id``'s."""
+    load_logs, unless not ``cleaner_first``), the directory's logs loaded as topic
+    ``topic_id``'s."""
     lm = LogManager(str(data), lambda _t: LogConfig(BrokerConfig(), COMPACTED))
-    cleaner = LogCleaner(str(data), log_manager=lm)
+    cleaner = LogCleaner(str(data), log_manager=lm) if cleaner_first else None
     lm.load_logs(lambda _t, _p: topic_id)
-    return lm, cleaner
+    return lm, cleaner or LogCleaner(str(data), log_manager=lm)
 
 
 def test_a_truncation_below_the_cleaned_offset_is_in_the_checkpoint_before_a_restart(tmp_path: Path) -> None:
@@ -647,12 +648,13 @@ def test_a_truncation_below_the_cleaned_offset_is_in_the_checkpoint_before_a_res
     lm.shutdown()
 
 
-def test_a_log_removed_at_start_leaves_no_checkpoint_entry_to_a_new_log(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cleaner_first", [True, False])
+def test_a_log_removed_at_start_leaves_no_checkpoint_entry_to_a_new_log(tmp_path: Path, cleaner_first: bool) -> None:
     """A topic deleted and created again while the broker was down: load_logs removes the
     earlier topic's directory, and its cleaner-offset-checkpoint entry goes with it (Kafka
     removes it on delete and writes the file with held logs only). Before, the new log of
     that name inherited the entry: its first records counted as cleaned, and the delete of
-    a went while its value stayed."""
+    a went while its value stayed. (Also with a cleaner made after load_logs.)"""
     lm, cleaner = broker_storage(tmp_path, "A")
     old = lm.get_or_create("c", 0, "A")
     for i in range(60):
@@ -660,9 +662,10 @@ def test_a_log_removed_at_start_leaves_no_checkpoint_entry_to_a_new_log(tmp_path
     clean_at(cleaner, old, 2000)
     assert cleaner.cleaned_to[("c", 0)] > 20
     lm.shutdown()
-    lm, cleaner = broker_storage(tmp_path, "B")  # removes the topic id A directory
+    lm, cleaner = broker_storage(tmp_path, "B", cleaner_first)  # removes the topic id A directory
     assert ("c", 0) not in cleaner.cleaned_to
-    assert ("c", 0) not in LogCleaner(str(tmp_path)).cleaned_to
+    if cleaner_first:
+        assert ("c", 0) not in LogCleaner(str(tmp_path)).cleaned_to
     new = lm.get_or_create("c", 0, "B")
     put(new, b"a", b"old", ts=1000)
     put(new, b"a", None, ts=1000)  # key a deleted in the new topic
