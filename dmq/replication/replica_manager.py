@@ -151,6 +151,16 @@ class FetchRequestPartition:
     current_leader_epoch: int = -1
 
 
+@dataclass(slots=True)
+class _Watched:
+    """A waiting fetch's view of one partition: the Partition it started on, the bytes
+    counter (visible or appended) as last seen, and its request."""
+
+    partition: Partition
+    last: int
+    request: FetchRequestPartition
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, log_manager: LogManager,
                  isr_writer: IsrWriter | None = None,
@@ -578,22 +588,28 @@ class ReplicaManager:
         min_bytes = min(min_bytes, max_bytes)  # as Kafka's handleFetchRequest: never wait for more than fits
         if max_wait_ms <= 0 or not requests or available >= min_bytes or has_error:
             return results
+        follower = replica_id >= 0
+        if self._any_on_older_segment(requests, results, follower, read_committed):
+            return results
         if available:
             self._uncount_bytes_out(requests, results, replica_id >= 0)  # read again below
         keys = [(r.topic, r.partition) for r in requests]
-        follower = replica_id >= 0
 
         def counter(p: Partition) -> int:
             return p.appended_bytes if follower else p.visible_bytes
 
-        start = {(r.topic, r.partition): (p, counter(p), r) for r in requests
+        # Per partition: [the Partition, its counter as last seen, the request]; ``grown`` sums
+        # the counters' growth since the start, so a check looks further only at partitions
+        # whose counter moved since the last one.
+        start = {(r.topic, r.partition): _Watched(p, counter(p), r) for r in requests
                  if (p := self.partitions.get((r.topic, r.partition))) is not None}
+        grown = 0
         # A read_committed fetch can read only below the last stable offset (Kafka's
         # DelayedFetch measures it there): the high watermark's growth would answer it
         # while a transaction stays open, and a commit marker's few bytes would not.
-        # Per partition: [visible bytes, last stable offset, bytes readable below it] as last
-        # seen, and their sum. The last stable offset moves only with the high watermark (a
-        # marker counts once it is below it), so it is looked at only when the visible bytes
+        # Per partition: [last stable offset, bytes readable below it] as last seen, and
+        # their sum. The last stable offset moves only with the high watermark (a marker
+        # counts once it is below it), so it is looked at only when the visible bytes
         # changed, and the partition read again only when it moved.
         stable: dict[TopicPartition, list[int]] | None = None
         stable_total = 0
@@ -601,30 +617,45 @@ class ReplicaManager:
             stable = {}
             for r, res in zip(requests, results, strict=True):
                 if (r.topic, r.partition) in start:
-                    p = start[(r.topic, r.partition)][0]
+                    p = start[(r.topic, r.partition)].partition
                     readable = res.data.length if res.data is not None else 0
-                    stable[(r.topic, r.partition)] = [p.visible_bytes, p.log.last_stable_offset(), readable]
+                    stable[(r.topic, r.partition)] = [p.log.last_stable_offset(), readable]
                     stable_total += readable
 
         def enough() -> bool:
-            nonlocal stable_total
-            grown = 0
-            for key, (before_p, before, req) in start.items():
+            nonlocal stable_total, grown
+            for key, watched in start.items():
                 p = self.partitions.get(key)
-                if p is not before_p or p is None or not p.is_leader:
+                if p is not watched.partition or p is None or not p.is_leader:
                     return True  # deleted or moved: answer now
+                req = watched.request
                 if 0 <= req.current_leader_epoch != p.leader_epoch:
                     return True  # a new leader epoch here: FENCED_LEADER_EPOCH now (Kafka's DelayedFetch)
                 now = counter(p)
-                grown += now - before
-                if stable is not None and now != (seen := stable[key])[0]:
-                    seen[0] = now
+                last = watched.last
+                if now == last:
+                    continue
+                watched.last = now
+                grown += now - last
+                if stable is None:
+                    # The end read to moved (it moves with the counter): into a later segment
+                    # than the fetch offset's, the read stops at that segment's end and min_bytes
+                    # may never be met from it. Kafka's DelayedFetch answers then ("fetching
+                    # older segments"). A tailing fetch's offset is on the active segment.
+                    lg = p.log
+                    if lg.bases[-1] > req.fetch_offset and lg.on_older_segment(
+                            req.fetch_offset, lg.log_end_offset if follower else p.high_watermark):
+                        return True
+                else:
+                    seen = stable[key]
                     lso = p.log.last_stable_offset()
-                    if lso != seen[1]:
+                    if lso != seen[0]:
+                        if p.log.on_older_segment(req.fetch_offset, lso):
+                            return True  # as above, at the last stable offset
                         data = p.read(req.fetch_offset, req.max_bytes, min_one_batch=True, read_committed=True).data
                         readable = data.length if data is not None else 0
-                        stable_total += readable - seen[2]
-                        seen[1], seen[2] = lso, readable
+                        stable_total += readable - seen[1]
+                        seen[0], seen[1] = lso, readable
             if stable is not None:
                 return stable_total >= min_bytes
             return available + grown >= min_bytes
@@ -633,6 +664,22 @@ class ReplicaManager:
             waiting()
         await self.fetch_purgatory.wait_until(keys, max_wait_ms / 1000.0, enough)
         return self.read_from_local_log(requests, max_bytes, replica_id, read_committed)
+
+    def _any_on_older_segment(self, requests: list[FetchRequestPartition], results: list[ReadResult],
+                              follower: bool, read_committed: bool) -> bool:
+        """Whether a fetch offset lies in an older segment than the end its read stops at
+        (log end for a follower, last stable offset for read_committed, else the high
+        watermark): the read returned that segment's rest only, and waiting would not
+        bring more (Kafka's DelayedFetch, "fetching older segments", completes at once)."""
+        for req, res in zip(requests, results, strict=True):
+            p = self.partitions.get((req.topic, req.partition))
+            if p is None:
+                continue
+            end = res.log_end_offset if follower else res.last_stable_offset if read_committed \
+                else res.high_watermark
+            if p.log.on_older_segment(req.fetch_offset, end):
+                return True
+        return False
 
     def _uncount_bytes_out(self, requests: list[FetchRequestPartition], results: list[ReadResult],
                            follower: bool) -> None:

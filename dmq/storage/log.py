@@ -814,6 +814,18 @@ class Log:
                 return sl if sl.length > 0 else None
         return None
 
+    def on_older_segment(self, offset: int, end: int) -> bool:
+        """Whether a later segment than ``offset``'s holds offsets below ``end`` (one starts
+        in ``(offset, end)``): Kafka's ``LogOffsetMetadata.onOlderSegment`` of the two. A
+        read from ``offset`` stops at its segment's end, short of records below ``end``.
+        (A segment starting at ``end`` holds nothing below it: a high watermark at a roll
+        is the old segment's end, as Kafka's cached offset metadata has it.) The active
+        segment holds a tailing reader's offset: one comparison then."""
+        bases = self.bases
+        if bases[-1] <= offset or end <= offset:
+            return False
+        return bases[bisect_right(bases, offset)] < end
+
     # ------------------------------------------------------------ transactions
 
     @property

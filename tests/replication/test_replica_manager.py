@@ -345,3 +345,57 @@ def test_a_read_committed_fetch_waits_on_the_last_stable_offset(tmp_path: Path) 
 
     asyncio.run(scenario())
     lm.shutdown()
+
+
+def test_a_fetch_on_an_older_segment_than_the_high_watermark_is_answered_at_once(tmp_path: Path) -> None:
+    """A read stops at its segment's end. A consumer whose fetch offset lies in an older
+    segment than the high watermark's (or the last stable offset's) gets only that segment's
+    rest, however many records the later ones hold; Kafka's DelayedFetch answers it at once
+    ("fetching older segments"), at the start of the wait or once the high watermark moves
+    into a later segment. Before, it waited its whole max wait at every segment boundary
+    when min_bytes was above what was left of the segment."""
+    lm, rm = _open(tmp_path)
+    p = rm.become_leader("t", 0, "id", 0, replicas=[1], isr=[1])
+    _produce(rm, 5)
+    p.log.roll()
+    _produce(rm, 200)
+    assert p.high_watermark == 205
+
+    async def fetch(offset: int, read_committed: bool = False) -> tuple[float, Any]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        results = await rm.fetch_messages([FetchRequestPartition("t", 0, offset, 1 << 20)], max_wait_ms=5000,
+                                          min_bytes=10_000, max_bytes=1 << 20, read_committed=read_committed)
+        return loop.time() - started, results[0]
+
+    for read_committed in (False, True):
+        took, result = asyncio.run(fetch(0, read_committed))
+        assert took < 2 and result.error == ErrorCode.none, (read_committed, took)
+        assert result.data is not None and 0 < result.data.length < 10_000  # the first segment's rest
+    lm.shutdown()
+
+    # With a follower in the ISR: the high watermark on the fetch offset's segment, a later
+    # one holding records not committed yet. The fetch waits; the follower's fetch moves the
+    # high watermark into the later segment and answers it.
+    lm, rm = _open(tmp_path / "isr")
+    p = rm.become_leader("t", 0, "id", 0, replicas=[1, 2], isr=[1, 2])
+    _produce(rm, 5)
+    assert _follower_fetch(rm, 2, 5, epoch=0)[0].error == ErrorCode.none
+    assert p.high_watermark == 5
+    p.log.roll()
+    _produce(rm, 200)
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiting = asyncio.ensure_future(rm.fetch_messages(
+            [FetchRequestPartition("t", 0, 3, 1 << 20)], max_wait_ms=5000, min_bytes=10_000, max_bytes=1 << 20))
+        await asyncio.sleep(0.2)
+        assert not waiting.done()  # nothing beyond the high watermark's segment to wait for
+        await rm.fetch_messages([FetchRequestPartition("t", 0, 205, 1 << 20, 0)], 0, 1, 1 << 20, replica_id=2)
+        assert p.high_watermark == 205
+        await asyncio.wait_for(waiting, 10)
+        return loop.time() - started
+
+    assert asyncio.run(scenario()) < 2
+    lm.shutdown()
