@@ -33,7 +33,12 @@ Invariants:
 
 ``visible_bytes`` grows by the size of every batch that moves below the high
 watermark (consumers' delayed fetches wait on it); ``appended_bytes`` by every
-batch appended (followers' delayed fetches wait on it). Event-loop thread only.
+batch appended (followers' delayed fetches wait on it). Each append leaves a mark
+(its end offset, its size) that the high watermark passes; the records above the
+high watermark that no append of this Partition marked (there at its creation, a
+restart's tail above the checkpointed high watermark, or left by a truncation)
+count by their positions in the log as the high watermark passes them. Event-loop
+thread only.
 """
 
 from __future__ import annotations
@@ -122,7 +127,9 @@ class Partition:
         self.high_watermark = log.log_end_offset
         self.visible_bytes = 0
         self.appended_bytes = 0
-        self._marks: deque[tuple[int, int]] = deque()  # (end offset, appended_bytes after it)
+        self._marks: deque[tuple[int, int]] = deque()  # (end offset, size) of each append
+        # Records in [high watermark, _unmarked_end) have no marks (see the module docstring).
+        self._unmarked_end = log.log_end_offset
         self.stats = TopicStats()  # its topic's counters (the ReplicaManager shares one per topic)
 
     @property
@@ -341,7 +348,7 @@ class Partition:
 
     def _track_append(self, size: int) -> None:
         self.appended_bytes += size
-        self._marks.append((self.log.log_end_offset, self.appended_bytes))
+        self._marks.append((self.log.log_end_offset, size))
 
     def maybe_increment_high_watermark(self) -> bool:
         """Move the high watermark to the smallest log end offset among the maximal ISR
@@ -387,11 +394,15 @@ class Partition:
         return self._set_high_watermark(candidate)
 
     def _set_high_watermark(self, offset: int) -> bool:
-        if offset <= self.high_watermark:
+        old = self._high_watermark
+        if offset <= old:
             return False
         self.high_watermark = offset
-        while self._marks and self._marks[0][0] <= offset:
-            self.visible_bytes = self._marks.popleft()[1]
+        if old < self._unmarked_end:  # rare: after a restart or a truncation
+            self.visible_bytes += self.log.bytes_between(old, min(offset, self._unmarked_end))
+        marks = self._marks
+        while marks and marks[0][0] <= offset:
+            self.visible_bytes += marks.popleft()[1]
         return True
 
     def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
@@ -520,11 +531,13 @@ class Partition:
         self.log.truncate_to(offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
         self._marks.clear()
+        self._unmarked_end = self.log.log_end_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
         self.high_watermark = offset
         self._marks.clear()
+        self._unmarked_end = offset
 
     # ------------------------------------------------------------------- read
 

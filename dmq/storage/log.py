@@ -814,6 +814,21 @@ class Log:
                 return sl if sl.length > 0 else None
         return None
 
+    def bytes_between(self, start: int, end: int) -> int:
+        """Bytes of the batches from the one holding ``start`` up to the one holding ``end``
+        (position differences, as Kafka's LogOffsetMetadata.positionDiff, across segments)."""
+        start = max(start, self.log_start_offset)
+        if end <= start:
+            return 0
+        total = 0
+        for segment in self.segments[max(0, bisect_right(self.bases, start) - 1):]:
+            if segment.base_offset >= end:
+                break
+            first = segment.position_of(start) if start > segment.base_offset else 0
+            last = segment.position_of(end) if end < segment.next_offset else segment.size
+            total += max(0, last - first)
+        return total
+
     def on_older_segment(self, offset: int, end: int) -> bool:
         """Whether a later segment than ``offset``'s holds offsets below ``end`` (one starts
         in ``(offset, end)``): Kafka's ``LogOffsetMetadata.onOlderSegment`` of the two. A

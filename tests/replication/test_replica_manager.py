@@ -399,3 +399,68 @@ def test_a_fetch_on_an_older_segment_than_the_high_watermark_is_answered_at_once
 
     assert asyncio.run(scenario()) < 2
     lm.shutdown()
+
+
+def test_a_waiting_fetch_is_answered_when_the_high_watermark_passes_records_from_before_a_restart(
+        tmp_path: Path) -> None:
+    """Records above the high watermark when the Partition is created (a restart's tail
+    above the checkpointed high watermark) or left by a truncation were never counted as
+    they moved below it: a consumer waiting with min_bytes=1 was answered only at its
+    max wait when a follower's fetch committed them. Kafka's DelayedFetch measures the
+    log between the fetch offset and the high watermark."""
+    lm, rm = _open(tmp_path)
+    rm.become_leader("t", 0, "id", 0, replicas=[1, 2], isr=[1, 2])
+    _produce(rm, 10)
+    p = rm.partitions[("t", 0)]
+    assert p.high_watermark == 0  # follower 2 has not fetched them
+    rm.checkpoint_high_watermarks()
+    lm.shutdown()
+
+    lm, rm = _open(tmp_path)
+    p = rm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[1, 2])
+    assert (p.high_watermark, p.log.log_end_offset) == (0, 10)
+
+    async def scenario() -> tuple[float, Any]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiting = asyncio.ensure_future(rm.fetch_messages(
+            [FetchRequestPartition("t", 0, 0, 1 << 20)], max_wait_ms=1500, min_bytes=1, max_bytes=1 << 20))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        assert (await rm.fetch_messages([FetchRequestPartition("t", 0, 10, 1 << 20, 1)], 0, 1, 1 << 20,
+                                        replica_id=2))[0].error == ErrorCode.none
+        assert p.high_watermark == 10
+        results = await asyncio.wait_for(waiting, 10)
+        return loop.time() - started, results[0]
+
+    took, result = asyncio.run(scenario())
+    assert took < 1 and result.data is not None and result.data.length > 0, took
+    lm.shutdown()
+
+
+def test_a_waiting_fetch_counts_records_left_above_the_high_watermark_by_a_truncation(tmp_path: Path) -> None:
+    """As above, for records a follower kept through a truncation and then leads with: a
+    follower fetch committing half of them answers a consumer's min_bytes=1 at once."""
+    lm, rm = _open(tmp_path)
+    p = rm.become_follower("t", 0, "id", 2, 0, replicas=[1, 2], isr=[1, 2])[0]
+    for _ in range(4):
+        p.append_as_follower(encode_batch([(None, b"v" * 50, [])] * 5, timestamp=1, base_offset=p.log.log_end_offset),
+                             0)
+    p.truncate_to(15)  # the last batch diverged
+    assert (p.high_watermark, p.log.log_end_offset) == (0, 15)
+    rm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[1, 2])
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiting = asyncio.ensure_future(rm.fetch_messages(
+            [FetchRequestPartition("t", 0, 0, 1 << 20)], max_wait_ms=1500, min_bytes=1, max_bytes=1 << 20))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        await rm.fetch_messages([FetchRequestPartition("t", 0, 5, 1 << 20, 1)], 0, 1, 1 << 20, replica_id=2)
+        assert p.high_watermark == 5
+        await asyncio.wait_for(waiting, 10)
+        return loop.time() - started
+
+    assert asyncio.run(scenario()) < 1
+    lm.shutdown()
