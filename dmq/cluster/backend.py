@@ -155,6 +155,12 @@ class ClusterBackend:
                 return b.host, b.port
         return None
 
+    def broker_registered(self, broker_id: int) -> bool:
+        """Alive (registered): Kafka's metadataCache.hasAliveBroker."""
+        if self.zk is None:
+            return True
+        return any(b.broker_id == broker_id for b in self.store.brokers())
+
     def replica_eligible(self, broker_id: int) -> bool:
         """KIP-841: only a registered broker that is not shutting down may join an ISR."""
         if self.zk is None:

@@ -37,7 +37,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     schema = ctx.schema
     requested = [
         FetchRequestPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
-                              getattr(p, "current_leader_epoch", -1))
+                              getattr(p, "current_leader_epoch", -1), getattr(p, "log_start_offset", -1))
         for t in request.topics
         for p in t.partitions
     ]

@@ -309,7 +309,8 @@ class BrokerCollector(Collector):
                                   "(IsrShrinksPerSec).", value=rm.isr_shrinks)
         yield CounterMetricFamily("dmq_replica_isr_expands", "ISR expansions of partitions led here "
                                   "(IsrExpandsPerSec).", value=rm.isr_expands)
-        for name, purgatory in (("Produce", rm.produce_purgatory), ("Fetch", rm.fetch_purgatory)):
+        for name, purgatory in (("Produce", rm.produce_purgatory), ("Fetch", rm.fetch_purgatory),
+                                ("DeleteRecords", rm.delete_records_purgatory)):
             waiting, entries = purgatory.sizes()
             ops = GaugeMetricFamily("dmq_purgatory_delayed_operations", "Requests waiting in a "
                                     "purgatory (NumDelayedOperations).", labels=["operation"])

@@ -88,6 +88,7 @@ class ReplicaState:
     """The leader's view of one follower (Kafka's Replica)."""
 
     log_end_offset: int = -1
+    log_start_offset: int = -1  # as its last fetch said (-1: not known in this leader epoch)
     last_caught_up_ms: int = 0
     last_fetch_leader_leo: int = -1
     last_fetch_ms: int = 0
@@ -405,8 +406,9 @@ class Partition:
             self.visible_bytes += marks.popleft()[1]
         return True
 
-    def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
-        """Record a follower's fetch; returns True when the high watermark moved."""
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, log_start_offset: int = -1) -> bool:
+        """Record a follower's fetch (its log end and log start offsets); returns True when
+        the high watermark moved."""
         state = self.followers.get(replica_id)
         if state is None:
             raise PartitionError(ErrorCode.not_leader_or_follower,
@@ -420,6 +422,7 @@ class Partition:
         state.last_fetch_leader_leo = leo
         state.last_fetch_ms = now
         state.log_end_offset = fetch_offset
+        state.log_start_offset = log_start_offset
         return self.maybe_increment_high_watermark()
 
     def isr_after_expand(self, eligible: Callable[[int], bool] = lambda r: True) -> list[int] | None:
@@ -561,8 +564,24 @@ class Partition:
         return ReadResult(ErrorCode.none, self.high_watermark, self.log.log_start_offset, lso,
                           data, leo, aborted)
 
+    def low_watermark(self, alive: Callable[[int], bool]) -> int:
+        """The smallest log start offset among this leader and its followers that are
+        ``alive`` (registered), -1 while one has not told it in this leader epoch: Kafka's
+        lowWatermarkIfLeader. DeleteRecords is done once it reaches the offset asked: a
+        follower elected before moving its own log start would serve the records again."""
+        if not self.is_leader:
+            raise PartitionError(ErrorCode.not_leader_or_follower,
+                                 f"broker {self.broker_id} is not the leader of {self.topic}-{self.index}")
+        low = self.log.log_start_offset
+        for r, state in self.followers.items():
+            if state.log_start_offset < low and alive(r):
+                low = state.log_start_offset
+        return low
+
     def delete_records(self, offset: int) -> int:
-        """Move the log start offset (DeleteRecords); -1 means 'the high watermark'."""
+        """Move this leader's log start offset (DeleteRecords); -1 means 'the high watermark'.
+        Returns the offset asked (the high watermark for -1): the request is done once
+        ``low_watermark`` reaches it."""
         if not self.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower)
         if "delete" not in self.log.config.cleanup_policy:
@@ -576,4 +595,5 @@ class Partition:
                 ErrorCode.offset_out_of_range,
                 f"offset {offset} is above the high watermark {self.high_watermark}",
             )
-        return self.log.delete_records_before(target)
+        self.log.delete_records_before(target)
+        return target

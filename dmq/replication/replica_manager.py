@@ -8,7 +8,10 @@ Internal writers (the group coordinator) use ``append_to_local_log`` and
 ``wait_for_replication``. Fetch goes through ``fetch_messages``, which
 long-polls in the fetch purgatory; a follower's fetch (``replica_id >= 0``)
 also records the follower's log end offset, which moves the high watermark
-and may grow the ISR.
+and may grow the ISR, and its log start offset. DeleteRecords goes through
+``delete_records``, which waits in the delete-records purgatory until the log
+starts of the leader and its registered followers all reach the offset
+(Kafka's DelayedDeleteRecords).
 
 ISR changes (KIP-497 over ZooKeeper): a Partition proposes one change at a
 time; ``isr_writer`` writes it with compare-and-set against the state version
@@ -149,6 +152,7 @@ class FetchRequestPartition:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1
+    log_start_offset: int = -1  # a follower's (Fetch v5+): DeleteRecords waits on it
 
 
 @dataclass(slots=True)
@@ -166,8 +170,11 @@ class ReplicaManager:
                  isr_writer: IsrWriter | None = None,
                  partition_exists: Callable[[str, int], bool] = lambda topic, index: False,
                  replica_eligible: Callable[[int], bool] = lambda broker_id: True,
-                 resigner: Resigner | None = None, replica_lag_time_max_ms: int = 30_000) -> None:
+                 resigner: Resigner | None = None, replica_lag_time_max_ms: int = 30_000,
+                 replica_alive: Callable[[int], bool] = lambda broker_id: True) -> None:
         self.broker_id = broker_id
+        # A registered broker: its log start offset holds DeleteRecords (Partition.low_watermark)
+        self.replica_alive = replica_alive
         self.partition_exists = partition_exists  # in the cluster's metadata, hosted here or not
         self.replica_eligible = replica_eligible  # may join an ISR: registered, not shutting down
         # replica.lag.time.max.ms: how recently a follower outside the ISR must have caught
@@ -177,6 +184,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self.fetch_purgatory = DelayedOperationPurgatory("Fetch")
         self.produce_purgatory = DelayedOperationPurgatory("Produce")
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords")
         self.isr_writer = isr_writer
         self.resigner = resigner
         self.txn_verifier: TxnVerifier | None = None  # set by the broker (see the module docstring)
@@ -304,6 +312,7 @@ class ReplicaManager:
     def _wake(self, key: TopicPartition) -> None:
         self.fetch_purgatory.check_and_complete(key)
         self.produce_purgatory.check_and_complete(key)
+        self.delete_records_purgatory.check_and_complete(key)
 
     # ------------------------------------------------------------------ produce
 
@@ -565,11 +574,13 @@ class ReplicaManager:
             if not plog.log_start_offset <= req.fetch_offset <= plog.log_end_offset:
                 continue
             try:
-                moved = partition.update_follower_fetch(replica_id, req.fetch_offset)
+                moved = partition.update_follower_fetch(replica_id, req.fetch_offset, req.log_start_offset)
             except PartitionError:
                 continue
             if moved:
                 self._wake((req.topic, req.partition))
+            else:  # its log start offset may have moved: a DeleteRecords may be done
+                self.delete_records_purgatory.check_and_complete((req.topic, req.partition))
             expanded = partition.isr_after_expand(self.replica_eligible)
             if expanded is not None:
                 self._change_isr(partition, expanded, "caught up")
@@ -693,6 +704,54 @@ class ReplicaManager:
                     p.stats.replication_bytes_out -= data.length
                 else:
                     p.stats.bytes_out -= data.length
+
+    # ----------------------------------------------------------- delete records
+
+    async def delete_records(self, offsets: dict[TopicPartition, int], timeout_ms: int
+                             ) -> dict[TopicPartition, tuple[int, ErrorCode]]:
+        """DeleteRecords (Kafka's ReplicaManager.deleteRecords): move each leader's log start
+        to the offset asked (-1: its high watermark), then wait in the delete-records
+        purgatory, up to ``timeout_ms``, until every partition's low watermark (the
+        smallest log start among the leader and its registered followers, which move theirs
+        from the leader's in their fetches) reaches it. Answers (low watermark, error) per
+        partition: REQUEST_TIMED_OUT with the low watermark first seen for one that did not
+        get there, NOT_LEADER_OR_FOLLOWER (or UNKNOWN_TOPIC_OR_PARTITION) for one whose
+        leadership went meanwhile."""
+        results: dict[TopicPartition, tuple[int, ErrorCode]] = {}
+        pending: dict[TopicPartition, int] = {}  # partition -> offset its low watermark must reach
+        for tp, offset in offsets.items():
+            try:
+                p = self.leader_partition(*tp)
+                required = p.delete_records(offset)
+                low = p.low_watermark(self.replica_alive)
+            except PartitionError as e:
+                results[tp] = (-1, e.error)
+                continue
+            if low < required:
+                pending[tp] = required
+                results[tp] = (low, ErrorCode.request_timed_out)  # until it is reached
+            else:
+                results[tp] = (low, ErrorCode.none)
+        if not pending:
+            return results
+
+        def settled() -> bool:
+            for tp, required in list(pending.items()):
+                p = self.partitions.get(tp)
+                if p is None:
+                    results[tp] = (-1, ErrorCode.unknown_topic_or_partition)
+                elif not p.is_leader:
+                    results[tp] = (-1, ErrorCode.not_leader_or_follower)
+                else:
+                    low = p.low_watermark(self.replica_alive)
+                    if low < required:
+                        continue
+                    results[tp] = (low, ErrorCode.none)
+                del pending[tp]
+            return not pending
+
+        await self.delete_records_purgatory.wait_until(list(pending), timeout_ms / 1000.0, settled)
+        return results
 
     # ---------------------------------------------------------------------- ISR
 

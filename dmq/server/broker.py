@@ -257,7 +257,8 @@ class Broker:
                                               backend.write_isr if self.zk else None,
                                               backend.partition_exists, backend.replica_eligible,
                                               backend.resign_leadership if self.zk else None,
-                                              replica_lag_time_max_ms=int(self.config["replica.lag.time.max.ms"]))
+                                              replica_lag_time_max_ms=int(self.config["replica.lag.time.max.ms"]),
+                                              replica_alive=backend.broker_registered)
         if self.zk is not None:
             self.fetchers = ReplicaFetcherManager(self.broker_id, self.replica_manager, self.config,
                                                   backend.broker_address, self.inter_broker_security)

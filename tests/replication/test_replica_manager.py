@@ -464,3 +464,86 @@ def test_a_waiting_fetch_counts_records_left_above_the_high_watermark_by_a_trunc
 
     assert asyncio.run(scenario()) < 1
     lm.shutdown()
+
+
+def _follower_fetch_from(rm: ReplicaManager, replica: int, offset: int, log_start: int) -> None:
+    results = asyncio.run(rm.fetch_messages(
+        [FetchRequestPartition("t", 0, offset, 1 << 20, current_leader_epoch=0, log_start_offset=log_start)],
+        max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, replica_id=replica))
+    assert results[0].error == ErrorCode.none
+
+
+def test_delete_records_waits_for_the_followers_log_starts(tmp_path: Path) -> None:
+    """Kafka's DelayedDeleteRecords: DeleteRecords is answered once the low watermark (the
+    smallest log start among the leader and its registered followers, from their fetches)
+    reaches the offset, else REQUEST_TIMED_OUT after the request's timeout. Before, the
+    leader answered at once with its own log start: a leader lost then left a new leader
+    whose log start was 0, serving the deleted records again."""
+    lm, rm = _open(tmp_path)
+    p = rm.become_leader("t", 0, "id", 0, replicas=[1, 2], isr=[1, 2])
+    _produce(rm, 10)
+    _follower_fetch_from(rm, 2, 10, 0)
+    assert p.high_watermark == 10
+
+    async def delete(offset: int, timeout_ms: int) -> tuple[float, tuple[int, ErrorCode]]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        done = await rm.delete_records({("t", 0): offset}, timeout_ms)
+        return loop.time() - started, done[("t", 0)]
+
+    took, done = asyncio.run(delete(5, 300))
+    assert done == (0, ErrorCode.request_timed_out) and took >= 0.25, (took, done)
+    assert p.log.log_start_offset == 5  # the leader's moved
+
+    async def follower_catches_up() -> tuple[float, tuple[int, ErrorCode]]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiting = asyncio.ensure_future(rm.delete_records({("t", 0): 7}, 5000))
+        await asyncio.sleep(0.1)
+        await rm.fetch_messages([FetchRequestPartition("t", 0, 10, 1 << 20, 0, log_start_offset=5)], 0, 1, 1 << 20,
+                                replica_id=2)
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # 5: not 7 yet
+        await rm.fetch_messages([FetchRequestPartition("t", 0, 10, 1 << 20, 0, log_start_offset=7)], 0, 1, 1 << 20,
+                                replica_id=2)
+        done = await asyncio.wait_for(waiting, 10)
+        return loop.time() - started, done[("t", 0)]
+
+    took, done = asyncio.run(follower_catches_up())
+    assert done == (7, ErrorCode.none) and took < 2, (took, done)
+
+    async def leadership_goes() -> tuple[int, ErrorCode]:
+        waiting = asyncio.ensure_future(rm.delete_records({("t", 0): 9}, 5000))
+        await asyncio.sleep(0.1)
+        rm.become_follower("t", 0, "id", 2, 1, replicas=[1, 2], isr=[1, 2])
+        return (await asyncio.wait_for(waiting, 2))[("t", 0)]
+
+    assert asyncio.run(leadership_goes()) == (-1, ErrorCode.not_leader_or_follower)
+    lm.shutdown()
+
+
+def test_delete_records_counts_only_registered_followers_and_answers_a_single_replica_at_once(
+        tmp_path: Path) -> None:
+    """A follower that has not fetched in this leader epoch holds the low watermark at -1
+    (Kafka's unknown log start), one no longer registered does not (Kafka counts the alive
+    brokers); a partition without followers is answered at once with its log start."""
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, p: "id")
+    alive = {1, 2, 3}
+    rm = ReplicaManager(1, lm, replica_alive=alive.__contains__)
+    rm.become_leader("t", 0, "id", 0, replicas=[1, 2, 3], isr=[1, 2, 3])
+    _produce(rm, 10)
+    _follower_fetch_from(rm, 2, 10, 0)
+    _follower_fetch_from(rm, 3, 10, 6)
+    assert rm.partitions[("t", 0)].high_watermark == 10
+    rm.become_leader("t", 0, "id", 1, replicas=[1, 2, 3], isr=[1, 2, 3])  # a new epoch: starts unknown
+    done = asyncio.run(rm.delete_records({("t", 0): 5}, 0))
+    assert done[("t", 0)] == (-1, ErrorCode.request_timed_out)
+    alive.discard(2)
+    alive.discard(3)
+    assert asyncio.run(rm.delete_records({("t", 0): 6}, 0))[("t", 0)] == (6, ErrorCode.none)
+    rm.become_leader("u", 0, "id", 0, replicas=[1], isr=[1])
+    rm.append_to_local_log("u", 0, encode_batch([(None, b"v", [])] * 10, timestamp=1), 1)
+    assert asyncio.run(rm.delete_records({("u", 0): 4, ("v", 0): 1}, 5000)) == {
+        ("u", 0): (4, ErrorCode.none), ("v", 0): (-1, ErrorCode.unknown_topic_or_partition)}
+    lm.shutdown()
