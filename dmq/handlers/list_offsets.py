@@ -51,10 +51,12 @@ def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -
     else:
         found = lg.offset_for_timestamp(timestamp)
     # Only a fetchable offset: below the high watermark, or for read_committed below the
-    # last stable offset, as Kafka's fetchOffsetForTimestamp.
+    # last stable offset, as Kafka's fetchOffsetForTimestamp. A lagging leader that finds
+    # none, or none fetchable, does not know that there is none: OFFSET_NOT_AVAILABLE
+    # (Kafka's ReplicaManager.fetchOffset throws maybeOffsetsError for an empty lookup too).
     bound = lg.last_stable_offset() if read_committed else partition.high_watermark
     if found is None or found[0] >= bound:
-        if found is not None and lagging:
+        if lagging:
             raise PartitionError(ErrorCode.offset_not_available)
         return -1, -1
     return found

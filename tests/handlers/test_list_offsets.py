@@ -43,8 +43,10 @@ def test_offsets_come_with_the_epoch_that_wrote_them(tmp_path: Path) -> None:
 def test_a_new_leader_lagging_behind_its_epoch_start_answers_offset_not_available(tmp_path: Path) -> None:
     """A follower with records to offset 10 that knew the high watermark 5 becomes leader:
     until the high watermark reaches 10 (the start of its epoch) the latest offset, and a
-    time lookup past what is fetchable, are OFFSET_NOT_AVAILABLE (retriable), as Kafka's
-    fetchOffsetForTimestamp. Before, the latest offset went back from 10 to 5."""
+    time lookup past what is fetchable or finding nothing at all, are OFFSET_NOT_AVAILABLE
+    (retriable), as Kafka's fetchOffsetForTimestamp and ReplicaManager.fetchOffset. Before,
+    the latest offset went back from 10 to 5, and a lookup past every record answered -1
+    (none), though the old leader may have committed later ones."""
     log = Log(str(tmp_path / "t-0"), "t", 0, LogConfig(BrokerConfig()), clean_shutdown=True)
     partition = Partition("t", 0, "id", log, 1)
     partition.make_leader(0, [1, 2], [1, 2])
@@ -54,7 +56,7 @@ def test_a_new_leader_lagging_behind_its_epoch_start_answers_offset_not_availabl
     partition.high_watermark = 5
     partition.make_leader(1, [1, 2], [1, 2])  # the new epoch starts at 10
     assert partition.leader_epoch_start_offset == 10 and partition.high_watermark == 5
-    for timestamp in (LATEST, 1007):
+    for timestamp in (LATEST, 1007, 99_000):
         with pytest.raises(PartitionError) as refused:
             lookup(partition, timestamp)
         assert refused.value.error == ErrorCode.offset_not_available
@@ -62,3 +64,4 @@ def test_a_new_leader_lagging_behind_its_epoch_start_answers_offset_not_availabl
     assert lookup(partition, EARLIEST) == (0, -1)
     partition.high_watermark = 10
     assert lookup(partition, LATEST) == (10, -1)
+    assert lookup(partition, 99_000) == (-1, -1)  # caught up: none there
