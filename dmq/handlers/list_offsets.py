@@ -78,8 +78,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                        timestamp=ts, offset=offset, leader_epoch=epoch))
                 continue
             try:
-                partition = rm.leader_partition(t.name, p.partition_index)
-                partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                partition = rm.leader_partition(t.name, p.partition_index, getattr(p, "current_leader_epoch", -1))
                 if p.timestamp < MAX_TIMESTAMP or (p.timestamp == MAX_TIMESTAMP and ctx.api_version < 7):
                     error = ErrorCode.unsupported_version
                 else:

@@ -37,8 +37,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
                                        partition=p.partition, leader_epoch=epoch, end_offset=end_offset))
                 continue
             try:
-                partition = rm.leader_partition(t.topic, p.partition)
-                partition.check_leader_epoch(p.current_leader_epoch)
+                partition = rm.leader_partition(t.topic, p.partition, p.current_leader_epoch)
                 epoch, end_offset = partition.log.leader_epochs.end_offset_for(
                     p.leader_epoch, partition.log.log_end_offset)
             except PartitionError as e:

@@ -286,10 +286,16 @@ class ReplicaManager:
                     f"broker {self.broker_id} is not a replica of {topic}-{index}")
         return ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
 
-    def leader_partition(self, topic: str, index: int) -> Partition:
+    def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> Partition:
+        """The partition, led here. A client's ``current_leader_epoch`` (KIP-320) is checked
+        first, as Kafka's Partition.getLocalLog: a broker that has not yet applied a newer
+        epoch answers UNKNOWN_LEADER_EPOCH (the client waits for the broker to catch up)
+        rather than NOT_LEADER_OR_FOLLOWER (it would refresh metadata it already has), and
+        an older one FENCED_LEADER_EPOCH."""
         partition = self.partitions.get((topic, index))
         if partition is None:
             raise PartitionError(*self._not_hosted(topic, index))
+        partition.check_leader_epoch(current_leader_epoch)
         if not partition.is_leader:
             raise PartitionError(ErrorCode.not_leader_or_follower,
                                  f"broker {self.broker_id} is not the leader of {topic}-{index}")
@@ -536,8 +542,7 @@ class ReplicaManager:
         follower = replica_id >= 0
         for req in requests:
             try:
-                partition = self.leader_partition(req.topic, req.partition)
-                partition.check_leader_epoch(req.current_leader_epoch)
+                partition = self.leader_partition(req.topic, req.partition, req.current_leader_epoch)
             except PartitionError as e:
                 results.append(ReadResult(e.error, -1, -1, -1, None))
                 continue

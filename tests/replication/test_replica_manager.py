@@ -11,6 +11,7 @@ from support.transactions import data_batch
 
 from dmq.config import BrokerConfig, LogConfig
 from dmq.record.records import encode_batch
+from dmq.replication.partition import PartitionError
 from dmq.replication.replica_manager import (
     HIGH_WATERMARK_FILE,
     FetchRequestPartition,
@@ -546,4 +547,34 @@ def test_delete_records_counts_only_registered_followers_and_answers_a_single_re
     rm.append_to_local_log("u", 0, encode_batch([(None, b"v", [])] * 10, timestamp=1), 1)
     assert asyncio.run(rm.delete_records({("u", 0): 4, ("v", 0): 1}, 5000)) == {
         ("u", 0): (4, ErrorCode.none), ("v", 0): (-1, ErrorCode.unknown_topic_or_partition)}
+    lm.shutdown()
+
+
+def test_a_client_leader_epoch_is_checked_before_leadership(tmp_path: Path) -> None:
+    """As Kafka's Partition.getLocalLog: a follower here in epoch 3 answers a client's
+    epoch 4 (a leadership it has not applied yet) UNKNOWN_LEADER_EPOCH, so the client
+    retries rather than refreshing metadata that already names this broker, and epoch 2
+    FENCED_LEADER_EPOCH; only epoch 3, or none, is NOT_LEADER_OR_FOLLOWER. Fetch,
+    ListOffsets and OffsetForLeaderEpoch go through leader_partition. Before, all three
+    were NOT_LEADER_OR_FOLLOWER."""
+    lm, rm = _open(tmp_path)
+    rm.become_follower("t", 0, "id", 2, 3, replicas=[1, 2], isr=[1, 2])
+
+    def fetched(epoch: int) -> ErrorCode:
+        return asyncio.run(rm.fetch_messages([FetchRequestPartition("t", 0, 0, 1 << 20, epoch)], 0, 1,
+                                             1 << 20))[0].error
+
+    def led(epoch: int) -> ErrorCode:
+        try:
+            rm.leader_partition("t", 0, epoch)
+        except PartitionError as e:
+            return e.error
+        return ErrorCode.none
+
+    for check in (fetched, led):
+        assert check(4) == ErrorCode.unknown_leader_epoch
+        assert check(2) == ErrorCode.fenced_leader_epoch
+        assert check(3) == check(-1) == ErrorCode.not_leader_or_follower
+    rm.become_leader("t", 0, "id", 4, replicas=[1, 2], isr=[1, 2])
+    assert fetched(4) == led(4) == ErrorCode.none
     lm.shutdown()
