@@ -65,16 +65,31 @@ def lookup(partition: Partition, timestamp: int, read_committed: bool = False) -
 async def handle(services: BrokerServices, ctx: RequestContext, request: Any) -> Any:
     schema = ctx.schema
     rm = services.replica_manager
+    # A partition asked more than once is answered once, INVALID_REQUEST (Kafka's
+    # ListOffsetsRequest.duplicatePartitions): which of its queries to answer is not said.
+    asked: set[tuple[str, int]] = set()
+    duplicated: set[tuple[str, int]] = set()
+    for t in request.topics:
+        for p in t.partitions:
+            key = (t.name, p.partition_index)
+            (duplicated if key in asked else asked).add(key)
+    answered: set[tuple[str, int]] = set()
     topics = []
     for t in request.topics:
         partitions = []
         described = authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
             error, offset, ts, epoch = ErrorCode.none, -1, -1, -1
-            if not described:
+            key = (t.name, p.partition_index)
+            if described and key in duplicated:
+                if key in answered:
+                    continue
+                answered.add(key)
+                error = ErrorCode.invalid_request
+            if not described or error != ErrorCode.none:
                 partitions.append(make(schema.ListOffsetsPartitionResponse,
                                        partition_index=p.partition_index,
-                                       error_code=ErrorCode.topic_authorization_failed,
+                                       error_code=error if described else ErrorCode.topic_authorization_failed,
                                        timestamp=ts, offset=offset, leader_epoch=epoch))
                 continue
             try:

@@ -5,17 +5,30 @@ all of them, so a consumer seeking to a time could not detect a truncation (KIP-
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from kio.index import load_entity_module
 from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.static.constants import EntityType
 
 from dmq.config import BrokerConfig, LogConfig
+from dmq.handlers import list_offsets
+from dmq.handlers.context import RequestContext
 from dmq.handlers.list_offsets import EARLIEST, LATEST, MAX_TIMESTAMP, found_epoch, lookup
 from dmq.record.batch import validate_batches
 from dmq.record.records import encode_batch
 from dmq.replication.partition import Partition, PartitionError
+from dmq.replication.replica_manager import ReplicaManager
 from dmq.storage.log import Log
+from dmq.storage.log_manager import LogManager
 
 
 def test_offsets_come_with_the_epoch_that_wrote_them(tmp_path: Path) -> None:
@@ -65,3 +78,26 @@ def test_a_new_leader_lagging_behind_its_epoch_start_answers_offset_not_availabl
     partition.high_watermark = 10
     assert lookup(partition, LATEST) == (10, -1)
     assert lookup(partition, 99_000) == (-1, -1)  # caught up: none there
+
+
+def test_a_partition_asked_twice_is_answered_once_invalid_request(tmp_path: Path) -> None:
+    """As Kafka's ListOffsetsRequest.duplicatePartitions: a partition named more than once
+    in a request is answered once, INVALID_REQUEST, the others as usual. Before, each
+    query was answered."""
+    lm = LogManager(str(tmp_path), lambda t: LogConfig(BrokerConfig()))
+    lm.load_logs(lambda t, p: "id")
+    rm = ReplicaManager(1, lm)
+    for index in (0, 1):
+        rm.become_leader("t", index, "id", 0, replicas=[1], isr=[1])
+        rm.append_to_local_log("t", index, encode_batch([(None, b"v", [])] * 3, timestamp=1), 1)
+    services = SimpleNamespace(authorizer=None, replica_manager=rm)
+    ctx = RequestContext(2, 7, 1, "c", "127.0.0.1", load_entity_module("list_offsets", 7, EntityType.response))
+
+    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=(  # type: ignore[arg-type]
+        ListOffsetsTopic(name="t", partitions=tuple(  # type: ignore[arg-type]
+            ListOffsetsPartition(partition_index=index, current_leader_epoch=-1, timestamp=ts)  # type: ignore[arg-type]
+            for index, ts in ((0, LATEST), (1, LATEST), (0, EARLIEST)))),))
+    response = asyncio.run(list_offsets.handle(services, ctx, request))  # type: ignore[arg-type]
+    answered = [(p.partition_index, p.error_code, int(p.offset)) for p in response.topics[0].partitions]
+    assert answered == [(0, ErrorCode.invalid_request, -1), (1, ErrorCode.none, 3)]
+    lm.shutdown()
