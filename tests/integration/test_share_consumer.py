@@ -148,12 +148,13 @@ def test_release_redelivers_reject_never_and_the_delivery_limit_archives(share_b
         for value, count in got:
             seen.setdefault(value, []).append(count)
         released = {f"r{n}" for n in range(30) if n % 10 == 1}
-        for v in released:
-            assert seen[v] == [1, 2, 3, 4, 5], (v, seen[v])  # group.share.delivery.count.limit 5
+        # (Each failure shows every delivery: one CI run missed r21 altogether.)
+        for v in sorted(released):
+            assert seen.get(v) == [1, 2, 3, 4, 5], (v, seen)  # group.share.delivery.count.limit 5
         for v in (f"r{n}" for n in range(30) if n % 10 == 2):
-            assert seen[v] == [1], (v, seen[v])
+            assert seen.get(v) == [1], (v, seen)
         for v in (f"r{n}" for n in range(30) if n % 10 not in (1, 2)):
-            assert seen[v] == [1], (v, seen[v])
+            assert seen.get(v) == [1], (v, seen)
         assert not c.poll(2.0), "an archived or accepted record came back"
     finally:
         c.close()
