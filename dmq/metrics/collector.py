@@ -38,7 +38,7 @@ from dmq.cluster.zookeeper import ZooKeeperMetadataStore
 from dmq.group.coordinator import GroupCoordinator
 from dmq.handlers import HANDLERS
 from dmq.metrics import heap
-from dmq.metrics.requests import BOUNDS, LAG_BOUNDS, LoopLag, RequestStats
+from dmq.metrics.requests import BOUNDS, LAG_BOUNDS, UNKNOWN_API_KEY, LoopLag, RequestStats
 from dmq.replication.fetch_session import FetchSessionCache
 from dmq.replication.replica_manager import ReplicaManager
 
@@ -97,6 +97,8 @@ class BrokerView(Protocol):
 def api_name(api_key: int) -> str:
     """Kafka's name of an API (``Produce``, ``OffsetForLeaderEpoch``) from its handler
     module's name; the key itself for one this broker does not know."""
+    if api_key == UNKNOWN_API_KEY:
+        return "unknown"
     handler = HANDLERS.get(api_key)
     if handler is None:
         return str(api_key)

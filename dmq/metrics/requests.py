@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left
+from collections.abc import Container
 from time import monotonic
 
 # Upper bounds (seconds) of the latency buckets: Kafka's request times go from well
@@ -20,6 +21,8 @@ from time import monotonic
 # by default) and request.timeout.ms (30 s).
 BOUNDS: tuple[float, ...] = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                              1.0, 2.5, 5.0, 10.0, 30.0)
+# Where the requests of API keys outside ``known`` count (a frame too short for a key too).
+UNKNOWN_API_KEY = -1
 
 
 class ApiStats:
@@ -39,19 +42,26 @@ class RequestStats:
     """The requests a listener answered, by API key, and its connections.
 
     Writers: the listener's connections (``observe`` per request, ``connections_total``
-    per accepted connection); readers: ``dmq.metrics`` at scrape time."""
+    per accepted connection); readers: ``dmq.metrics`` at scrape time. Given ``known`` (the
+    API keys the broker serves), any other key counts under ``UNKNOWN_API_KEY``: a client
+    sending junk frames cannot make a label set per key (65,536 of them)."""
 
-    __slots__ = ("apis", "connections_total")
+    __slots__ = ("apis", "connections_total", "known")
 
-    def __init__(self) -> None:
+    def __init__(self, known: Container[int] | None = None) -> None:
         self.apis: dict[int, ApiStats] = {}
         self.connections_total = 0
+        self.known = known
 
     def observe(self, api_key: int, seconds: float) -> None:
         """One request of ``api_key`` took ``seconds`` from its frame read to its answer."""
         stats = self.apis.get(api_key)
         if stats is None:
-            stats = self.apis[api_key] = ApiStats()
+            if self.known is not None and api_key not in self.known:
+                api_key = UNKNOWN_API_KEY
+            stats = self.apis.get(api_key)
+            if stats is None:
+                stats = self.apis[api_key] = ApiStats()
         stats.count += 1
         stats.seconds += seconds
         stats.buckets[bisect_left(BOUNDS, seconds)] += 1

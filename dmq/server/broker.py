@@ -195,7 +195,7 @@ class Broker:
         self.controller: Controller | None = None
         self._reregistering: asyncio.Future[None] | None = None  # registering again after a lost session
         self.metrics_server: MetricsServer | None = None  # metrics.listener: Prometheus' /metrics
-        self.request_stats = RequestStats()  # every listener's requests (read by dmq.metrics)
+        self.request_stats = RequestStats(known=HANDLERS)  # every listener's requests (read by dmq.metrics)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._share_settings_cache: dict[tuple[str, tuple[tuple[str, str], ...]], ShareGroupSettings] = {}
 

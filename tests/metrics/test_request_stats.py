@@ -43,3 +43,20 @@ def test_the_listener_counts_without_loading_prometheus_client() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_api_keys_the_broker_does_not_know_share_one_unknown_label() -> None:
+    """Junk frames name any of 65,536 API keys: each made a label set of its own (request
+    metrics grew without bound). Keys outside the known ones count under UNKNOWN_API_KEY,
+    named "unknown"."""
+    from dmq.handlers import HANDLERS
+    from dmq.metrics.requests import UNKNOWN_API_KEY
+
+    stats = RequestStats(known=HANDLERS)
+    for key in range(1000, 3000):
+        stats.observe(key, 0.001)
+    stats.observe(0, 0.001)
+    stats.observe(-1, 0.001)
+    assert set(stats.apis) == {0, UNKNOWN_API_KEY}
+    assert stats.apis[UNKNOWN_API_KEY].count == 2001
+    assert api_name(UNKNOWN_API_KEY) == "unknown"
