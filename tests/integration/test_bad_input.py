@@ -254,3 +254,18 @@ def test_failed_acks_zero_produce_closes_the_connection(small_broker: BrokerProc
         c.request(produce_req("acks0", encode_batch([(None, b"x" * 6000, [])]), acks=0), expect_response=False)
         assert_closed(c)
     assert "acks=0 produce failed with message_too_large" in small_broker.log_text()
+
+
+@pytest.mark.parametrize(("name", "version"), [
+    ("", "1"), ("t", ""), ("-t", "1"), ("t-", "1"), ("my_client", "1"), ("t", "1 0"), ("t", "1.0+x"),
+])
+def test_api_versions_v3_with_an_invalid_client_software_name_or_version_is_invalid_request(
+        small_broker: BrokerProcess, name: str, version: str) -> None:
+    """Kafka's ApiVersionsRequest.isValid: both match [a-zA-Z0-9](?:[a-zA-Z0-9-.]*[a-zA-Z0-9])?;
+    otherwise INVALID_REQUEST and no API keys. Any name was taken."""
+    with client(small_broker) as c:
+        resp = c.request(ApiVersionsRequest(client_software_name=name, client_software_version=version))
+        assert resp.error_code == ErrorCode.invalid_request and not resp.api_keys
+        ok = c.request(ApiVersionsRequest(client_software_name="confluent-kafka-python",
+                                          client_software_version="2.3.0-rdkafka-2.3.0"))
+    assert ok.error_code == ErrorCode.none and ok.api_keys
