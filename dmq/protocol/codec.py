@@ -120,6 +120,14 @@ def _decode_request(frame: bytes, api_key: int, api_version: int,
         raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
     try:
         header, size = read_header(frame, 0)
+    except Exception as e:  # kio raises several kinds of errors for bad bytes
+        # kio refuses a tagged field it does not know; a request header (v2) knows none, and
+        # Kafka's parser skips unknown ones: read such a header here (never on the common path).
+        skipped = _header_skipping_tags(frame) if cls.__header_schema__.__flexible__ else None
+        if skipped is None:
+            raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
+        header, size = skipped
+    try:
         body, _ = read_body(frame, size)
     except Exception as e:  # kio raises several kinds of errors for bad bytes
         raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
@@ -137,6 +145,68 @@ def _decode_request(frame: bytes, api_key: int, api_version: int,
                       header.correlation_id, header.client_id),
         body,
     )
+
+
+class _SkippedTagsHeader:
+    """A request header read by ``_header_skipping_tags``: kio's header's field names."""
+
+    __slots__ = ("request_api_key", "request_api_version", "correlation_id", "client_id")
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, client_id: str | None) -> None:
+        self.request_api_key = api_key
+        self.request_api_version = api_version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+
+
+def _header_skipping_tags(frame: bytes) -> tuple[Any, int] | None:
+    """A flexible request header (v2) read with its tagged fields skipped, as Kafka's
+    RequestHeaderData.read keeps unknown ones aside: (fields, size), or None where the
+    bytes do not parse."""
+    end = len(frame)
+    if end < _HEAD.size + 2:
+        return None
+    api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
+    n = int.from_bytes(frame[_HEAD.size:_HEAD.size + 2], "big", signed=True)
+    pos = _HEAD.size + 2
+    client_id: str | None = None
+    if n >= 0:
+        if pos + n > end:
+            return None
+        try:
+            client_id = bytes(frame[pos:pos + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        pos += n
+    elif n != -1:
+        return None
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count):
+        if pos < 0:
+            return None
+        _tag, pos = _uvarint(frame, pos)
+        size, pos = _uvarint(frame, pos) if pos >= 0 else (0, -1)
+        if pos < 0 or pos + size > end:
+            return None
+        pos += size
+    if pos < 0:
+        return None
+    return _SkippedTagsHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def _uvarint(frame: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos`` and the position after it; (0, -1) if it runs past the
+    end or beyond 5 bytes."""
+    if pos < 0:
+        return 0, -1
+    value = shift = 0
+    for i in range(pos, min(pos + 5, len(frame))):
+        b = frame[i]
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i + 1
+        shift += 7
+    return 0, -1
 
 
 class _SpliceWriter:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import struct
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.api_versions.v3.response import ApiVersion, ApiVersionsResponse
@@ -10,6 +11,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.response import MetadataResponse
 
 from dmq.protocol.codec import (
+    FrameError,
     constructor,
     decode_request,
     encode_response,
@@ -77,3 +79,17 @@ def test_constructor_builds_what_make_builds(version: int, index: int, hw: int, 
     built = constructor(cls, *names)(*values)
     assert built == make(cls, **dict(zip(names, values, strict=True)))
     assert constructor(cls, *names) is constructor(cls, *names)  # generated once
+
+
+def test_a_request_header_with_unknown_tagged_fields_is_read_with_them_skipped() -> None:
+    """Kafka's RequestHeaderData keeps tagged fields it does not know aside; kio refused
+    them, so such a request (a newer client's header) closed the connection."""
+    head = struct.pack(">hhih", 18, 3, 7, 3) + b"cli"
+    body = b"\x02a\x02b\x00"  # ApiVersions v3: "a", "b", no tagged fields
+    for tags in (b"\x01\x05\x03abc", b"\x02\x06\x00\x05\x01z", b"\x01\x00\x00"):
+        header, request = decode_request(head + tags + body, 18, 3)
+        assert (header.api_key, header.api_version, header.correlation_id, header.client_id) == (18, 3, 7, "cli")
+        assert (request.client_software_name, request.client_software_version) == ("a", "b")
+    for broken in (b"\x01\x05\x09abc", b"\x02\x05\x00", b"\x01\x85\x85\x85\x85\x85\x85"):
+        with pytest.raises(FrameError):
+            decode_request(head + broken, 18, 3)
