@@ -121,9 +121,10 @@ def _decode_request(frame: bytes, api_key: int, api_version: int,
     try:
         header, size = read_header(frame, 0)
     except Exception as e:  # kio raises several kinds of errors for bad bytes
-        # kio refuses a tagged field it does not know; a request header (v2) knows none, and
-        # Kafka's parser skips unknown ones: read such a header here (never on the common path).
-        skipped = _header_skipping_tags(frame) if cls.__header_schema__.__flexible__ else None
+        # kio refuses a tagged field it does not know (a request header, v2, knows none) and a
+        # client_id length below -1; Kafka's RequestHeaderData skips unknown tags and reads
+        # any negative length as null: such a header is read here (never on the common path).
+        skipped = _header_skipping_tags(frame, cls.__header_schema__.__flexible__)
         if skipped is None:
             raise FrameError(f"cannot decode {cls.__name__} v{api_version}: {e}") from None
         header, size = skipped
@@ -159,10 +160,10 @@ class _SkippedTagsHeader:
         self.client_id = client_id
 
 
-def _header_skipping_tags(frame: bytes) -> tuple[Any, int] | None:
-    """A flexible request header (v2) read with its tagged fields skipped, as Kafka's
-    RequestHeaderData.read keeps unknown ones aside: (fields, size), or None where the
-    bytes do not parse."""
+def _header_skipping_tags(frame: bytes, flexible: bool) -> tuple[Any, int] | None:
+    """A request header read as Kafka's RequestHeaderData.read does: a negative client_id
+    length is null, and a flexible header's (v2) tagged fields are skipped (Kafka keeps
+    unknown ones aside): (header, size), or None where the bytes do not parse."""
     end = len(frame)
     if end < _HEAD.size + 2:
         return None
@@ -178,8 +179,8 @@ def _header_skipping_tags(frame: bytes) -> tuple[Any, int] | None:
         except UnicodeDecodeError:
             return None
         pos += n
-    elif n != -1:
-        return None
+    if not flexible:
+        return _SkippedTagsHeader(api_key, api_version, correlation_id, client_id), pos
     count, pos = _uvarint(frame, pos)
     for _ in range(count):
         if pos < 0:

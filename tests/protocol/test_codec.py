@@ -93,3 +93,11 @@ def test_a_request_header_with_unknown_tagged_fields_is_read_with_them_skipped()
     for broken in (b"\x01\x05\x09abc", b"\x02\x05\x00", b"\x01\x85\x85\x85\x85\x85\x85"):
         with pytest.raises(FrameError):
             decode_request(head + broken, 18, 3)
+
+
+def test_a_client_id_length_below_minus_one_is_read_as_null() -> None:
+    """Kafka's RequestHeaderData reads any negative client_id length as null; kio refused
+    it ('Found negative byte length') and the connection was closed."""
+    for n in (-2, -5, -32768):
+        header, _ = decode_request(struct.pack(">hhih", 3, 1, 1, n) + struct.pack(">i", -1), 3, 1)
+        assert header.client_id is None and header.correlation_id == 1
