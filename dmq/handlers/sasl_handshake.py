@@ -8,6 +8,7 @@ UNSUPPORTED_SASL_MECHANISM with the enabled ones and the connection is closed.""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -24,7 +25,7 @@ async def handle(services: BrokerServices, ctx: RequestContext, request: Any) ->
     if ctx.auth is None:
         return make(ctx.schema.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state,
                     mechanisms=())
-    error, mechanisms = ctx.auth.handshake(request.mechanism)
+    error, mechanisms = ctx.auth.handshake(request.mechanism, int(time.monotonic() * 1000))
     if error == "none" and ctx.api_version == 0:
         ctx.auth.raw = True
     return make(ctx.schema.SaslHandshakeResponse, error_code=ErrorCode[error],

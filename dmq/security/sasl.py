@@ -303,6 +303,10 @@ class Authenticator:
         return ScramServer(mechanism, lambda user: self.credentials.get(user, mechanism))
 
 
+# Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS.
+MIN_REAUTH_INTERVAL_MS = 1000
+
+
 class ConnectionAuth:
     """One connection's authentication state.
 
@@ -328,6 +332,7 @@ class ConnectionAuth:
         # After SaslHandshake v0: the exchange's tokens come as raw frames (no request header).
         self.raw = False
         self.checking = False  # a token's check is running (off the loop for PLAIN)
+        self.last_reauth_ms: int | None = None  # when the last re-authentication began
 
     def allows(self, api_key: int, now_ms: int) -> bool:
         """Whether a request of ``api_key`` may be served now (else: close the connection).
@@ -338,15 +343,24 @@ class ConnectionAuth:
             return False
         return self.expires_ms is None or now_ms < self.expires_ms
 
-    def handshake(self, mechanism: str) -> tuple[str, list[str]]:
+    def handshake(self, mechanism: str, now_ms: int) -> tuple[str, list[str]]:
         """SaslHandshake: ("none"|"unsupported_sasl_mechanism"|"illegal_sasl_state",
-        the enabled mechanisms)."""
+        the enabled mechanisms). On an authenticated connection it begins a
+        re-authentication only when sessions expire (connections.max.reauth.ms above 0)
+        and the last one began a second ago or more, as Kafka's
+        KafkaChannel.maybeBeginServerReauthentication; otherwise it is answered
+        ILLEGAL_SASL_STATE and the connection stays as it is (Kafka's KafkaApis answer)."""
         if not self.sasl or self.authenticator is None:
             return "illegal_sasl_state", []
         enabled = list(self.authenticator.settings.mechanisms(self.listener))
         if self.server is not None:
             self.close_after_response = True
             return "illegal_sasl_state", enabled
+        if self.authenticated:
+            if self.expires_ms is None or (self.last_reauth_ms is not None
+                                           and now_ms - self.last_reauth_ms < MIN_REAUTH_INTERVAL_MS):
+                return "illegal_sasl_state", []
+            self.last_reauth_ms = now_ms
         if mechanism not in enabled:
             self.close_after_response = True
             return "unsupported_sasl_mechanism", enabled

@@ -52,7 +52,7 @@ def authenticator(reauth_ms: int = 0) -> Authenticator:
 
 
 def login(auth: ConnectionAuth, mechanism: str, user: str, password: str, now: int = 0) -> tuple[str, str | None]:
-    error, _ = auth.handshake(mechanism)
+    error, _ = auth.handshake(mechanism, now)
     assert error == "none"
     client = SaslClient(mechanism, user, password)
     token: bytes | None = client.first()
@@ -72,7 +72,7 @@ def test_only_sasl_apis_until_authenticated() -> None:
     assert auth.principal == "User:bob" and auth.allows(METADATA, 0)
     plain = ConnectionAuth("PLAINTEXT", "PLAINTEXT", None)
     assert plain.allows(METADATA, 0) and plain.principal == "User:ANONYMOUS"
-    assert plain.handshake("PLAIN")[0] == "illegal_sasl_state"
+    assert plain.handshake("PLAIN", 0)[0] == "illegal_sasl_state"
 
 
 def test_plain_from_jaas_and_from_scram_credentials() -> None:
@@ -94,7 +94,7 @@ def test_failures_close_the_connection() -> None:
         assert auth.close_after_response and not auth.authenticated
         assert "nope" not in message
     auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
-    assert auth.handshake("GSSAPI") == ("unsupported_sasl_mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    assert auth.handshake("GSSAPI", 0) == ("unsupported_sasl_mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
     assert auth.close_after_response
     auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
     assert asyncio.run(auth.authenticate(b"x", 0))[0] == "illegal_sasl_state"
@@ -107,10 +107,10 @@ def test_reauthentication_keeps_principal_and_mechanism_and_sessions_expire() ->
     assert login(auth, "SCRAM-SHA-256", "bob", "bob-pw", now=900) == ("none", None)
     assert auth.expires_ms == 1900 and auth.authentications == 2
     # Another mechanism, or another user, on re-authentication: refused.
-    assert auth.handshake("SCRAM-SHA-512")[0] == "unsupported_sasl_mechanism"
+    assert auth.handshake("SCRAM-SHA-512", 2000)[0] == "unsupported_sasl_mechanism"
     auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator(reauth_ms=1000))
     assert login(auth, "PLAIN", "bob", "bob-pw") == ("none", None)
-    error, message = login(auth, "PLAIN", "alice", "alice-pw")
+    error, message = login(auth, "PLAIN", "alice", "alice-pw", now=500)
     assert error == "sasl_authentication_failed" and "principal" in (message or "")
     assert auth.principal == "User:bob"
 
@@ -122,7 +122,7 @@ def test_reauthentication_keeps_principal_and_mechanism_and_sessions_expire() ->
            b"\0alice\0alice-p", b"n,a=eve,n=bob,r=x", b"y,,n=bob,r=x"]), min_size=1, max_size=4))
 def test_malformed_tokens_never_authenticate(mechanism: str, tokens: list[bytes]) -> None:
     auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator())
-    assert auth.handshake(mechanism)[0] == "none"
+    assert auth.handshake(mechanism, 0)[0] == "none"
     for token in tokens:
         error, _, _, _ = asyncio.run(auth.authenticate(token, 0))
         assert error in ("none", "sasl_authentication_failed", "illegal_sasl_state")
@@ -154,7 +154,7 @@ def test_sasl_settings_refuse_unsupported_mechanisms() -> None:
     assert got.mechanisms("INTERNAL") == ("PLAIN",) and got.reauth("INTERNAL") == 0
     assert got.mechanisms("SASL_SSL") == ("SCRAM-SHA-512",) and got.reauth("SASL_SSL") == 1000
     auth = ConnectionAuth("INTERNAL", "SASL_PLAINTEXT", Authenticator(got, ScramCredentials(Users())))  # type: ignore[arg-type]
-    assert auth.handshake("SCRAM-SHA-512") == ("unsupported_sasl_mechanism", ["PLAIN"])
+    assert auth.handshake("SCRAM-SHA-512", 0) == ("unsupported_sasl_mechanism", ["PLAIN"])
 
 
 def test_credentials_in_the_embedded_store_survive_a_restart(tmp_path: Path) -> None:
@@ -231,3 +231,22 @@ def test_plain_takes_as_long_to_fail_for_an_unknown_user_as_for_a_known_one() ->
             taken.append(failing(user))
     known, unknown = min(times["bob"]), min(times["nobody"])
     assert unknown > known / 2, (known, unknown)
+
+
+def test_reauthentication_needs_a_session_lifetime_and_comes_at_most_once_a_second() -> None:
+    """Kafka's KafkaChannel.maybeBeginServerReauthentication: with connections.max.reauth.ms
+    0 (no session expiry) a SaslHandshake on an authenticated connection is no
+    re-authentication but an ILLEGAL_SASL_STATE answer, and re-authentications start at
+    most once a second (the same answer between); the connection stays open. Any number
+    were taken, each a full SCRAM or PLAIN check."""
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator(reauth_ms=0))
+    assert login(auth, "PLAIN", "bob", "bob-pw") == ("none", None)
+    assert auth.handshake("PLAIN", 5000)[0] == "illegal_sasl_state"
+    assert not auth.close_after_response and auth.server is None and auth.allows(METADATA, 5000)
+    auth = ConnectionAuth("SASL_PLAINTEXT", "SASL_PLAINTEXT", authenticator(reauth_ms=60_000))
+    assert login(auth, "PLAIN", "bob", "bob-pw", now=0) == ("none", None)
+    assert login(auth, "PLAIN", "bob", "bob-pw", now=100) == ("none", None)  # the first one: any time
+    assert auth.handshake("PLAIN", 1099)[0] == "illegal_sasl_state"
+    assert not auth.close_after_response and auth.server is None
+    assert login(auth, "PLAIN", "bob", "bob-pw", now=1100) == ("none", None)
+    assert auth.authentications == 3
