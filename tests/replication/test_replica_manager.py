@@ -386,19 +386,10 @@ def test_a_fetch_on_an_older_segment_than_the_high_watermark_is_answered_at_once
     p.log.roll()
     _produce(rm, 200)
 
-    async def scenario() -> float:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        waiting = asyncio.ensure_future(rm.fetch_messages(
-            [FetchRequestPartition("t", 0, 3, 1 << 20)], max_wait_ms=5000, min_bytes=10_000, max_bytes=1 << 20))
-        await asyncio.sleep(0.2)
-        assert not waiting.done()  # nothing beyond the high watermark's segment to wait for
-        await rm.fetch_messages([FetchRequestPartition("t", 0, 205, 1 << 20, 0)], 0, 1, 1 << 20, replica_id=2)
-        assert p.high_watermark == 205
-        await asyncio.wait_for(waiting, 10)
-        return loop.time() - started
-
-    assert asyncio.run(scenario()) < 2
+    # Not answered within 0.2 s: nothing beyond the high watermark's segment to wait for.
+    took, _, high_watermark = _answer_after_a_follower_fetch(rm, 3, 10_000, 5000, 205, 0, settle_s=0.2)
+    assert high_watermark == 205
+    assert took < 2
     lm.shutdown()
 
 
@@ -421,20 +412,8 @@ def test_a_waiting_fetch_is_answered_when_the_high_watermark_passes_records_from
     p = rm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[1, 2])
     assert (p.high_watermark, p.log.log_end_offset) == (0, 10)
 
-    async def scenario() -> tuple[float, Any]:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        waiting = asyncio.ensure_future(rm.fetch_messages(
-            [FetchRequestPartition("t", 0, 0, 1 << 20)], max_wait_ms=1500, min_bytes=1, max_bytes=1 << 20))
-        await asyncio.sleep(0.1)
-        assert not waiting.done()
-        assert (await rm.fetch_messages([FetchRequestPartition("t", 0, 10, 1 << 20, 1)], 0, 1, 1 << 20,
-                                        replica_id=2))[0].error == ErrorCode.none
-        assert p.high_watermark == 10
-        results = await asyncio.wait_for(waiting, 10)
-        return loop.time() - started, results[0]
-
-    took, result = asyncio.run(scenario())
+    took, result, high_watermark = _answer_after_a_follower_fetch(rm, 0, 1, 1500, 10, 1)
+    assert high_watermark == 10
     assert took < 1 and result.data is not None and result.data.length > 0, took
     lm.shutdown()
 
@@ -451,20 +430,33 @@ def test_a_waiting_fetch_counts_records_left_above_the_high_watermark_by_a_trunc
     assert (p.high_watermark, p.log.log_end_offset) == (0, 15)
     rm.become_leader("t", 0, "id", 1, replicas=[1, 2], isr=[1, 2])
 
-    async def scenario() -> float:
+    took, _, high_watermark = _answer_after_a_follower_fetch(rm, 0, 1, 1500, 5, 1)
+    assert high_watermark == 5
+    assert took < 1
+    lm.shutdown()
+
+
+def _answer_after_a_follower_fetch(rm: ReplicaManager, offset: int, min_bytes: int, max_wait_ms: int,
+                                   follower_offset: int, follower_epoch: int,
+                                   settle_s: float = 0.1) -> tuple[float, Any, int]:
+    """A consumer's fetch at ``offset`` waits (not answered within ``settle_s``); follower 2
+    then fetches at ``follower_offset``. Returns how long the consumer's answer took, the
+    answer, and the high watermark right after the follower's fetch."""
+    async def scenario() -> tuple[float, Any, int]:
         loop = asyncio.get_running_loop()
         started = loop.time()
         waiting = asyncio.ensure_future(rm.fetch_messages(
-            [FetchRequestPartition("t", 0, 0, 1 << 20)], max_wait_ms=1500, min_bytes=1, max_bytes=1 << 20))
-        await asyncio.sleep(0.1)
+            [FetchRequestPartition("t", 0, offset, 1 << 20)], max_wait_ms=max_wait_ms, min_bytes=min_bytes,
+            max_bytes=1 << 20))
+        await asyncio.sleep(settle_s)
         assert not waiting.done()
-        await rm.fetch_messages([FetchRequestPartition("t", 0, 5, 1 << 20, 1)], 0, 1, 1 << 20, replica_id=2)
-        assert p.high_watermark == 5
-        await asyncio.wait_for(waiting, 10)
-        return loop.time() - started
-
-    assert asyncio.run(scenario()) < 1
-    lm.shutdown()
+        followed = await rm.fetch_messages([FetchRequestPartition("t", 0, follower_offset, 1 << 20, follower_epoch)],
+                                           0, 1, 1 << 20, replica_id=2)
+        assert followed[0].error == ErrorCode.none
+        high_watermark = rm.partitions[("t", 0)].high_watermark
+        results = await asyncio.wait_for(waiting, 10)
+        return loop.time() - started, results[0], high_watermark
+    return asyncio.run(scenario())
 
 
 def _follower_fetch_from(rm: ReplicaManager, replica: int, offset: int, log_start: int) -> None:
